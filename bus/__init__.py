@@ -1,0 +1,82 @@
+"""redsaga's Redis Streams transport.
+
+Declare handlers on a :class:`Bus`, publish with a :class:`Publisher`, run them with a
+:class:`Worker`. Entries are leased to one consumer at a time (heartbeats keep a lease,
+XAUTOCLAIM takes over an expired one), completions are fenced by the lease, failures are
+retried with back-off and then dead-lettered with their context, and idempotent handlers
+run once per idempotency key.
+"""
+
+from bus._app import Bus, Route, Subscription
+from bus._client import MEMORY_URL, URL_ENV, Redis, connect, is_embedded, resolve_url
+from bus._clock import Clock, FakeClock, SystemClock
+from bus._config import BusConfig, ClientConfig
+from bus._delivery import Delivery, LeaseLost
+from bus._envelope import Envelope, decode_fields, message_type, new_envelope
+from bus._errors import (
+    BusError,
+    DefinitionError,
+    GroupExists,
+    GroupMissing,
+    HandlerFailure,
+    MalformedEntry,
+    PayloadTooLarge,
+    PermanentError,
+    RedisCommandError,
+    RedisOutOfMemory,
+    RedisUnavailable,
+    TransientError,
+)
+from bus._ids import derived_id, uuid7
+from bus._keys import Stream, tagged_key
+from bus._publisher import Publisher
+from bus._scripts import Script, ScriptCall, run_batch
+from bus._stats import GroupStats, StreamStats, stream_stats
+from bus._worker import Worker
+
+__all__ = [
+    "MEMORY_URL",
+    "URL_ENV",
+    "Bus",
+    "BusConfig",
+    "BusError",
+    "ClientConfig",
+    "Clock",
+    "DefinitionError",
+    "Delivery",
+    "Envelope",
+    "FakeClock",
+    "GroupExists",
+    "GroupMissing",
+    "GroupStats",
+    "HandlerFailure",
+    "LeaseLost",
+    "MalformedEntry",
+    "PayloadTooLarge",
+    "PermanentError",
+    "Publisher",
+    "Redis",
+    "RedisCommandError",
+    "RedisOutOfMemory",
+    "RedisUnavailable",
+    "Route",
+    "Script",
+    "ScriptCall",
+    "Stream",
+    "StreamStats",
+    "Subscription",
+    "SystemClock",
+    "TransientError",
+    "Worker",
+    "connect",
+    "decode_fields",
+    "derived_id",
+    "is_embedded",
+    "message_type",
+    "new_envelope",
+    "resolve_url",
+    "run_batch",
+    "stream_stats",
+    "tagged_key",
+    "uuid7",
+]

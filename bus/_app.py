@@ -1,0 +1,211 @@
+"""Declaring handlers and subscriptions: the :class:`Bus` is an explicit registry.
+
+There is no process-wide registry. A service builds a ``Bus``, decorates its handlers and
+hands the bus to a :class:`~bus.Worker`. Decorators validate when applied, so a wrong
+declaration fails at import time with a :class:`~bus.DefinitionError` naming the handler.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bus._envelope import Envelope, message_type
+from bus._errors import DefinitionError
+from bus._keys import Stream
+
+if TYPE_CHECKING:
+    from bus._delivery import Delivery
+
+M = TypeVar("M")
+Handler = Callable[[Any, "Delivery"], Awaitable[object | None]]
+F = TypeVar("F", bound=Callable[..., Awaitable[object | None]])
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One handler for one message type (or for every type) within a subscription."""
+
+    message_class: type[Any] | None
+    handler: Handler
+    name: str
+
+    def decode(self, envelope: Envelope) -> Any:
+        """Decode the payload for this route (the whole envelope for a catch-all route)."""
+        if self.message_class is None:
+            return envelope
+        return envelope.decode(self.message_class)
+
+
+@dataclass(slots=True)
+class Subscription:
+    """Everything one consumer group on one stream does.
+
+    Attributes:
+        stream: Where entries are read from.
+        group: The consumer group; each group sees every entry once.
+        start_id: Where a newly created group starts: ``$`` (new entries) or ``0``.
+        idempotent: Whether handlers are deduped by idempotency key (first result kept).
+        ignore_unknown: Acknowledge entries of types without a route (subscriptions)
+            instead of dead-lettering them (command handlers).
+        routes: Handlers by message type name; ``None`` maps the catch-all route.
+
+    """
+
+    stream: Stream
+    group: str
+    start_id: str
+    idempotent: bool
+    ignore_unknown: bool
+    routes: dict[str | None, Route] = field(default_factory=dict)
+
+    def route_for(self, type_name: str) -> Route | None:
+        """The route for ``type_name``, else the catch-all route, else ``None``."""
+        return self.routes.get(type_name) or self.routes.get(None)
+
+
+class Bus:
+    """A registry of message handlers and subscriptions for one service.
+
+    Example::
+
+        bus = Bus("payments")
+
+        @bus.handler("payments", ChargeCard)
+        async def charge(command: ChargeCard, delivery: Delivery) -> CardCharged:
+            ...
+
+        @bus.subscribe("orders.events", group="shipping", messages=[OrderPlaced])
+        async def on_order(event: OrderPlaced) -> None:
+            ...
+    """
+
+    def __init__(self, name: str) -> None:
+        if not name:
+            raise DefinitionError("a Bus needs a name (the service or context it belongs to)")
+        self.name = name
+        self._subscriptions: dict[tuple[Stream, str], Subscription] = {}
+
+    @property
+    def subscriptions(self) -> list[Subscription]:
+        """Every subscription declared so far."""
+        return list(self._subscriptions.values())
+
+    def handler(
+        self,
+        stream: str | Stream,
+        message: type[Any],
+        *,
+        group: str | None = None,
+        idempotent: bool = True,
+    ) -> Callable[[F], F]:
+        """Register a command handler for ``message`` on ``stream``.
+
+        The handler may return a reply message; it is published to the command's
+        ``reply_to`` stream atomically with the acknowledgement. Entries of a type with no
+        handler are dead-lettered. ``group`` defaults to the bus's name.
+        """
+
+        def register(function: F) -> F:
+            self._add(
+                _stream(stream),
+                group or self.name,
+                [message],
+                function,
+                start_id="0",
+                idempotent=idempotent,
+                ignore_unknown=False,
+            )
+            return function
+
+        return register
+
+    def subscribe(
+        self,
+        stream: str | Stream,
+        *,
+        group: str,
+        messages: Iterable[type[Any]] | None = None,
+        from_beginning: bool = False,
+        idempotent: bool = True,
+    ) -> Callable[[F], F]:
+        """Subscribe ``group`` to the events on ``stream`` (choreography).
+
+        With ``messages``, the handler receives the decoded message and other types are
+        acknowledged and skipped; without, it receives every :class:`~bus.Envelope`. A new
+        group starts at new entries unless ``from_beginning``.
+        """
+
+        def register(function: F) -> F:
+            classes: list[type[Any] | None] = list(messages) if messages is not None else [None]
+            self._add(
+                _stream(stream),
+                group,
+                classes,
+                function,
+                start_id="0" if from_beginning else "$",
+                idempotent=idempotent,
+                ignore_unknown=True,
+            )
+            return function
+
+        return register
+
+    def _add(
+        self,
+        stream: Stream,
+        group: str,
+        classes: list[type[Any] | None],
+        function: Callable[..., Awaitable[object | None]],
+        *,
+        start_id: str,
+        idempotent: bool,
+        ignore_unknown: bool,
+    ) -> None:
+        name = getattr(function, "__qualname__", repr(function))
+        handler = _normalise(function, name)
+        subscription = self._subscriptions.setdefault(
+            (stream, group),
+            Subscription(stream, group, start_id, idempotent, ignore_unknown),
+        )
+        if (subscription.idempotent, subscription.ignore_unknown) != (idempotent, ignore_unknown):
+            raise DefinitionError(
+                f"{name}: group {group!r} on {stream} is already declared with other options",
+            )
+        for message_class in classes:
+            type_name = None if message_class is None else message_type(message_class)
+            if type_name in subscription.routes:
+                taken = subscription.routes[type_name].name
+                raise DefinitionError(
+                    f"{name}: {type_name or 'every message'} on {stream} for group {group!r} "
+                    f"is already handled by {taken}",
+                )
+            subscription.routes[type_name] = Route(message_class, handler, name)
+
+
+def _stream(stream: str | Stream) -> Stream:
+    return stream if isinstance(stream, Stream) else Stream.named(stream)
+
+
+def _normalise(function: Callable[..., Awaitable[object | None]], name: str) -> Handler:
+    """Check a handler's shape and return it as ``(message, delivery) -> awaitable``."""
+    if not inspect.iscoroutinefunction(function):
+        raise DefinitionError(f"{name}: a handler must be an 'async def' function")
+    parameters = [
+        p
+        for p in inspect.signature(function).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if len(parameters) == 1:
+
+        async def one_argument(message: Any, _delivery: Delivery) -> object | None:
+            return await function(message)
+
+        return one_argument
+    if len(parameters) == 2:
+        return function
+    raise DefinitionError(
+        f"{name}: a handler takes (message) or (message, delivery), not {len(parameters)} arguments",
+    )

@@ -1,0 +1,114 @@
+"""Configuration of the Redis client and of the bus, with defaults and validation in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """How redsaga connects to Redis.
+
+    Attributes:
+        socket_timeout_s: Longest wait for any reply; must exceed the longest blocking read.
+        connect_timeout_s: Longest wait for a TCP connection.
+        health_check_interval_s: Idle connections are pinged after this long before reuse,
+            so a half-open link is found before a command is lost on it.
+        retries: How often redis-py re-sends a command after a connection error. Every
+            redsaga write is idempotent, so a re-sent command that already ran changes nothing.
+        client_name: ``CLIENT SETNAME`` value, shown by ``CLIENT LIST``.
+
+    """
+
+    socket_timeout_s: float = 5.0
+    connect_timeout_s: float = 2.0
+    health_check_interval_s: int = 10
+    retries: int = 3
+    client_name: str = "redsaga"
+
+    def __post_init__(self) -> None:
+        if self.socket_timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise ValueError("socket and connect timeouts must be positive")
+        if self.retries < 0:
+            raise ValueError("retries must be zero or more")
+
+
+@dataclass(frozen=True, slots=True)
+class BusConfig:
+    """How consumers read, lease, retry and dead-letter, and how big a message may be.
+
+    Attributes:
+        concurrency: Handler slots per worker; a reader asks Redis for at most as many
+            entries as there are free slots (backpressure).
+        read_batch: Upper bound on entries per XREADGROUP call.
+        block_ms: How long a read waits for new entries; below the client's socket timeout.
+        lease_ms: An entry idle this long (no heartbeat) is taken over by another consumer.
+        heartbeat_ms: How often in-flight entries are heartbeated (default a third of the lease).
+        reclaim_interval_ms: How often a worker looks for entries whose lease expired.
+        max_deliveries: Deliveries after which a failing entry is dead-lettered.
+        retry_base_ms: First redelivery delay after a transient failure; doubles per delivery.
+        retry_max_ms: Longest redelivery delay, capped at the lease since redelivery rides
+            on lease expiry (see docs/concepts.md).
+        dedupe_ttl_s: How long an idempotent handler's first result is kept.
+        publish_dedupe_window_ms: How long a published message id is remembered, so that a
+            re-sent publish does not add a second entry.
+        max_payload_bytes: Largest message payload accepted by publish.
+        max_entry_bytes: Largest stream entry a consumer decodes; bigger ones are dead-lettered.
+        max_fields: Most fields a stream entry may have before it is dead-lettered.
+        dlq_field_cap_bytes: Each raw field copied into a dead letter is cut to this size.
+        shutdown_grace_s: How long a stopping worker lets in-flight handlers finish.
+        retention_ms: Acknowledged entries older than this are trimmed (entries that any
+            group has not acknowledged are never trimmed); ``None`` keeps everything.
+        maintenance_interval_ms: How often trimming and consumer clean-up run.
+        consumer_idle_ms: A consumer idle this long with nothing pending is deleted.
+
+    """
+
+    concurrency: int = 64
+    read_batch: int = 100
+    block_ms: int = 1000
+    lease_ms: int = 30_000
+    heartbeat_ms: int | None = None
+    reclaim_interval_ms: int = 5_000
+    max_deliveries: int = 5
+    retry_base_ms: int = 1_000
+    retry_max_ms: int = 30_000
+    dedupe_ttl_s: int = 86_400
+    publish_dedupe_window_ms: int = 300_000
+    max_payload_bytes: int = 1 << 20
+    max_entry_bytes: int = (1 << 20) + (64 << 10)
+    max_fields: int = 32
+    dlq_field_cap_bytes: int = 64 << 10
+    shutdown_grace_s: float = 10.0
+    retention_ms: int | None = 7 * 86_400_000
+    maintenance_interval_ms: int = 60_000
+    consumer_idle_ms: int = 3_600_000
+
+    def __post_init__(self) -> None:
+        positive = {
+            "concurrency": self.concurrency,
+            "read_batch": self.read_batch,
+            "block_ms": self.block_ms,
+            "lease_ms": self.lease_ms,
+            "reclaim_interval_ms": self.reclaim_interval_ms,
+            "max_deliveries": self.max_deliveries,
+            "max_payload_bytes": self.max_payload_bytes,
+            "max_fields": self.max_fields,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"BusConfig.{name} must be positive, got {value}")
+        if self.effective_heartbeat_ms >= self.lease_ms:
+            raise ValueError("BusConfig.heartbeat_ms must be shorter than lease_ms")
+        if self.max_entry_bytes < self.max_payload_bytes:
+            raise ValueError("BusConfig.max_entry_bytes must be at least max_payload_bytes")
+
+    @property
+    def effective_heartbeat_ms(self) -> int:
+        """The heartbeat period: as configured, else a third of the lease."""
+        return self.heartbeat_ms or self.lease_ms // 3
+
+    def retry_delay_ms(self, deliveries: int) -> int:
+        """Delay before redelivery after ``deliveries`` failed deliveries (exponential, capped)."""
+        cap = min(self.retry_max_ms, self.lease_ms)
+        return int(min(cap, self.retry_base_ms * 2 ** max(0, deliveries - 1)))

@@ -1,0 +1,391 @@
+"""One consumer group on one stream: read, decode, dedupe, run handlers, complete or fail.
+
+Every entry read ends in exactly one of: acknowledged after its handler succeeded (with its
+reply and dedupe record, in one script), scheduled for redelivery, moved to the dead-letter
+stream with its context (atomically with the ack), or left pending for the reclaimer when
+this worker loses its lease or stops. Nothing is dropped, and bad input never raises out of
+here.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from anyio.abc import TaskGroup
+
+from bus._app import Route, Subscription
+from bus._client import Redis
+from bus._clock import Clock
+from bus._completer import Completer
+from bus._config import BusConfig
+from bus._delivery import Delivery, LeaseLost
+from bus._envelope import Envelope, Fields, decode_fields
+from bus._errors import BusError, GroupExists, MalformedEntry, PayloadTooLarge, PermanentError, redis_errors
+from bus._ids import derived_id
+from bus._keys import Stream
+from bus._lua import PUBLISH
+from bus._outcomes import (
+    RESULT_PREFIX,
+    ack_call,
+    complete_call,
+    dead_letter_call,
+    dedupe_claim_call,
+    encode_result,
+    error_chain,
+    fail_call,
+    heartbeat_call,
+    reply_envelope,
+    reply_key_stream,
+)
+from bus._publisher import Publisher, publish_call
+from bus._scripts import ScriptCall
+from bus._slots import Slots
+
+_log = structlog.get_logger("redsaga.bus")
+_PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge)
+Entry = tuple[str, Fields | None, int]
+"""(entry id, fields or ``None`` if deleted, delivery count)."""
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What every consumer of one worker shares."""
+
+    redis: Redis
+    config: BusConfig
+    clock: Clock
+    consumer: str
+    source: str
+    slots: Slots
+    completer: Completer
+    publisher: Publisher
+    rng: random.Random = field(default_factory=random.Random)
+
+
+class GroupConsumer:
+    """Reads and handles the entries of one :class:`~bus._app.Subscription`."""
+
+    def __init__(self, runtime: Runtime, subscription: Subscription) -> None:
+        self.rt = runtime
+        self.sub = subscription
+        # Entries this worker holds: a running handler's Delivery, or None while the call
+        # that ends the entry (ack, dead letter) is on its way.
+        self.inflight: dict[str, Delivery | None] = {}
+        self.log = _log.bind(stream=subscription.stream.key, group=subscription.group)
+
+    @property
+    def stream(self) -> Stream:
+        """The stream this consumer reads."""
+        return self.sub.stream
+
+    async def ensure_group(self, start_id: str | None = None) -> None:
+        """Create the consumer group (and the stream) unless it exists."""
+        try:
+            with redis_errors():
+                await self.rt.redis.xgroup_create(
+                    self.stream.key,
+                    self.sub.group,
+                    id=start_id or self.sub.start_id,
+                    mkstream=True,
+                )
+        except GroupExists:
+            return
+
+    async def read(self, handlers: TaskGroup, block_ms: int | None) -> int:
+        """Read new entries (as many as there are free slots) and start handling them."""
+        wanted = await self.rt.slots.reserve(self.rt.config.read_batch)
+        try:
+            with redis_errors():
+                reply: Any = await self.rt.redis.xreadgroup(
+                    self.sub.group,
+                    self.rt.consumer,
+                    {self.stream.key: ">"},
+                    count=wanted,
+                    block=block_ms,
+                )
+        except BaseException:
+            self.rt.slots.release(wanted)
+            raise
+        entries: list[Entry] = [(i.decode(), f, 1) for _, batch in reply or () for i, f in batch]
+        self.rt.slots.release(wanted - len(entries))
+        await self._process(handlers, entries)
+        return len(entries)
+
+    async def reclaim(self, handlers: TaskGroup) -> int:
+        """Take over entries whose lease expired (XAUTOCLAIM) and handle them."""
+        cursor, total = "0-0", 0
+        while True:
+            wanted = await self.rt.slots.reserve(self.rt.config.read_batch)
+            try:
+                with redis_errors():
+                    cursor_raw, claimed, deleted = await self.rt.redis.xautoclaim(
+                        self.stream.key,
+                        self.sub.group,
+                        self.rt.consumer,
+                        self.rt.config.lease_ms,
+                        cursor,
+                        count=wanted,
+                    )
+                counts = await self._delivery_counts([i.decode() for i, _ in claimed])
+            except BaseException:
+                self.rt.slots.release(wanted)
+                raise
+            self.rt.slots.release(wanted - len(claimed))
+            for entry_id in deleted:
+                await self._report_lost(entry_id.decode())
+            entries = [(i.decode(), f, counts.get(i.decode(), 1)) for i, f in claimed]
+            await self._process(handlers, entries)
+            total += len(entries)
+            cursor = cursor_raw.decode()
+            if cursor == "0-0":
+                return total
+
+    async def heartbeat(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """Extend the leases of ``deliveries``; cancel and return those whose lease was lost."""
+        flags = await heartbeat_call(deliveries, self.rt.config.lease_ms).run(self.rt.redis)
+        now = self.rt.clock.now_ms()
+        lost = []
+        for delivery, held in zip(deliveries, flags, strict=True):
+            if held:
+                delivery.last_beat_ms = now
+            else:
+                lost.append(delivery)
+                delivery.scope.cancel()
+        for delivery in lost:
+            self.log.warning("lease lost; abandoning the handler", entry=delivery.entry_id)
+        return lost
+
+    async def _beat_one(self, delivery: Delivery) -> bool:
+        return not await self.heartbeat([delivery])
+
+    async def _delivery_counts(self, entry_ids: list[str]) -> dict[str, int]:
+        if not entry_ids:
+            return {}
+        with redis_errors():
+            rows: Any = await self.rt.redis.xpending_range(
+                self.stream.key,
+                self.sub.group,
+                min=entry_ids[0],
+                max=entry_ids[-1],
+                count=len(entry_ids) + len(self.inflight),
+                consumername=self.rt.consumer,
+            )
+        return {row["message_id"].decode(): int(row["times_delivered"]) for row in rows}
+
+    async def _report_lost(self, entry_id: str) -> None:
+        """Record an entry that was deleted or trimmed while pending (it cannot be handled)."""
+        self.log.error("pending entry was deleted or trimmed before it was handled", entry=entry_id)
+        dlq = Stream(self.stream.tag, "dlq")
+        # Written with the publish script so that a re-sent report adds one letter only.
+        fields: list[str | bytes | int | float] = [
+            derived_id(f"{self.stream.key}/{entry_id}", "lost"),
+            self.rt.config.publish_dedupe_window_ms,
+            "stream",
+            self.stream.key,
+            "entry",
+            entry_id,
+            "group",
+            self.sub.group,
+            "consumer",
+            self.rt.consumer,
+            "reason",
+            "entry was deleted or trimmed while pending",
+            "raw_missing",
+            1,
+            "last_failed_ms",
+            self.rt.clock.now_ms(),
+        ]
+        await PUBLISH(self.rt.redis, [dlq.key, dlq.published_key], fields)
+
+    async def _process(self, handlers: TaskGroup, entries: list[Entry]) -> None:
+        ready: list[tuple[Delivery, Route, Any]] = []
+        for entry_id, fields, deliveries in entries:
+            if entry_id in self.inflight:  # our own handler still runs it: not a second copy
+                self.rt.slots.release()
+                continue
+            prepared = self._prepare(entry_id, fields, deliveries)
+            if prepared is not None:
+                ready.append(prepared)
+        deduped = [item for item in ready if item[0].dedupe_key]
+        try:
+            claims = (
+                await dedupe_claim_call([d for d, _, _ in deduped], self.rt.config.lease_ms).run(
+                    self.rt.redis
+                )
+                if deduped
+                else []
+            )
+        except BusError:
+            # Unclaimed entries stay pending under this consumer; the reclaimer retries them.
+            self.rt.slots.release(len(ready))
+            raise
+        verdicts = dict(zip((d.entry_id for d, _, _ in deduped), claims, strict=True))
+        for delivery, route, message in ready:
+            verdict = verdicts.get(delivery.entry_id)
+            self.inflight[delivery.entry_id] = delivery
+            delivery.last_beat_ms = self.rt.clock.now_ms()
+            if verdict is None:
+                handlers.start_soon(self._run, delivery, route, message)
+            elif verdict.startswith(RESULT_PREFIX):
+                self._complete(delivery, verdict)
+            else:
+                self._fail(
+                    delivery, "another delivery with the same idempotency key is in flight", dead=False
+                )
+
+    def _prepare(  # noqa: PLR0911 - one early exit per way an entry can be unusable
+        self, entry_id: str, fields: Fields | None, deliveries: int
+    ) -> tuple[Delivery, Route, Any] | None:
+        """Decode an entry and pick its route; dead-letter or skip it when that fails."""
+        config = self.rt.config
+        if fields is None:
+            self._dead(entry_id, "entry was deleted while pending")
+            return None
+        if deliveries > config.max_deliveries:
+            self._dead(
+                entry_id,
+                f"delivery limit of {config.max_deliveries} exceeded "
+                "(the handler crashed or stalled on every delivery)",
+            )
+            return None
+        try:
+            envelope = decode_fields(fields, max_bytes=config.max_entry_bytes, max_fields=config.max_fields)
+        except MalformedEntry as error:
+            self._dead(entry_id, f"malformed entry: {error.reason}")
+            return None
+        route = self.sub.route_for(envelope.type)
+        if route is None:
+            if self.sub.ignore_unknown:
+                self._settle(entry_id, self._ack_call(entry_id), "skipped")
+            else:
+                self._dead(entry_id, f"no handler for message type {envelope.type!r}", envelope)
+            return None
+        if envelope.reply_to and reply_key_stream(envelope) is None:
+            self._dead(entry_id, f"reply_to {envelope.reply_to!r} is not a redsaga stream key", envelope)
+            return None
+        try:
+            message = route.decode(envelope)
+        except MalformedEntry as error:
+            self._dead(entry_id, f"malformed payload: {error.reason}", envelope)
+            return None
+        delivery = Delivery(
+            envelope=envelope,
+            stream=self.stream,
+            group=self.sub.group,
+            entry_id=entry_id,
+            deliveries=deliveries,
+            consumer=self.rt.consumer,
+            dedupe_key=self.stream.dedupe_key(self.sub.group, envelope.dedupe_key)
+            if self.sub.idempotent
+            else None,
+            _beat=self._beat_one,
+            _publisher=self.rt.publisher,
+        )
+        return delivery, route, message
+
+    async def _run(self, delivery: Delivery, route: Route, message: Any) -> None:
+        log = self.log.bind(
+            entry=delivery.entry_id,
+            type=delivery.envelope.type,
+            correlation_id=delivery.envelope.correlation_id,
+            delivery=delivery.deliveries,
+        )
+        with delivery.scope:
+            try:
+                reply = await route.handler(message, delivery)
+                result = encode_result(reply, self.rt.config)
+            except LeaseLost:
+                delivery.scope.cancel()
+            except _PERMANENT as error:
+                log.warning("handler failed permanently", error=error_chain(error))
+                self._fail(delivery, error_chain(error), dead=True)
+                return
+            except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
+                log.info("handler failed; will retry", error=error_chain(error))
+                self._fail(delivery, error_chain(error), dead=False)
+                return
+            else:
+                self._complete(delivery, result)
+                return
+        log.warning("handler abandoned; the entry stays pending for another consumer")
+        self._settled(delivery.entry_id, None, "abandoned")
+
+    def _complete(self, delivery: Delivery, result: bytes) -> None:
+        reply = reply_envelope(
+            delivery.envelope, result, source=self.rt.source, now_ms=self.rt.clock.now_ms()
+        )
+        target = reply_key_stream(delivery.envelope)
+        across = reply is not None and target is not None and not target.same_slot(self.stream)
+        # Across slots the reply cannot share the script: record the result first, then
+        # publish, then ack. A crash in between is safe: the redelivery finds the recorded
+        # result and replies with it, and the reply's derived id dedupes the publish.
+        call = complete_call(
+            delivery, result, None if across else reply, self.rt.config, acknowledge=not across
+        )
+
+        def done(outcome: Any) -> None:
+            if isinstance(outcome, list):  # ['duplicate', first result]: reply with the first
+                self._complete(delivery, outcome[1])
+            elif across and outcome == b"done" and reply is not None and target is not None:
+                self.rt.completer.submit(
+                    publish_call(target, reply, self.rt.config),
+                    lambda _: self._settle(delivery.entry_id, self._ack_call(delivery.entry_id), "completed"),
+                )
+            else:
+                self._settled(delivery.entry_id, outcome, "completed")
+
+        self.rt.completer.submit(call, done)
+
+    def _fail(self, delivery: Delivery, error: str, *, dead: bool) -> None:
+        config = self.rt.config
+        delay = int(config.retry_delay_ms(delivery.deliveries) * self.rt.rng.uniform(0.5, 1.0))
+        call = fail_call(
+            delivery,
+            dead=dead,
+            error=error,
+            reason=f"permanent failure: {error}",
+            delay_ms=delay,
+            config=config,
+        )
+        self._settle(delivery.entry_id, call, "failure recorded")
+
+    def _dead(self, entry_id: str, reason: str, envelope: Envelope | None = None) -> None:
+        self.log.warning("dead-lettering entry", entry=entry_id, reason=reason)
+        call = dead_letter_call(
+            self.stream,
+            self.sub.group,
+            self.rt.consumer,
+            entry_id,
+            dead=True,
+            error=reason,
+            reason=reason,
+            config=self.rt.config,
+            envelope=envelope,
+        )
+        self.inflight[entry_id] = None
+        self._settle(entry_id, call, "dead-lettered")
+
+    def _ack_call(self, entry_id: str) -> ScriptCall:
+        return ack_call(self.stream, self.sub.group, self.rt.consumer, [entry_id])
+
+    def _settle(self, entry_id: str, call: ScriptCall, what: str) -> None:
+        """Send the call that ends this delivery, then free its slot."""
+        self.inflight.setdefault(entry_id, None)
+        self.rt.completer.submit(call, lambda outcome: self._settled(entry_id, outcome, what))
+
+    def _settled(self, entry_id: str, outcome: Any, what: str) -> None:
+        if outcome in (b"lost", [0]):
+            self.log.warning("outcome refused: the lease was taken over", outcome=what, entry=entry_id)
+        elif isinstance(outcome, Exception):
+            self.log.error(
+                "outcome not recorded; the entry stays pending",
+                outcome=what,
+                entry=entry_id,
+                error=str(outcome),
+            )
+        if entry_id in self.inflight:
+            del self.inflight[entry_id]
+            self.rt.slots.release()

@@ -1,0 +1,193 @@
+"""The envelope: what every stream entry carries, and its encoding as stream fields.
+
+An entry is a flat map of short ASCII field names to bytes, so that ``redis-cli XRANGE``
+stays readable and Lua scripts can read a field without decoding anything::
+
+    id      UUIDv7 of the message              type    message type name (the Struct's tag)
+    src     source context                     corr    correlation id (the saga id)
+    cause   causation id (the message that     idem    idempotency key (stable across retries)
+            caused this one)                   reply   stream key for the reply, if any
+    at      created-at, Unix ms                n       attempt number, from 1
+    hdr     headers as a JSON object           v       envelope schema version
+    data    the payload: the message Struct as JSON
+
+Schema evolution follows msgspec's rules: new payload fields get defaults, a type name is
+never reused for a different shape, and an unsupported ``v`` is dead-lettered, not guessed.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from bus._errors import MalformedEntry, PayloadTooLarge
+from bus._ids import uuid7
+
+SCHEMA_VERSION: Final = 1
+SUPPORTED_SCHEMA_VERSIONS: Final = frozenset({1})
+REQUIRED_FIELDS: Final = (b"id", b"type", b"at", b"v", b"data")
+_TEXT_FIELDS: Final = (
+    (b"src", "source"),
+    (b"corr", "correlation_id"),
+    (b"cause", "causation_id"),
+    (b"idem", "idempotency_key"),
+    (b"reply", "reply_to"),
+)
+
+M = TypeVar("M")
+Fields = dict[bytes, bytes]
+
+_encoder = msgspec.json.Encoder()
+_headers_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    """One message on a stream: routing and tracing metadata around an encoded payload."""
+
+    id: str
+    type: str
+    payload: bytes
+    source: str = ""
+    correlation_id: str = ""
+    causation_id: str = ""
+    idempotency_key: str = ""
+    reply_to: str = ""
+    created_at_ms: int = 0
+    attempt: int = 1
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def dedupe_key(self) -> str:
+        """The key an idempotent consumer dedupes on: the idempotency key, else the id."""
+        return self.idempotency_key or self.id
+
+    def decode(self, message_class: builtins.type[M]) -> M:
+        """Decode the payload as ``message_class``; a mismatch raises :class:`MalformedEntry`."""
+        try:
+            message: M = _decoder(message_class).decode(self.payload)
+        except msgspec.DecodeError as error:
+            raise MalformedEntry(f"payload is not a valid {self.type}: {error}") from error
+        return message
+
+    def to_fields(self) -> dict[str, bytes | str | int]:
+        """Encode as stream fields (see the module docstring)."""
+        fields: dict[str, bytes | str | int] = {
+            "id": self.id,
+            "type": self.type,
+            "at": self.created_at_ms,
+            "v": self.schema_version,
+            "data": self.payload,
+        }
+        for name, attribute in _TEXT_FIELDS:
+            value = getattr(self, attribute)
+            if value:
+                fields[name.decode()] = value
+        if self.attempt != 1:
+            fields["n"] = self.attempt
+        if self.headers:
+            fields["hdr"] = _encoder.encode(self.headers)
+        return fields
+
+
+def message_type(message_class: type[Any]) -> str:
+    """Return the wire name of a message class: its msgspec tag, else its class name."""
+    config = getattr(message_class, "__struct_config__", None)
+    tag = getattr(config, "tag", None)
+    return tag if isinstance(tag, str) else message_class.__name__
+
+
+def encode_message(message: object, *, max_bytes: int) -> bytes:
+    """Encode a message Struct as the payload, refusing one over ``max_bytes``."""
+    payload = _encoder.encode(message)
+    if len(payload) > max_bytes:
+        raise PayloadTooLarge(len(payload), max_bytes)
+    return payload
+
+
+def new_envelope(
+    message: object,
+    *,
+    max_bytes: int,
+    source: str = "",
+    correlation_id: str = "",
+    causation_id: str = "",
+    idempotency_key: str = "",
+    reply_to: str = "",
+    attempt: int = 1,
+    headers: dict[str, str] | None = None,
+    message_id: str | None = None,
+    now_ms: int | None = None,
+) -> Envelope:
+    """Wrap ``message`` in a new envelope (fresh UUIDv7 id unless ``message_id`` is given)."""
+    return Envelope(
+        id=message_id or uuid7(),
+        type=message_type(type(message)),
+        payload=encode_message(message, max_bytes=max_bytes),
+        source=source,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+        idempotency_key=idempotency_key,
+        reply_to=reply_to,
+        created_at_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms,
+        attempt=attempt,
+        headers=headers or {},
+    )
+
+
+def entry_size(fields: Fields) -> int:
+    """Bytes in an entry's field names and values (what an oversize check compares)."""
+    return sum(len(name) + len(value) for name, value in fields.items())
+
+
+def decode_fields(fields: Fields, *, max_bytes: int, max_fields: int) -> Envelope:
+    """Decode stream fields into an envelope, or raise :class:`MalformedEntry` saying why.
+
+    Size and field count are checked before anything is decoded, so a hostile entry costs
+    nothing but the read.
+    """
+    if len(fields) > max_fields:
+        raise MalformedEntry(f"entry has {len(fields)} fields, more than the limit of {max_fields}")
+    size = entry_size(fields)
+    if size > max_bytes:
+        raise MalformedEntry(f"entry of {size} bytes is over the {max_bytes}-byte limit")
+    missing = [name.decode() for name in REQUIRED_FIELDS if name not in fields]
+    if missing:
+        raise MalformedEntry(f"missing envelope fields: {', '.join(missing)}")
+    try:
+        version = int(fields[b"v"])
+        created_at_ms = int(fields[b"at"])
+        attempt = int(fields.get(b"n", b"1"))
+        text = {attribute: fields.get(name, b"").decode() for name, attribute in _TEXT_FIELDS}
+        message_id = fields[b"id"].decode()
+        type_name = fields[b"type"].decode()
+        headers = _headers_decoder.decode(fields[b"hdr"]) if b"hdr" in fields else {}
+    except (ValueError, msgspec.DecodeError) as error:  # UnicodeDecodeError is a ValueError
+        raise MalformedEntry(f"invalid envelope field: {error}") from error
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise MalformedEntry(f"unsupported envelope schema version {version}")
+    if not message_id or not type_name:
+        raise MalformedEntry("envelope id and type must not be empty")
+    return Envelope(
+        id=message_id,
+        type=type_name,
+        payload=fields[b"data"],
+        created_at_ms=created_at_ms,
+        attempt=attempt,
+        headers=headers,
+        schema_version=version,
+        **text,
+    )
+
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(message_class: type[M]) -> msgspec.json.Decoder[M]:
+    decoder = _decoders.get(message_class)
+    if decoder is None:
+        decoder = _decoders[message_class] = msgspec.json.Decoder(message_class)
+    return decoder

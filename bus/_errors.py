@@ -1,0 +1,137 @@
+"""The bus's errors, and the one place where redis-py's exceptions are translated.
+
+::
+
+    BusError
+    ├── RedisUnavailable        connection refused, reset or timed out (a retry may help)
+    ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
+    │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
+    ├── GroupExists             the consumer group is there already (BUSYGROUP)
+    ├── MalformedEntry          a stream entry cannot be decoded into an envelope
+    ├── PayloadTooLarge         a message is over the configured size limit
+    ├── DefinitionError         a handler or subscription is declared wrongly
+    └── HandlerFailure          raised by handlers to say how a failure should be treated
+        ├── TransientError      retry with back-off until the delivery limit
+        └── PermanentError      no retry: dead-letter now
+
+Every exception carries ``retryable`` so callers decide without matching text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from redis import exceptions as rx
+
+
+class BusError(Exception):
+    """Base class of every error the bus raises."""
+
+    retryable: bool = False
+
+
+class RedisUnavailable(BusError):
+    """Redis could not be reached or did not answer in time; the outcome of a write is unknown."""
+
+    retryable = True
+
+
+class RedisCommandError(BusError):
+    """Redis rejected a command: a bug, a misconfiguration or a missing permission."""
+
+
+class RedisOutOfMemory(RedisCommandError):
+    """Redis is at ``maxmemory`` and refuses writes; back off and retry, nothing was written."""
+
+    retryable = True
+
+
+class GroupMissing(BusError):
+    """A stream or consumer group disappeared (deleted by an operator?); it will be recreated."""
+
+    retryable = True
+
+
+class GroupExists(BusError):
+    """``XGROUP CREATE`` found the group already there; creating groups is idempotent."""
+
+
+class MalformedEntry(BusError):
+    """A stream entry is not a valid envelope; it goes to the dead-letter stream with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PayloadTooLarge(BusError):
+    """A message is larger than ``BusConfig.max_payload_bytes``; nothing was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"payload of {size} bytes is over the {limit}-byte limit")
+        self.size = size
+        self.limit = limit
+
+
+class DefinitionError(BusError):
+    """A handler or subscription is declared wrongly; raised when the decorator is applied."""
+
+
+class HandlerFailure(BusError):
+    """Raised by a handler to say how its failure should be treated.
+
+    Any other exception a handler raises counts as transient.
+    """
+
+    def __init__(self, message: str, *, details: object = None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class TransientError(HandlerFailure):
+    """A failure that may go away: the entry is redelivered with back-off until the limit."""
+
+    retryable = True
+
+
+class PermanentError(HandlerFailure):
+    """A failure that will not go away: the entry goes to the dead-letter stream now."""
+
+
+_UNAVAILABLE: tuple[type[Exception], ...] = (
+    rx.BusyLoadingError,
+    rx.MaxConnectionsError,
+    rx.TryAgainError,
+    rx.ClusterDownError,
+    rx.ReadOnlyError,  # a replica promoted under us, or a failover in progress
+    rx.TimeoutError,
+)
+
+
+def translate(error: rx.RedisError) -> BusError:
+    """Map one redis-py exception to the bus's error tree (the only such mapping)."""
+    if isinstance(error, rx.OutOfMemoryError):
+        return RedisOutOfMemory(str(error))
+    if isinstance(error, _UNAVAILABLE) or (
+        type(error) is rx.ConnectionError  # its subclasses are auth failures: not retryable
+    ):
+        return RedisUnavailable(f"Redis unavailable: {error}")
+    # Redis reports these only through the error code that starts the reply.
+    if isinstance(error, rx.ResponseError):
+        code = str(error).partition(" ")[0]
+        if code == "NOGROUP":
+            return GroupMissing(str(error))
+        if code == "BUSYGROUP":
+            return GroupExists(str(error))
+    return RedisCommandError(f"{type(error).__name__}: {error}")
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    """Translate redis-py exceptions raised in the block into :class:`BusError`."""
+    try:
+        yield
+    except rx.RedisError as error:
+        raise translate(error) from error

@@ -1,0 +1,39 @@
+"""Time-ordered message ids (UUIDv7, RFC 9562) without a dependency."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def uuid7() -> str:
+    """Return a new UUIDv7 string; ids made in one process sort by creation order."""
+    global _last_ms, _counter  # noqa: PLW0603 - process-wide monotonic sequence, guarded by the lock
+    with _lock:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms > _last_ms:
+            _last_ms, _counter = now_ms, int.from_bytes(os.urandom(2), "big") & 0x3FF
+        else:
+            _counter += 1
+            if _counter > 0xFFF:  # 4,096 ids in one millisecond: borrow the next one
+                _last_ms, _counter = _last_ms + 1, 0
+        ms, seq = _last_ms, _counter
+    value = (ms & 0xFFFF_FFFF_FFFF) << 80
+    value |= 0x7 << 76 | seq << 64
+    value |= 0b10 << 62 | int.from_bytes(os.urandom(8), "big") >> 2
+    return str(uuid.UUID(int=value))
+
+
+def derived_id(parent: str, label: str) -> str:
+    """Return a stable id derived from ``parent`` and ``label`` (same inputs, same id).
+
+    Used for messages that a redelivery must reproduce exactly, such as a handler's reply,
+    so that the publish dedupe window recognises the repeat.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"redsaga:{parent}:{label}"))

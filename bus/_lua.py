@@ -1,0 +1,14 @@
+"""The bus's Lua scripts (the ``.lua`` files beside this module document their keys)."""
+
+from __future__ import annotations
+
+from bus._scripts import Script
+
+PUBLISH = Script.load("bus", "publish")
+ACK = Script.load("bus", "ack")
+HEARTBEAT = Script.load("bus", "heartbeat")
+DEDUPE_CLAIM = Script.load("bus", "dedupe_claim")
+COMPLETE = Script.load("bus", "complete")
+FAIL = Script.load("bus", "fail")
+TRIM = Script.load("bus", "trim")
+DELETE_CONSUMER = Script.load("bus", "delete_consumer")

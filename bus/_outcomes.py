@@ -1,0 +1,190 @@
+"""The script calls that move a delivery on: dedupe claim, complete, fail, ack, heartbeat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from bus._config import BusConfig
+from bus._delivery import Delivery
+from bus._envelope import Envelope, encode_message, message_type
+from bus._ids import derived_id
+from bus._keys import Stream
+from bus._lua import ACK, COMPLETE, DEDUPE_CLAIM, FAIL, HEARTBEAT
+from bus._scripts import Arg, ScriptCall
+
+RESULT_PREFIX: Final = b"R"
+_SEPARATOR: Final = b"\x00"
+
+
+def encode_result(reply: object | None, config: BusConfig) -> bytes:
+    r"""Encode a handler's return value as its dedupe record: ``R<type>\0<payload>``, or ``R``."""
+    if reply is None:
+        return RESULT_PREFIX
+    payload = encode_message(reply, max_bytes=config.max_payload_bytes)
+    return RESULT_PREFIX + message_type(type(reply)).encode() + _SEPARATOR + payload
+
+
+def reply_envelope(command: Envelope, result: bytes, *, source: str, now_ms: int) -> Envelope | None:
+    """Build the reply to ``command`` from a recorded result; ``None`` when there is nothing to send.
+
+    The reply's id derives from the command's, so replying twice to one delivery is deduped,
+    and it names the command as its cause, so the requester can match it to the attempt.
+    """
+    if result == RESULT_PREFIX or not command.reply_to:
+        return None
+    type_name, _, payload = result[len(RESULT_PREFIX) :].partition(_SEPARATOR)
+    return Envelope(
+        id=derived_id(command.id, "reply"),
+        type=type_name.decode(),
+        payload=payload,
+        source=source,
+        correlation_id=command.correlation_id,
+        causation_id=command.id,
+        idempotency_key=derived_id(command.id, "reply"),
+        created_at_ms=now_ms,
+        attempt=command.attempt,
+        headers=command.headers,
+    )
+
+
+def dedupe_claim_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCall:
+    """Claim the right to run each (deduped) delivery's handler; see ``lua/dedupe_claim.lua``."""
+    keys = [d.dedupe_key or "" for d in deliveries]
+    consumer = deliveries[0].consumer
+    return DEDUPE_CLAIM.call(keys, [lease_ms, consumer, *(d.entry_id for d in deliveries)])
+
+
+def complete_call(
+    delivery: Delivery,
+    result: bytes,
+    reply: Envelope | None,
+    config: BusConfig,
+    *,
+    acknowledge: bool = True,
+) -> ScriptCall:
+    """Record ``result``, publish ``reply`` (same slot only) and ack, fenced by the lease."""
+    stream = delivery.stream
+    keys = [stream.key, stream.failures_key(delivery.group), delivery.dedupe_key or stream.key]
+    args: list[Arg] = [
+        delivery.group,
+        delivery.consumer,
+        delivery.entry_id,
+        config.dedupe_ttl_s,
+        result,
+    ]
+    if reply is not None:
+        target = Stream.from_key(delivery.envelope.reply_to)
+        keys += [target.key, target.published_key]
+        args += [reply.id, config.publish_dedupe_window_ms, int(acknowledge)]
+        for name, value in reply.to_fields().items():
+            args += [name, value]
+    else:
+        keys += [stream.key, stream.published_key]
+        args += ["", config.publish_dedupe_window_ms, int(acknowledge)]
+    return COMPLETE.call(keys, args)
+
+
+def fail_call(
+    delivery: Delivery,
+    *,
+    dead: bool,
+    error: str,
+    reason: str,
+    delay_ms: int,
+    config: BusConfig,
+) -> ScriptCall:
+    """Schedule a redelivery or dead-letter the entry with its context; see ``lua/fail.lua``."""
+    return dead_letter_call(
+        delivery.stream,
+        delivery.group,
+        delivery.consumer,
+        delivery.entry_id,
+        dead=dead,
+        error=error,
+        reason=reason,
+        delay_ms=delay_ms,
+        config=config,
+        marker=delivery.dedupe_key,
+        envelope=delivery.envelope,
+    )
+
+
+def dead_letter_call(
+    stream: Stream,
+    group: str,
+    consumer: str,
+    entry_id: str,
+    *,
+    dead: bool,
+    error: str,
+    reason: str,
+    config: BusConfig,
+    delay_ms: int = 0,
+    marker: str | None = None,
+    envelope: Envelope | None = None,
+) -> ScriptCall:
+    """The fail call for an entry that may not even decode (``envelope`` is then ``None``)."""
+    context: list[Arg] = []
+    if envelope is not None:
+        context = [
+            "type",
+            envelope.type,
+            "message_id",
+            envelope.id,
+            "correlation_id",
+            envelope.correlation_id,
+            "idempotency_key",
+            envelope.idempotency_key,
+        ]
+        for name, value in envelope.headers.items():
+            context += [f"header.{name}", value]
+    keys = [stream.key, stream.dlq_key, stream.failures_key(group), marker or stream.key]
+    args: list[Arg] = [
+        group,
+        consumer,
+        entry_id,
+        "dead" if dead else "retry",
+        error,
+        reason,
+        delay_ms,
+        config.lease_ms,
+        config.max_deliveries,
+        config.dlq_field_cap_bytes,
+        config.max_fields,
+        *context,
+    ]
+    return FAIL.call(keys, args)
+
+
+def ack_call(stream: Stream, group: str, consumer: str, entry_ids: Sequence[str]) -> ScriptCall:
+    """Acknowledge entries this consumer still holds (fenced)."""
+    return ACK.call([stream.key, stream.failures_key(group)], [group, consumer, *entry_ids])
+
+
+def heartbeat_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCall:
+    """Extend the leases (and in-flight dedupe markers) of deliveries of one stream and group."""
+    first = deliveries[0]
+    keys = [first.stream.key, *(d.dedupe_key or first.stream.key for d in deliveries)]
+    args: list[Arg] = [first.group, first.consumer, lease_ms, *(d.entry_id for d in deliveries)]
+    return HEARTBEAT.call(keys, args)
+
+
+def error_chain(error: BaseException) -> str:
+    """Describe an exception and its causes: ``Type: message <- CauseType: message``."""
+    links: list[str] = []
+    current: BaseException | None = error
+    while current is not None and len(links) < 5:
+        links.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return " <- ".join(links)[:2000]
+
+
+def reply_key_stream(envelope: Envelope) -> Stream | None:
+    """The stream a reply to ``envelope`` goes to, if it names one that redsaga can parse."""
+    if not envelope.reply_to:
+        return None
+    try:
+        return Stream.from_key(envelope.reply_to)
+    except ValueError:
+        return None

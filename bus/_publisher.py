@@ -1,0 +1,83 @@
+"""Publishing: one idempotent script call per message (see ``lua/publish.lua``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bus._client import Redis
+from bus._config import BusConfig
+from bus._envelope import Envelope, new_envelope
+from bus._errors import BusError
+from bus._keys import Stream
+from bus._lua import PUBLISH
+from bus._scripts import ScriptCall, run_batch
+
+
+def publish_call(stream: Stream, envelope: Envelope, config: BusConfig) -> ScriptCall:
+    """The script call that publishes ``envelope`` on ``stream`` once per dedupe window."""
+    args: list[str | bytes | int] = [envelope.id, config.publish_dedupe_window_ms]
+    for name, value in envelope.to_fields().items():
+        args += [name, value]
+    return PUBLISH.call([stream.key, stream.published_key], args)
+
+
+class Publisher:
+    """Publishes messages to streams.
+
+    A publish is safe to repeat: the message id is remembered for
+    ``BusConfig.publish_dedupe_window_ms``, so a call that redis-py re-sends after a lost
+    reply (or a caller's own retry with the same ``message_id``) adds one entry only.
+    Nothing is ever trimmed on publish (see ``docs/concepts.md``, retention).
+    """
+
+    def __init__(self, redis: Redis, *, source: str = "", config: BusConfig | None = None) -> None:
+        self._redis = redis
+        self._source = source
+        self._config = config or BusConfig()
+
+    async def publish(
+        self,
+        stream: str | Stream,
+        message: object,
+        *,
+        correlation_id: str = "",
+        causation_id: str = "",
+        idempotency_key: str = "",
+        reply_to: Stream | None = None,
+        headers: dict[str, str] | None = None,
+        message_id: str | None = None,
+    ) -> str | None:
+        """Publish ``message``; return its entry id, or ``None`` if the id was published already.
+
+        Raises :class:`~bus.PayloadTooLarge` before writing anything when the encoded
+        message is over the limit.
+        """
+        envelope = new_envelope(
+            message,
+            max_bytes=self._config.max_payload_bytes,
+            source=self._source,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            idempotency_key=idempotency_key,
+            reply_to=reply_to.key if reply_to else "",
+            headers=headers,
+            message_id=message_id,
+        )
+        return await self.publish_envelope(stream, envelope)
+
+    async def publish_envelope(self, stream: str | Stream, envelope: Envelope) -> str | None:
+        """Publish a ready-made envelope (its id decides deduplication)."""
+        target = stream if isinstance(stream, Stream) else Stream.named(stream)
+        return _entry_id(await publish_call(target, envelope, self._config).run(self._redis))
+
+    async def publish_many(self, items: Sequence[tuple[Stream, Envelope]]) -> list[str | None]:
+        """Publish several envelopes in one pipeline; raise the first per-message error."""
+        results = await run_batch(self._redis, [publish_call(s, e, self._config) for s, e in items])
+        for result in results:
+            if isinstance(result, BusError):
+                raise result
+        return [_entry_id(result) for result in results]
+
+
+def _entry_id(result: object) -> str | None:
+    return result.decode() if isinstance(result, bytes) else None

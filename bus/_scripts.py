@@ -1,0 +1,88 @@
+"""Lua scripts: loaded from ``.lua`` files once, called by SHA, reloaded on ``NOSCRIPT``.
+
+The script cache is empty after a Redis restart or ``SCRIPT FLUSH``; a call that meets
+``NOSCRIPT`` loads the source and runs again, which is safe because the first call did not
+run. Pipelined calls are recovered the same way, one reload for the whole batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis import exceptions as rx
+
+from bus._client import Redis
+from bus._errors import BusError, redis_errors, translate
+
+Arg = str | bytes | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua script, identified by its SHA1."""
+
+    name: str
+    source: str
+    sha: str
+
+    @classmethod
+    def load(cls, package: str, name: str) -> Script:
+        """Read ``<package>/lua/<name>.lua``."""
+        source = (resources.files(package) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+        return cls(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 - Redis names scripts by SHA1
+
+    async def __call__(self, client: Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run the script on ``client``; redis-py errors are raised as :class:`BusError`."""
+        with redis_errors():
+            try:
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+            except rx.NoScriptError:
+                await client.script_load(self.source)
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def call(self, keys: Sequence[str], args: Sequence[Arg]) -> ScriptCall:
+        """Describe a call to run later in a batch (see :func:`run_batch`)."""
+        return ScriptCall(self, tuple(keys), tuple(args))
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """A script call waiting to be pipelined."""
+
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+    async def run(self, client: Redis) -> Any:
+        """Run this call on its own (one round trip)."""
+        return await self.script(client, self.keys, self.args)
+
+
+async def run_batch(client: Redis, calls: Sequence[ScriptCall]) -> list[Any | BusError]:
+    """Run ``calls`` in one pipeline (one round trip); a failed call's result is its error.
+
+    Connection errors for the whole batch are raised; per-call script errors are returned in
+    place so one bad call does not hide the others' results.
+    """
+    results: list[Any] = await _pipeline(client, calls)
+    missing = [index for index, result in enumerate(results) if isinstance(result, rx.NoScriptError)]
+    if missing:
+        with redis_errors():
+            for script in {calls[index].script for index in missing}:
+                await client.script_load(script.source)
+        retried = await _pipeline(client, [calls[index] for index in missing])
+        for index, result in zip(missing, retried, strict=True):
+            results[index] = result
+    return [translate(result) if isinstance(result, rx.RedisError) else result for result in results]
+
+
+async def _pipeline(client: Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+    with redis_errors():
+        async with client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            return await pipe.execute(raise_on_error=False)

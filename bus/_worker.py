@@ -1,0 +1,235 @@
+"""The worker: runs every subscription of one or more :class:`~bus.Bus` apps until stopped.
+
+Loops, all on one anyio task group:
+
+- one reader per subscription: XREADGROUP as many entries as there are free slots;
+- the lease keeper: heartbeats in-flight entries, cancels handlers whose lease was lost;
+- the reclaimer: XAUTOCLAIM entries idle past the lease (dead or stalled consumers, and
+  redeliveries scheduled after transient failures);
+- the completer: sends acks, results and dead letters in pipelined batches;
+- maintenance: safe trimming and removal of idle, empty consumers.
+
+Every loop survives Redis outages (back-off with jitter, then resume) and recreates a
+consumer group that an operator deleted. :meth:`Worker.stop` drains gracefully: readers
+stop, in-flight handlers get ``shutdown_grace_s`` to finish, the rest stay pending for
+another worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from bus._app import Bus
+from bus._backoff import Backoff
+from bus._client import Redis
+from bus._clock import Clock, SystemClock
+from bus._completer import Completer
+from bus._config import BusConfig
+from bus._consumer import GroupConsumer, Runtime
+from bus._errors import BusError, GroupMissing
+from bus._maintenance import run_maintenance
+from bus._publisher import Publisher
+from bus._slots import Slots
+
+_log = structlog.get_logger("redsaga.bus")
+
+
+def default_consumer_name() -> str:
+    """A consumer name unique to this process: ``host-pid-random``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Consumes the subscriptions of ``apps`` with leases, retries and dead letters."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *apps: Bus,
+        config: BusConfig | None = None,
+        clock: Clock | None = None,
+        consumer: str | None = None,
+    ) -> None:
+        if not apps:
+            raise ValueError("a Worker needs at least one Bus")
+        config = config or BusConfig()
+        clock = clock or SystemClock()
+        self.runtime = Runtime(
+            redis=redis,
+            config=config,
+            clock=clock,
+            consumer=consumer or default_consumer_name(),
+            source=apps[0].name,
+            slots=Slots(config.concurrency),
+            completer=Completer(redis, clock),
+            publisher=Publisher(redis, source=apps[0].name, config=config),
+        )
+        self.consumers = [GroupConsumer(self.runtime, s) for app in apps for s in app.subscriptions]
+        self.started = anyio.Event()
+        self._stopping = anyio.Event()
+        self._log = _log.bind(consumer=self.runtime.consumer)
+
+    @property
+    def consumer(self) -> str:
+        """This worker's consumer name in every group."""
+        return self.runtime.consumer
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop gracefully (safe to call from a signal handler task)."""
+        self._stopping.set()
+
+    async def setup(self) -> None:
+        """Create every consumer group (idempotent)."""
+        for consumer in self.consumers:
+            await consumer.ensure_group()
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop` is called, then drain gracefully.
+
+        Stopping never cancels a Redis call in flight (entries Redis already handed over
+        would wait for a lease to expire): the loops finish their current call and exit.
+        """
+        await self._retrying("setup", self.setup)
+        config, clock = self.runtime.config, self.runtime.clock
+        async with anyio.create_task_group() as services:
+            services.start_soon(self.runtime.completer.run)
+            services.start_soon(self._heartbeat_loop)
+            async with anyio.create_task_group() as handlers:
+                async with anyio.create_task_group() as loops:
+                    for consumer in self.consumers:
+                        loops.start_soon(self._read_loop, consumer, handlers)
+                    loops.start_soon(
+                        self._every,
+                        config.reclaim_interval_ms,
+                        "reclaim",
+                        lambda: self._reclaim_all(handlers),
+                    )
+                    loops.start_soon(
+                        self._every, config.maintenance_interval_ms, "maintenance", self._maintain
+                    )
+                    self.started.set()
+                    self._log.info("worker started", subscriptions=len(self.consumers))
+                self._log.info(
+                    "worker stopping; letting in-flight handlers finish",
+                    inflight=self.runtime.slots.busy,
+                    grace_s=config.shutdown_grace_s,
+                )
+
+                async def deadline() -> None:
+                    await clock.sleep(config.shutdown_grace_s)
+                    handlers.cancel_scope.cancel()
+
+                services.start_soon(deadline)
+            await self.runtime.completer.flush()
+            services.cancel_scope.cancel()
+        self._log.info("worker stopped")
+
+    async def run_until_idle(self) -> None:
+        """Handle everything available now, then return (deterministic tests, batch jobs).
+
+        Reads without blocking, reclaims expired leases, waits for handlers and their
+        completions, and stops once a whole pass finds nothing to do.
+        """
+        await self.setup()
+        async with anyio.create_task_group() as services:
+            services.start_soon(self.runtime.completer.run)
+            async with anyio.create_task_group() as handlers:
+                while True:
+                    found = 0
+                    for consumer in self.consumers:
+                        found += await consumer.read(handlers, block_ms=None)
+                        found += await consumer.reclaim(handlers)
+                    await self.runtime.slots.wait_all_free()
+                    await self.runtime.completer.wait_idle()
+                    if not found:
+                        break
+            services.cancel_scope.cancel()
+
+    async def _read_loop(self, consumer: GroupConsumer, handlers: TaskGroup) -> None:
+        backoff = Backoff(self.runtime.clock)
+        while not self._stopping.is_set():
+            try:
+                await consumer.read(handlers, block_ms=self.runtime.config.block_ms)
+                backoff.reset()
+            except GroupMissing:
+                self._log.error(
+                    "consumer group vanished (deleted by an operator?); recreating it",
+                    stream=consumer.stream.key,
+                    group=consumer.sub.group,
+                )
+                await self._retrying("recreate group", functools.partial(consumer.ensure_group, "0"))
+            except BusError as error:
+                self._log.warning("read failed; backing off", stream=consumer.stream.key, error=str(error))
+                await self._unless_stopping(backoff.wait())
+
+    async def _unless_stopping(self, wait: Awaitable[None]) -> None:
+        """Await ``wait`` (a sleep), cut short when the worker is asked to stop."""
+        async with anyio.create_task_group() as race:
+
+            async def stop_waiting() -> None:
+                await self._stopping.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(stop_waiting)
+            await wait
+            race.cancel_scope.cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        period_ms = self.runtime.config.effective_heartbeat_ms
+        backoff = Backoff(self.runtime.clock)
+        while True:
+            await self.runtime.clock.sleep(period_ms / 3000)
+            now = self.runtime.clock.now_ms()
+            for consumer in self.consumers:
+                due = [d for d in consumer.inflight.values() if d and now - d.last_beat_ms >= period_ms]
+                if not due:
+                    continue
+                try:
+                    await consumer.heartbeat(due)
+                    backoff.reset()
+                except BusError as error:
+                    self._log.warning("heartbeat failed", stream=consumer.stream.key, error=str(error))
+                    await backoff.wait()
+
+    async def _reclaim_all(self, handlers: TaskGroup) -> None:
+        for consumer in self.consumers:
+            try:
+                await consumer.reclaim(handlers)
+            except GroupMissing:
+                await consumer.ensure_group("0")
+
+    async def _maintain(self) -> None:
+        await run_maintenance(
+            self.runtime.redis, [c.sub for c in self.consumers], self.runtime.config, consumer=self.consumer
+        )
+
+    async def _every(self, period_ms: int, name: str, job: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await self._unless_stopping(self.runtime.clock.sleep(period_ms / 1000))
+            if self._stopping.is_set():
+                return
+            try:
+                await job()
+            except BusError as error:
+                self._log.warning("periodic job failed; will try again", job=name, error=str(error))
+
+    async def _retrying(self, name: str, job: Callable[[], Awaitable[object]]) -> None:
+        backoff = Backoff(self.runtime.clock)
+        while True:
+            try:
+                await job()
+            except BusError as error:
+                self._log.warning("call failed; retrying", job=name, error=str(error))
+                await self._unless_stopping(backoff.wait())
+                if self._stopping.is_set():
+                    return
+            else:
+                return

@@ -1,0 +1,87 @@
+-- Record a failed delivery, then schedule a redelivery or move the entry to the dead-letter
+-- stream, atomically with its acknowledgement. Fenced: only the lease holder may do this.
+--
+-- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:dlq
+-- KEYS[3]  rs:{tag}:failures:<group>  KEYS[4]  in-flight dedupe marker, or KEYS[1] for none
+-- ARGV[1]  group        ARGV[2]  consumer        ARGV[3]  entry id
+-- ARGV[4]  'retry' or 'dead'                     ARGV[5]  error text (one link of the chain)
+-- ARGV[6]  reason (why it is dead, when it is)   ARGV[7]  redelivery delay, ms
+-- ARGV[8]  lease, ms    ARGV[9]  delivery limit  ARGV[10] raw field cap, bytes
+-- ARGV[11] most raw fields copied                ARGV[12…] context field, value, … for the DLQ
+--
+-- A retry leaves the entry pending with its idle time set so that the reclaimer takes it
+-- after the delay (redelivery rides on lease expiry; no timer is needed). A dead letter
+-- copies the raw entry from the stream itself, so the caller never re-sends a huge payload.
+-- Returns 'lost', 'retry' or 'dead'.
+local stream, group, consumer, id = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local p = redis.call('XPENDING', stream, group, id, id, 1)
+if not (p[1] and p[1][2] == consumer) then
+  return 'lost'
+end
+local deliveries = tonumber(p[1][4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local history = {first = now, errors = {}}
+local stored = redis.call('HGET', KEYS[3], id)
+if stored then
+  history = cjson.decode(stored)
+end
+table.insert(history.errors, ARGV[5])
+while #history.errors > 10 do
+  table.remove(history.errors, 1)
+end
+if KEYS[4] ~= stream then
+  local value = redis.call('GET', KEYS[4])
+  if value and string.sub(value, 1, 1) == 'I' then
+    redis.call('DEL', KEYS[4])
+  end
+end
+
+if ARGV[4] == 'retry' and deliveries < tonumber(ARGV[9]) then
+  redis.call('HSET', KEYS[3], id, cjson.encode(history))
+  local idle = math.max(0, tonumber(ARGV[8]) - tonumber(ARGV[7]))
+  redis.call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', idle, 'JUSTID')
+  return 'retry'
+end
+
+local reason = ARGV[6]
+if ARGV[4] == 'retry' then
+  reason = 'delivery limit of ' .. ARGV[9] .. ' reached'
+end
+local letter = {
+  'stream', stream, 'entry', id, 'group', group, 'consumer', consumer,
+  'deliveries', deliveries, 'reason', reason, 'errors', cjson.encode(history.errors),
+  'first_failed_ms', history.first, 'last_failed_ms', now,
+}
+for i = 12, #ARGV, 2 do
+  letter[#letter + 1] = ARGV[i]
+  letter[#letter + 1] = ARGV[i + 1]
+end
+local entry = redis.call('XRANGE', stream, id, id)
+if entry[1] then
+  local fields, cap, most = entry[1][2], tonumber(ARGV[10]), tonumber(ARGV[11])
+  local truncated = 0
+  for i = 1, #fields, 2 do
+    if (i + 1) / 2 > most then
+      truncated = 1
+      break
+    end
+    local value = fields[i + 1]
+    if #value > cap then
+      value = string.sub(value, 1, cap)
+      truncated = 1
+    end
+    letter[#letter + 1] = 'raw.' .. fields[i]
+    letter[#letter + 1] = value
+  end
+  letter[#letter + 1] = 'raw_truncated'
+  letter[#letter + 1] = truncated
+else
+  letter[#letter + 1] = 'raw_missing'
+  letter[#letter + 1] = 1
+end
+redis.call('XADD', KEYS[2], '*', unpack(letter))
+redis.call('XACK', stream, group, id)
+redis.call('HDEL', KEYS[3], id)
+return 'dead'

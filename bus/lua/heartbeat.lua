@@ -1,0 +1,28 @@
+-- Extend the leases of entries this consumer still holds.
+--
+-- KEYS[1]    the stream
+-- KEYS[2…]   per entry: its in-flight dedupe marker, or KEYS[1] when it has none
+-- ARGV[1]    group     ARGV[2]  consumer     ARGV[3]  lease, ms
+-- ARGV[4…]   entry ids, in the order of KEYS[2…]
+--
+-- XCLAIM … JUSTID alone would steal an entry back from the consumer that took it over, so
+-- the owner is checked first. Returns one flag per id: 1 extended, 0 lease lost.
+local held = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local marker = KEYS[i - 2]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
+    if marker ~= KEYS[1] then
+      local value = redis.call('GET', marker)
+      if value and string.sub(value, 1, 1) == 'I' then
+        redis.call('PEXPIRE', marker, ARGV[3])
+      end
+    end
+    held[#held + 1] = 1
+  else
+    held[#held + 1] = 0
+  end
+end
+return held

@@ -1,0 +1,19 @@
+-- Publish one entry, at most once per message id within the dedupe window.
+--
+-- KEYS[1]  rs:{tag}:<stream>      the stream
+-- KEYS[2]  rs:{tag}:published     zset: message id -> publish time (server ms)
+-- ARGV[1]  message id             ARGV[2]  dedupe window, ms
+-- ARGV[3…] field, value, …        the envelope fields
+--
+-- Returns the new entry id, or false when this id was already published in the window
+-- (redis-py re-sent the call after a lost reply, or a relay re-published a row).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window_start = now - tonumber(ARGV[2])
+local seen = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if seen and tonumber(seen) > window_start then
+  return false
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', window_start)
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))

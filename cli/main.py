@@ -1,0 +1,19 @@
+"""The ``saga`` command: operations, workers, the relay and the demo."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="saga",
+    help="redsaga: durable sagas on Redis Streams. Every command takes --redis-url "
+    "(env REDSAGA_REDIS_URL) and --json.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,454 @@
+"""The transport contract: every test runs on fakeredis and on real Redis 7.0."""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+
+import bus
+from bus import Bus, BusConfig, Delivery, Publisher, Stream, Worker
+from tests.helpers import age_pending, dead_letters, pending
+
+pytestmark = pytest.mark.anyio
+
+
+class Charge(msgspec.Struct, tag=True):
+    order: str
+    amount: int
+
+
+class Charged(msgspec.Struct, tag=True):
+    order: str
+    receipt: str
+
+
+COMMANDS = Stream("orders:0", "cmd:payments")
+REPLIES = Stream("orders:0", "inbox")
+CONFIG = BusConfig(
+    lease_ms=10_000, reclaim_interval_ms=1_000, retry_base_ms=100, retry_max_ms=1_000, max_deliveries=3
+)
+
+
+def payments_app(effects: list[str], *, fail_times: int = 0, permanent: bool = False) -> Bus:
+    app = Bus("payments")
+    failures = {"left": fail_times}
+
+    @app.handler(COMMANDS, Charge)
+    async def charge(command: Charge, delivery: Delivery) -> Charged:
+        if permanent:
+            raise bus.PermanentError(f"card declined for {command.order}")
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise RuntimeError("gateway timeout")
+        effects.append(command.order)
+        return Charged(order=command.order, receipt=f"r-{command.order}")
+
+    return app
+
+
+async def publish_charge(redis: bus.Redis, order: str, *, key: str | None = None) -> str | None:
+    return await Publisher(redis, source="orders").publish(
+        COMMANDS,
+        Charge(order=order, amount=10),
+        correlation_id=f"saga-{order}",
+        idempotency_key=key or f"saga-{order}:charge",
+        reply_to=REPLIES,
+    )
+
+
+async def replies(redis: bus.Redis) -> list[bus.Envelope]:
+    entries = await redis.xrange(REPLIES.key)
+    return [bus.decode_fields(f, max_bytes=1 << 20, max_fields=32) for _, f in entries]
+
+
+async def test_handler_reply_goes_to_reply_stream_atomically_with_ack(redis: bus.Redis) -> None:
+    effects: list[str] = []
+    worker = Worker(redis, payments_app(effects), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    await worker.run_until_idle()
+
+    assert effects == ["o1"]
+    [reply] = await replies(redis)
+    assert reply.type == "Charged"
+    assert reply.decode(Charged) == Charged(order="o1", receipt="r-o1")
+    assert reply.correlation_id == "saga-o1"
+    assert await pending(redis, COMMANDS, "payments") == []
+
+
+async def test_publish_is_deduped_by_message_id(redis: bus.Redis) -> None:
+    publisher = Publisher(redis)
+    first = await publisher.publish(COMMANDS, Charge(order="o1", amount=1), message_id="m-1")
+    again = await publisher.publish(COMMANDS, Charge(order="o1", amount=1), message_id="m-1")
+    assert first is not None
+    assert again is None
+    assert await redis.xlen(COMMANDS.key) == 1
+
+
+async def test_oversized_publish_is_refused_before_writing(redis: bus.Redis) -> None:
+    publisher = Publisher(redis, config=BusConfig(max_payload_bytes=100, max_entry_bytes=200))
+    with pytest.raises(bus.PayloadTooLarge, match="over the 100-byte limit"):
+        await publisher.publish(COMMANDS, Charge(order="x" * 200, amount=1))
+    assert await redis.exists(COMMANDS.key) == 0
+
+
+async def test_redelivered_command_returns_first_result_without_second_effect(redis: bus.Redis) -> None:
+    effects: list[str] = []
+    worker = Worker(redis, payments_app(effects), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    await publish_charge(redis, "o1")  # a retry of the same step: same idempotency key, new message
+    await worker.run_until_idle()
+    # the second copy met the first in flight, so it waits for a redelivery
+    [entry] = await pending(redis, COMMANDS, "payments")
+    await age_pending(redis, COMMANDS, "payments", str(entry["id"]), CONFIG.lease_ms)
+    await worker.run_until_idle()
+
+    assert effects == ["o1"]
+    first, second = await replies(redis)
+    assert first.payload == second.payload
+    assert first.causation_id != second.causation_id  # each reply answers its own command
+
+
+async def test_transient_failure_is_retried_then_succeeds(redis: bus.Redis) -> None:
+    effects: list[str] = []
+    worker = Worker(redis, payments_app(effects, fail_times=1), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    await worker.run_until_idle()
+    [entry] = await pending(redis, COMMANDS, "payments")
+    assert entry["deliveries"] == 1  # waits for its redelivery delay
+
+    await age_pending(redis, COMMANDS, "payments", str(entry["id"]), CONFIG.lease_ms)
+    await worker.run_until_idle()
+    assert effects == ["o1"]
+    assert await pending(redis, COMMANDS, "payments") == []
+    assert await redis.hlen(COMMANDS.failures_key("payments")) == 0
+
+
+async def test_retry_delay_is_set_on_the_pending_entry(redis: bus.Redis) -> None:
+    worker = Worker(redis, payments_app([], fail_times=1), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    await worker.run_until_idle()
+    rows = await redis.xpending_range(COMMANDS.key, "payments", min="-", max="+", count=1)
+    idle = rows[0]["time_since_delivered"]
+    # idle = lease - delay, delay in [base/2, base]: reclaimable after the delay, not the lease
+    assert CONFIG.lease_ms - CONFIG.retry_base_ms <= idle <= CONFIG.lease_ms
+
+
+async def test_poison_entry_is_dead_lettered_after_the_delivery_limit(redis: bus.Redis) -> None:
+    worker = Worker(redis, payments_app([], fail_times=100), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    for _ in range(CONFIG.max_deliveries):
+        await worker.run_until_idle()
+        for entry in await pending(redis, COMMANDS, "payments"):
+            await age_pending(redis, COMMANDS, "payments", str(entry["id"]), CONFIG.lease_ms)
+    await worker.run_until_idle()
+
+    assert await pending(redis, COMMANDS, "payments") == []
+    [letter] = await dead_letters(redis, COMMANDS)
+    assert letter["reason"] == f"delivery limit of {CONFIG.max_deliveries} reached"
+    assert letter["deliveries"] == str(CONFIG.max_deliveries)
+    assert letter["stream"] == COMMANDS.key
+    assert letter["group"] == "payments"
+    assert letter["correlation_id"] == "saga-o1"
+    assert letter["consumer"] == worker.consumer
+    assert msgspec.json.decode(letter["errors"]) == ["RuntimeError: gateway timeout"] * CONFIG.max_deliveries
+    assert int(letter["first_failed_ms"]) <= int(letter["last_failed_ms"])
+    assert letter["raw.type"] == "Charge"
+    assert msgspec.json.decode(letter["raw.data"], type=Charge) == Charge(order="o1", amount=10)
+
+
+async def test_permanent_failure_is_dead_lettered_at_once(redis: bus.Redis) -> None:
+    worker = Worker(redis, payments_app([], permanent=True), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    await worker.run_until_idle()
+    [letter] = await dead_letters(redis, COMMANDS)
+    assert letter["reason"] == "permanent failure: PermanentError: card declined for o1"
+    assert letter["deliveries"] == "1"
+    assert await pending(redis, COMMANDS, "payments") == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"junk": "1"}, "missing envelope fields: id, type, at, v, data"),
+        ({"id": "m", "type": "Charge", "at": "soon", "v": "1", "data": "{}"}, "invalid envelope field"),
+        (
+            {"id": "m", "type": "Charge", "at": "1", "v": "9", "data": "{}"},
+            "unsupported envelope schema version 9",
+        ),
+        ({"id": "m", "type": "Charge", "at": "1", "v": "1", "data": b"\xff\xfe"}, "malformed payload"),
+        ({"id": "m", "type": "Charge", "at": "1", "v": "1", "data": '{"order": 5}'}, "malformed payload"),
+        (
+            {"id": "m", "type": "Refund", "at": "1", "v": "1", "data": "{}"},
+            "no handler for message type 'Refund'",
+        ),
+        ({"id": b"\xff", "type": "Charge", "at": "1", "v": "1", "data": "{}"}, "invalid envelope field"),
+        (
+            {"id": "m", "type": "Charge", "at": "1", "v": "1", "data": "{}", "hdr": "[1]"},
+            "invalid envelope field",
+        ),
+        (
+            {
+                "id": "m",
+                "type": "Charge",
+                "at": "1",
+                "v": "1",
+                "data": '{"order":"o","amount":1}',
+                "reply": "elsewhere",
+            },
+            "is not a redsaga stream key",
+        ),
+        ({f"f{i}": "x" for i in range(100)}, "entry has 100 fields"),
+    ],
+)
+async def test_malformed_entry_is_dead_lettered_on_first_delivery(
+    redis: bus.Redis,
+    fields: dict[str, str | bytes],
+    reason: str,
+) -> None:
+    effects: list[str] = []
+    worker = Worker(redis, payments_app(effects), config=CONFIG)
+    await worker.setup()
+    entry_id = (await redis.xadd(COMMANDS.key, fields)).decode()  # type: ignore[arg-type]
+    await publish_charge(redis, "good")
+    await worker.run_until_idle()
+
+    assert effects == ["good"]  # the worker kept going
+    [letter] = await dead_letters(redis, COMMANDS)
+    assert reason in letter["reason"]
+    assert letter["entry"] == entry_id
+    assert letter["deliveries"] == "1"
+    assert await pending(redis, COMMANDS, "payments") == []
+
+
+async def test_oversized_entry_is_dead_lettered_without_decoding(redis: bus.Redis) -> None:
+    config = BusConfig(max_payload_bytes=1_000, max_entry_bytes=2_000, dlq_field_cap_bytes=100)
+    worker = Worker(redis, payments_app([]), config=config)
+    await worker.setup()
+    await redis.xadd(COMMANDS.key, {"id": "m", "type": "Charge", "at": "1", "v": "1", "data": "x" * 5_000})
+    await worker.run_until_idle()
+    [letter] = await dead_letters(redis, COMMANDS)
+    assert "over the 2000-byte limit" in letter["reason"]
+    assert letter["raw.data"] == "x" * 100
+    assert letter["raw_truncated"] == "1"
+
+
+async def test_heartbeat_from_a_consumer_that_lost_its_lease_is_refused(redis: bus.Redis) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    app = Bus("payments")
+    effects: list[str] = []
+
+    @app.handler(COMMANDS, Charge)
+    async def slow(command: Charge, delivery: Delivery) -> None:
+        started.set()
+        await release.wait()
+        effects.append(delivery.consumer)
+
+    stalled = Worker(redis, app, config=CONFIG, consumer="stalled")
+    rescuer = Worker(redis, app, config=CONFIG, consumer="rescuer")
+    await stalled.setup()
+    await publish_charge(redis, "o1")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalled.run_until_idle)
+        await started.wait()
+        [entry] = await pending(redis, COMMANDS, "payments")
+        await age_pending(redis, COMMANDS, "payments", str(entry["id"]), CONFIG.lease_ms)
+        consumer = stalled.consumers[0]
+        delivery = consumer.inflight[str(entry["id"])]
+        assert delivery is not None
+        # the rescuer takes the entry over; its handler also blocks until released
+        started = anyio.Event()
+        tg.start_soon(rescuer.run_until_idle)
+        await started.wait()
+        assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "rescuer"
+
+        with pytest.raises(bus.LeaseLost):
+            await delivery.heartbeat()
+        assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "rescuer"
+        release.set()
+
+    assert effects == ["rescuer"]  # the stalled handler was cancelled when its lease was lost
+    assert await pending(redis, COMMANDS, "payments") == []
+
+
+async def test_completion_from_a_consumer_that_lost_its_lease_is_refused(redis: bus.Redis) -> None:
+    from bus._outcomes import complete_call, encode_result
+
+    await publish_charge(redis, "o1")
+    await redis.xgroup_create(COMMANDS.key, "payments", id="0")
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("payments", "old", {COMMANDS.key: ">"})
+    await redis.xclaim(COMMANDS.key, "payments", "new", 0, [entry_id])  # the lease moved on
+    envelope = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
+    delivery = Delivery(
+        envelope=envelope,
+        stream=COMMANDS,
+        group="payments",
+        entry_id=entry_id.decode(),
+        deliveries=1,
+        consumer="old",
+        dedupe_key=COMMANDS.dedupe_key("payments", "k"),
+    )
+    result = encode_result(Charged(order="o1", receipt="late"), CONFIG)
+    outcome = await complete_call(delivery, result, None, CONFIG).run(redis)
+
+    assert outcome == b"lost"
+    assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "new"
+    assert await redis.exists(COMMANDS.dedupe_key("payments", "k")) == 0
+
+
+async def test_subscription_skips_unrouted_types_and_sees_events_from_its_start(redis: bus.Redis) -> None:
+    class OrderPlaced(msgspec.Struct, tag=True):
+        order: str
+
+    events = Stream.named("orders.events")
+    publisher = Publisher(redis, source="orders")
+    await publisher.publish(events, OrderPlaced(order="before"))
+    seen: dict[str, list[str]] = {"shipping": [], "audit": []}
+    app = Bus("shipping")
+
+    @app.subscribe(events, group="shipping", messages=[OrderPlaced])
+    async def ship(event: OrderPlaced) -> None:
+        seen["shipping"].append(event.order)
+
+    @app.subscribe(events, group="audit", from_beginning=True)
+    async def audit(envelope: bus.Envelope) -> None:
+        seen["audit"].append(envelope.type)
+
+    worker = Worker(redis, app, config=CONFIG)
+    await worker.setup()
+    await publisher.publish(events, OrderPlaced(order="after"))
+    await publisher.publish(events, Charge(order="x", amount=1))
+    await worker.run_until_idle()
+
+    assert seen["shipping"] == ["after"]  # new entries only; Charge skipped
+    assert seen["audit"] == ["OrderPlaced", "OrderPlaced", "Charge"]
+    assert await dead_letters(redis, events) == []
+    for group in ("shipping", "audit"):
+        assert await pending(redis, events, group) == []
+
+
+async def test_follow_up_publish_is_deduped_on_redelivery(redis: bus.Redis) -> None:
+    class OrderPlaced(msgspec.Struct, tag=True):
+        order: str
+
+    class ShipmentRequested(msgspec.Struct, tag=True):
+        order: str
+
+    events, shipping = Stream.named("orders.events"), Stream.named("shipping.events")
+    app = Bus("shipping")
+    attempts = {"n": 0}
+
+    @app.subscribe(events, group="shipping", messages=[OrderPlaced], from_beginning=True)
+    async def ship(event: OrderPlaced, delivery: Delivery) -> None:
+        await delivery.publish(shipping, ShipmentRequested(order=event.order))
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise RuntimeError("crash after publishing")
+
+    worker = Worker(redis, app, config=CONFIG)
+    await Publisher(redis).publish(events, OrderPlaced(order="o1"))
+    await worker.run_until_idle()
+    for entry in await pending(redis, events, "shipping"):
+        await age_pending(redis, events, "shipping", str(entry["id"]), CONFIG.lease_ms)
+    await worker.run_until_idle()
+
+    assert attempts["n"] == 2
+    assert await redis.xlen(shipping.key) == 1
+
+
+async def test_consumer_with_pending_entries_is_never_deleted(redis: bus.Redis) -> None:
+    from bus._maintenance import delete_idle_consumers
+
+    app = payments_app([])
+    await publish_charge(redis, "o1")
+    await redis.xgroup_create(COMMANDS.key, "payments", id="0")
+    await redis.xreadgroup("payments", "holder", {COMMANDS.key: ">"})
+    await redis.xgroup_createconsumer(COMMANDS.key, "payments", "empty")
+    [subscription] = app.subscriptions
+    deleted = await delete_idle_consumers(redis, subscription, idle_ms=0, keep="me")
+    assert deleted == ["empty"]
+    assert [e["consumer"] for e in await pending(redis, COMMANDS, "payments")] == ["holder"]
+
+
+async def test_trim_never_removes_unacknowledged_entries(redis: bus.Redis) -> None:
+    from bus._maintenance import trim_stream
+
+    publisher = Publisher(redis)
+    await redis.xgroup_create(COMMANDS.key, "fast", id="0", mkstream=True)
+    await redis.xgroup_create(COMMANDS.key, "slow", id="0")
+    for i in range(6):
+        await publisher.publish(COMMANDS, Charge(order=f"o{i}", amount=i))
+    # fast acks everything; slow read 4 and acked 2 (2 pending, 2 never delivered)
+    fast = await redis.xreadgroup("fast", "c", {COMMANDS.key: ">"})
+    await redis.xack(COMMANDS.key, "fast", *[i for i, _ in fast[0][1]])
+    slow = await redis.xreadgroup("slow", "c", {COMMANDS.key: ">"}, count=4)
+    slow_ids = [i for i, _ in slow[0][1]]
+    await redis.xack(COMMANDS.key, "slow", *slow_ids[:2])
+
+    trimmed = await trim_stream(redis, COMMANDS.key, retention_ms=0)
+    remaining = [i for i, _ in await redis.xrange(COMMANDS.key)]
+    assert remaining[0] == slow_ids[2]  # the oldest entry slow has not acknowledged
+    assert len(remaining) + trimmed == 6
+    assert trimmed == 2
+
+
+async def test_group_deleted_under_a_worker_is_recreated(redis: bus.Redis, backend: str) -> None:
+    if backend == "fake":
+        pytest.skip("fakeredis words NOGROUP differently on XREADGROUP (FAULTS.md); real Redis only")
+    effects: list[str] = []
+    worker = Worker(redis, payments_app(effects), config=BusConfig(block_ms=50, lease_ms=10_000))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.started.wait()
+        await redis.xgroup_destroy(COMMANDS.key, "payments")
+        await publish_charge(redis, "o1")
+        with anyio.fail_after(10):
+            while effects != ["o1"]:
+                await anyio.sleep(0.01)  # polling for an observable outcome, not for timing
+        worker.stop()
+    assert await pending(redis, COMMANDS, "payments") == []
+
+
+async def test_stream_stats_report_backlog(redis: bus.Redis) -> None:
+    await publish_charge(redis, "o1")
+    await publish_charge(redis, "o2")
+    await redis.xgroup_create(COMMANDS.key, "payments", id="0")
+    await redis.xreadgroup("payments", "c", {COMMANDS.key: ">"}, count=1)
+    stats = await bus.stream_stats(redis, COMMANDS)
+    assert stats.length == 2
+    [group] = stats.groups
+    assert (group.group, group.pending, group.lag, group.consumers) == ("payments", 1, 1, 1)
+    assert group.oldest_pending_age_ms is not None
+    assert group.oldest_pending_age_ms >= 0
+
+
+async def test_graceful_stop_finishes_in_flight_work(redis: bus.Redis) -> None:
+    effects: list[str] = []
+    gate = anyio.Event()
+    app = Bus("payments")
+
+    @app.handler(COMMANDS, Charge)
+    async def charge(command: Charge) -> None:
+        await gate.wait()
+        effects.append(command.order)
+
+    worker = Worker(redis, app, config=BusConfig(block_ms=50))
+    for i in range(5):
+        await publish_charge(redis, f"o{i}")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.started.wait()
+        with anyio.fail_after(10):
+            while len(worker.consumers[0].inflight) < 5:
+                await anyio.sleep(0.01)
+        worker.stop()
+        gate.set()
+    assert sorted(effects) == [f"o{i}" for i in range(5)]
+    assert await pending(redis, COMMANDS, "payments") == []

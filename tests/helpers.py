@@ -1,0 +1,36 @@
+"""Test helpers shared across suites."""
+
+from __future__ import annotations
+
+import bus
+
+
+async def age_pending(redis: bus.Redis, stream: bus.Stream, group: str, entry_id: str, idle_ms: int) -> None:
+    """Make a pending entry look idle for ``idle_ms`` (server clock) without waiting.
+
+    XCLAIM to its current owner with ``IDLE`` rewrites only the idle time: the test stands
+    in for time passing, so no test sleeps to let a lease expire.
+    """
+    rows = await redis.xpending_range(stream.key, group, min=entry_id, max=entry_id, count=1)
+    assert rows, f"{entry_id} is not pending in {group}"
+    owner = rows[0]["consumer"].decode()
+    await redis.xclaim(stream.key, group, owner, 0, [entry_id], idle=idle_ms, justid=True)
+
+
+async def pending(redis: bus.Redis, stream: bus.Stream, group: str) -> list[dict[str, object]]:
+    """Every pending entry of ``group`` with its owner and delivery count."""
+    rows = await redis.xpending_range(stream.key, group, min="-", max="+", count=10_000)
+    return [
+        {
+            "id": r["message_id"].decode(),
+            "consumer": r["consumer"].decode(),
+            "deliveries": r["times_delivered"],
+        }
+        for r in rows
+    ]
+
+
+async def dead_letters(redis: bus.Redis, stream: bus.Stream) -> list[dict[str, str]]:
+    """The dead-letter stream of ``stream``'s tag, fields decoded (raw fields kept as text)."""
+    entries = await redis.xrange(stream.dlq_key)
+    return [{k.decode(): v.decode(errors="replace") for k, v in fields.items()} for _, fields in entries]
