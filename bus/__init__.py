@@ -8,6 +8,7 @@ run once per idempotency key.
 """
 
 from bus._app import Bus, Route, Subscription
+from bus._backoff import Backoff
 from bus._client import MEMORY_URL, URL_ENV, Redis, connect, is_embedded, resolve_url
 from bus._clock import Clock, FakeClock, SystemClock
 from bus._config import BusConfig, ClientConfig
@@ -29,6 +30,7 @@ from bus._errors import (
 )
 from bus._ids import derived_id, uuid7
 from bus._keys import Stream, tagged_key
+from bus._outcomes import Reply
 from bus._publisher import Publisher
 from bus._scripts import Script, ScriptCall, run_batch
 from bus._stats import GroupStats, StreamStats, stream_stats
@@ -37,6 +39,7 @@ from bus._worker import Worker
 __all__ = [
     "MEMORY_URL",
     "URL_ENV",
+    "Backoff",
     "Bus",
     "BusConfig",
     "BusError",
@@ -59,6 +62,7 @@ __all__ = [
     "RedisCommandError",
     "RedisOutOfMemory",
     "RedisUnavailable",
+    "Reply",
     "Route",
     "Script",
     "ScriptCall",

@@ -96,7 +96,7 @@ class Bus:
     def handler(
         self,
         stream: str | Stream,
-        message: type[Any],
+        message: type[Any] | None,
         *,
         group: str | None = None,
         idempotent: bool = True,
@@ -105,7 +105,8 @@ class Bus:
 
         The handler may return a reply message; it is published to the command's
         ``reply_to`` stream atomically with the acknowledgement. Entries of a type with no
-        handler are dead-lettered. ``group`` defaults to the bus's name.
+        handler are dead-lettered. ``group`` defaults to the bus's name. With ``message``
+        ``None`` the handler receives every entry's :class:`~bus.Envelope` undecoded.
         """
 
         def register(function: F) -> F:

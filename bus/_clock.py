@@ -21,6 +21,10 @@ class Clock(Protocol):
         """Wait ``seconds`` of this clock's time."""
         ...
 
+    def script_now_ms(self) -> int:
+        """The time Lua scripts judge timers by: ``-1`` means the Redis server's clock."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -32,6 +36,10 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of real time."""
         await anyio.sleep(seconds)
+
+    def script_now_ms(self) -> int:
+        """``-1``: scripts use Redis ``TIME``, the one clock every worker shares."""
+        return -1
 
 
 class FakeClock:
@@ -47,6 +55,10 @@ class FakeClock:
 
     def now_ms(self) -> int:
         """Return the fake Unix time in milliseconds."""
+        return self._now_ms
+
+    def script_now_ms(self) -> int:
+        """The fake time: scripts judge timers by it too, so tests control every clock."""
         return self._now_ms
 
     async def sleep(self, seconds: float) -> None:

@@ -41,6 +41,21 @@ class Completer:
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
 
+    async def call(self, call: ScriptCall) -> Any:
+        """Queue ``call``, wait for its batch, and return its result (raise its error)."""
+        done = anyio.Event()
+        box: list[Any] = []
+
+        def finished(result: Any) -> None:
+            box.append(result)
+            done.set()
+
+        self.submit(call, finished)
+        await done.wait()
+        if isinstance(box[0], BusError):
+            raise box[0]
+        return box[0]
+
     @property
     def pending(self) -> int:
         """Calls queued and not yet sent."""

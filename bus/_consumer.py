@@ -29,6 +29,7 @@ from bus._keys import Stream
 from bus._lua import PUBLISH
 from bus._outcomes import (
     RESULT_PREFIX,
+    Reply,
     ack_call,
     complete_call,
     dead_letter_call,
@@ -283,6 +284,7 @@ class GroupConsumer:
             else None,
             _beat=self._beat_one,
             _publisher=self.rt.publisher,
+            _call=self.rt.completer.call,
         )
         return delivery, route, message
 
@@ -297,6 +299,7 @@ class GroupConsumer:
             try:
                 reply = await route.handler(message, delivery)
                 result = encode_result(reply, self.rt.config)
+                remember = not isinstance(reply, Reply) or reply.remember
             except LeaseLost:
                 delivery.scope.cancel()
             except _PERMANENT as error:
@@ -308,14 +311,21 @@ class GroupConsumer:
                 self._fail(delivery, error_chain(error), dead=False)
                 return
             else:
-                self._complete(delivery, result)
+                if delivery.acked_by_handler:
+                    self._settled(delivery.entry_id, b"done", "completed by the handler")
+                else:
+                    self._complete(delivery, result, remember=remember)
                 return
         log.warning("handler abandoned; the entry stays pending for another consumer")
         self._settled(delivery.entry_id, None, "abandoned")
 
-    def _complete(self, delivery: Delivery, result: bytes) -> None:
+    def _complete(self, delivery: Delivery, result: bytes, *, remember: bool = True) -> None:
         reply = reply_envelope(
-            delivery.envelope, result, source=self.rt.source, now_ms=self.rt.clock.now_ms()
+            delivery.envelope,
+            result,
+            source=self.rt.source,
+            consumer=self.rt.consumer,
+            now_ms=self.rt.clock.now_ms(),
         )
         target = reply_key_stream(delivery.envelope)
         across = reply is not None and target is not None and not target.same_slot(self.stream)
@@ -323,7 +333,12 @@ class GroupConsumer:
         # publish, then ack. A crash in between is safe: the redelivery finds the recorded
         # result and replies with it, and the reply's derived id dedupes the publish.
         call = complete_call(
-            delivery, result, None if across else reply, self.rt.config, acknowledge=not across
+            delivery,
+            result,
+            None if across else reply,
+            self.rt.config,
+            acknowledge=not across,
+            remember=remember,
         )
 
         def done(outcome: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -15,6 +15,7 @@ from bus._keys import Stream
 
 if TYPE_CHECKING:
     from bus._publisher import Publisher
+    from bus._scripts import ScriptCall
 
 
 class LeaseLost(BusError):
@@ -49,9 +50,28 @@ class Delivery:
     dedupe_key: str | None = None
     last_beat_ms: int = 0
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    acked_by_handler: bool = False
     _beat: Callable[[Delivery], Awaitable[bool]] | None = None
     _publisher: Publisher | None = None
+    _call: Callable[[ScriptCall], Awaitable[Any]] | None = None
     _published: int = 0
+
+    def mark_acked(self) -> None:
+        """Tell the worker that the handler's own script acknowledged the entry.
+
+        For handlers that commit their state and the acknowledgement in one script (the
+        saga orchestrator): the worker then only frees the slot.
+        """
+        self.acked_by_handler = True
+
+    async def call(self, call: ScriptCall) -> Any:
+        """Run a script call in the worker's next pipelined batch and return its result.
+
+        Concurrent handlers' calls share round trips; a per-call error is raised here.
+        """
+        if self._call is None:
+            raise BusError("this delivery is not attached to a worker")
+        return await self._call(call)
 
     async def heartbeat(self) -> None:
         """Extend the lease now; raise :class:`LeaseLost` if another consumer took it over.

@@ -17,19 +17,41 @@ RESULT_PREFIX: Final = b"R"
 _SEPARATOR: Final = b"\x00"
 
 
+class Reply:
+    """What a handler returns to reply without remembering the result.
+
+    Returning a message replies with it and records it as the first result, so a
+    redelivery (or a retry with the same idempotency key) gets the same reply without
+    running the handler again. ``Reply(message, remember=False)`` replies but records
+    nothing: the next delivery with that key runs the handler again (for example after a
+    transient failure that a retry may fix).
+    """
+
+    __slots__ = ("message", "remember")
+
+    def __init__(self, message: object, *, remember: bool = True) -> None:
+        self.message = message
+        self.remember = remember
+
+
 def encode_result(reply: object | None, config: BusConfig) -> bytes:
     r"""Encode a handler's return value as its dedupe record: ``R<type>\0<payload>``, or ``R``."""
+    if isinstance(reply, Reply):
+        reply = reply.message
     if reply is None:
         return RESULT_PREFIX
     payload = encode_message(reply, max_bytes=config.max_payload_bytes)
     return RESULT_PREFIX + message_type(type(reply)).encode() + _SEPARATOR + payload
 
 
-def reply_envelope(command: Envelope, result: bytes, *, source: str, now_ms: int) -> Envelope | None:
+def reply_envelope(
+    command: Envelope, result: bytes, *, source: str, consumer: str, now_ms: int
+) -> Envelope | None:
     """Build the reply to ``command`` from a recorded result; ``None`` when there is nothing to send.
 
     The reply's id derives from the command's, so replying twice to one delivery is deduped,
     and it names the command as its cause, so the requester can match it to the attempt.
+    Headers are carried over, plus ``replied-by``: the consumer that produced the result.
     """
     if result == RESULT_PREFIX or not command.reply_to:
         return None
@@ -44,7 +66,7 @@ def reply_envelope(command: Envelope, result: bytes, *, source: str, now_ms: int
         idempotency_key=derived_id(command.id, "reply"),
         created_at_ms=now_ms,
         attempt=command.attempt,
-        headers=command.headers,
+        headers={**command.headers, "replied-by": consumer},
     )
 
 
@@ -62,8 +84,9 @@ def complete_call(
     config: BusConfig,
     *,
     acknowledge: bool = True,
+    remember: bool = True,
 ) -> ScriptCall:
-    """Record ``result``, publish ``reply`` (same slot only) and ack, fenced by the lease."""
+    """Record ``result`` (unless not ``remember``), publish ``reply`` (same slot only), ack."""
     stream = delivery.stream
     keys = [stream.key, stream.failures_key(delivery.group), delivery.dedupe_key or stream.key]
     args: list[Arg] = [
@@ -71,7 +94,7 @@ def complete_call(
         delivery.consumer,
         delivery.entry_id,
         config.dedupe_ttl_s,
-        result,
+        result if remember else "",
     ]
     if reply is not None:
         target = Stream.from_key(delivery.envelope.reply_to)

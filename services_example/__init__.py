@@ -1,0 +1,1 @@
+"""A runnable demo system: orders (orchestrator), payments, inventory and shipping."""

@@ -5,7 +5,8 @@
 -- KEYS[4]  reply stream, or KEYS[1] when no reply is published here
 -- KEYS[5]  the reply tag's rs:{tag}:published (dedupe of the reply's publish)
 -- ARGV[1]  group        ARGV[2]  consumer      ARGV[3]  entry id
--- ARGV[4]  dedupe TTL, s                        ARGV[5]  result ('R…') to record
+-- ARGV[4]  dedupe TTL, s                        ARGV[5]  result ('R…') to record, or ''
+--          to record nothing (the in-flight marker is cleared so a retry may run again)
 -- ARGV[6]  reply message id                     ARGV[7]  publish dedupe window, ms
 -- ARGV[8]  1 to acknowledge, 0 to only record (the reply goes to another slot first)
 -- ARGV[9…] reply fields
@@ -22,7 +23,11 @@ if KEYS[3] ~= KEYS[1] then
   if value and string.sub(value, 1, 1) == 'R' and value ~= ARGV[5] then
     return {'duplicate', value}
   end
-  redis.call('SET', KEYS[3], ARGV[5], 'EX', ARGV[4])
+  if ARGV[5] ~= '' then
+    redis.call('SET', KEYS[3], ARGV[5], 'EX', ARGV[4])
+  elseif value then
+    redis.call('DEL', KEYS[3])
+  end
 end
 if KEYS[4] ~= KEYS[1] then
   local t = redis.call('TIME')

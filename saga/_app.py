@@ -1,0 +1,37 @@
+"""An app: the sagas, participants and extra bus handlers one worker process runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from bus import Bus
+from saga._definition import Saga
+from saga._participant import Participant
+from saga._registry import Registry
+
+
+class App:
+    """What ``saga worker --app module:attr`` runs.
+
+    Example::
+
+        app = App("orders-service", sagas=[order_fulfilment], participants=[payments])
+
+    Every definition is validated here, so a wrong one fails when the module is imported.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        sagas: Iterable[Saga[Any]] = (),
+        participants: Iterable[Participant] = (),
+        buses: Iterable[Bus] = (),
+    ) -> None:
+        self.name = name
+        self.registry = Registry(sagas)
+        self.participants = list(participants)
+        self.buses = list(buses)
+        if not (len(self.registry) or self.participants or self.buses):
+            raise ValueError(f"app {name!r} runs nothing: give it sagas, participants or buses")

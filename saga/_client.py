@@ -1,0 +1,145 @@
+"""The client: start sagas, read them, cancel them, list them by status.
+
+Starting is one script call that creates the saga and dispatches its first step; it is
+idempotent by saga id (give an id derived from a business key, and a second start returns
+the existing saga). Reads disturb nothing. Cancel goes through the saga's inbox, so it is
+decided in order with the replies racing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from bus import Clock, Envelope, Publisher, SystemClock, uuid7
+from bus._errors import redis_errors
+from saga._config import EngineConfig
+from saga._decider import start as decide_start
+from saga._definition import Saga
+from saga._errors import InvalidInput, SagaExists, SagaNotFound
+from saga._keys import Partition, partition_of
+from saga._model import SagaState, Started
+from saga._protocol import CANCEL, OperatorRequest
+from saga._registry import Registry
+from saga._states import SagaStatus
+from saga._store import commit_call, commit_result, decode_state
+
+_json = msgspec.json.Encoder()
+
+
+class SagaClient:
+    """Starts and reads the sagas of the definitions in ``registry``."""
+
+    def __init__(
+        self,
+        redis: Any,
+        registry: Registry,
+        *,
+        clock: Clock | None = None,
+        config: EngineConfig | None = None,
+        source: str = "client",
+    ) -> None:
+        self.redis = redis
+        self.registry = registry
+        self.clock = clock or SystemClock()
+        self.config = config or EngineConfig()
+        self.source = source
+        self._publisher = Publisher(redis, source=source, config=self.config.bus)
+
+    async def start(self, definition: Saga[Any], data: object, *, saga_id: str | None = None) -> str:
+        """Start a saga of ``definition`` with ``data``; return its id.
+
+        Invalid data raises :class:`InvalidInput` and stores nothing. With ``saga_id`` the
+        call is idempotent: if that saga exists already its id is returned (and
+        :class:`SagaExists` is raised if it runs another definition).
+        """
+        if saga_id is not None and not saga_id:
+            raise InvalidInput("saga_id must not be empty")
+        encoded = definition.encode_data(data)
+        saga_id = saga_id or uuid7()
+        partition = self._partition(definition.context.name, saga_id)
+        now = self.clock.now_ms()
+        event = Started(id=uuid7(), at_ms=now, data=msgspec.Raw(encoded), by=self.source)
+        decision = decide_start(definition, saga_id, encoded, partition.index, event)
+        call, _ = commit_call(
+            partition,
+            None,
+            decision,
+            event,
+            delivery=None,
+            now_ms=now,
+            timer_now_ms=self.clock.script_now_ms(),
+            retention_s=self.config.retention_s,
+        )
+        result = commit_result(await call.run(self.redis))
+        if result.outcome == "conflict":
+            existing = await self.get(saga_id, context=definition.context.name)
+            if existing.name != definition.name:
+                raise SagaExists(f"saga {saga_id!r} exists and runs {existing.name}@{existing.version}")
+        return saga_id
+
+    async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
+        """The saga's current state (:class:`SagaNotFound` if there is none)."""
+        partition = self._partition(self.registry.context(context).name, saga_id)
+        with redis_errors():
+            raw = await self.redis.hgetall(partition.saga(saga_id))
+        if not raw:
+            raise SagaNotFound(saga_id)
+        return decode_state(saga_id, raw).state
+
+    async def cancel(
+        self, saga_id: str, *, context: str | None = None, reason: str = "", by: str = ""
+    ) -> None:
+        """Ask for the saga to be cancelled; its completed steps are compensated.
+
+        The request is decided in order with the saga's other events; cancelling an ended
+        saga is recorded and changes nothing.
+        """
+        await self.send(
+            saga_id, CANCEL, OperatorRequest(by=by or self.source, reason=reason), context=context
+        )
+
+    async def send(
+        self, saga_id: str, kind: str, request: OperatorRequest, *, context: str | None = None
+    ) -> None:
+        """Put an operator request for ``saga_id`` on its partition's inbox."""
+        state = await self.get(saga_id, context=context)
+        partition = Partition(state.context, state.partition)
+        envelope_id = uuid7()
+        await self._publisher.publish_envelope(
+            partition.inbox,
+            _request_envelope(
+                envelope_id, kind, saga_id, request, source=self.source, now=self.clock.now_ms()
+            ),
+        )
+
+    async def list(
+        self, status: SagaStatus | str, *, context: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """Ids of sagas in ``status``, oldest first, from the per-status indexes (no scan)."""
+        ctx = self.registry.context(context)
+        ids: list[str] = []
+        for index in range(ctx.partitions):
+            key = Partition(ctx.name, index).by_status(SagaStatus(status).value)
+            with redis_errors():
+                members = await self.redis.zrange(key, 0, limit - 1)
+            ids += [m.decode() for m in members]
+        return ids[:limit]
+
+    def _partition(self, context: str, saga_id: str) -> Partition:
+        ctx = self.registry.context(context)
+        return Partition(ctx.name, partition_of(saga_id, ctx.partitions))
+
+
+def _request_envelope(
+    envelope_id: str, kind: str, saga_id: str, request: OperatorRequest, *, source: str, now: int
+) -> Envelope:
+    return Envelope(
+        id=envelope_id,
+        type=kind,
+        payload=_json.encode(request),
+        source=source,
+        correlation_id=saga_id,
+        created_at_ms=now,
+    )

@@ -1,0 +1,467 @@
+"""The decider: (definition, state, event) -> (new state, effects). Pure.
+
+Nothing here touches Redis, a clock or the network: time comes in on the event, ids are
+derived from the saga id, and retry jitter is a hash. The orchestrator, the in-process test
+runner and replay all call :func:`decide` (and :func:`start`), so what a test proves and
+what replay checks is what production runs.
+
+A stale, duplicate or out-of-order event changes nothing: the decision says why it was
+ignored and the history records it. Every status change goes through the lifecycle tables
+(``saga/_states.py``), so an illegal transition raises instead of being applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from bus import derived_id, message_type
+from saga._definition import LOCAL, Command, Retry, Saga, Step, StepContext, invoke
+from saga._errors import DefinitionError
+from saga._model import (
+    Attempt,
+    CancelRequested,
+    CancelTimer,
+    Dispatch,
+    Effect,
+    Event,
+    ForceCompleted,
+    Kind,
+    Note,
+    Outcome,
+    RetryRequested,
+    SagaState,
+    Started,
+    StartTimer,
+    StepReplied,
+    StepState,
+    TimerFired,
+)
+from saga._states import SagaStatus, StepStatus, move_saga, move_step
+
+
+class LocalCall(msgspec.Struct, tag=True, kw_only=True):
+    """The input of a local action attempt: the saga's data and the outputs so far."""
+
+    data: msgspec.Raw
+    outputs: dict[str, msgspec.Raw]
+
+
+@dataclass(slots=True)
+class Decision:
+    """The result of deciding one event."""
+
+    state: SagaState
+    effects: list[Effect] = field(default_factory=list)
+    ignored: str = ""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the state must be written (an ignored event is only recorded)."""
+        return not self.ignored
+
+
+_json = msgspec.json.Encoder()
+_state_decoder = msgspec.json.Decoder(SagaState)
+
+
+def start(definition: Saga[Any], saga_id: str, data: bytes, partition: int, event: Started) -> Decision:
+    """Decide a new saga: record its data and dispatch the first step."""
+    state = SagaState(
+        id=saga_id,
+        name=definition.name,
+        version=definition.version,
+        context=definition.context.name,
+        partition=partition,
+        status=SagaStatus.RUNNING,
+        data=msgspec.Raw(data),
+        steps={s.name: StepState() for s in definition.steps},
+        created_ms=event.at_ms,
+        updated_ms=event.at_ms,
+    )
+    run = _Run(definition, state, event.at_ms)
+    run.advance()
+    return run.decision()
+
+
+def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
+    """Decide ``event`` for a saga in ``state``; ``state`` itself is not modified."""
+    if (definition.name, definition.version) != (state.name, state.version):
+        raise DefinitionError(f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}")
+    run = _Run(definition, _state_decoder.decode(_json.encode(state)), event.at_ms)
+    match event:
+        case StepReplied():
+            run.on_reply(event)
+        case TimerFired():
+            run.on_timer(event)
+        case CancelRequested():
+            run.on_cancel(event)
+        case RetryRequested():
+            run.on_retry(event)
+        case ForceCompleted():
+            run.on_force(event)
+        case Started():
+            run.ignore("the saga has already started")
+    return run.decision()
+
+
+class _Run:
+    """One decision in progress (a mutable working copy of the state)."""
+
+    def __init__(self, definition: Saga[Any], state: SagaState, now_ms: int) -> None:
+        self.definition = definition
+        self.state = state
+        self.now_ms = now_ms
+        self.effects: list[Effect] = []
+        self.ignored = ""
+
+    def decision(self) -> Decision:
+        if not self.ignored:
+            self.state.updated_ms = max(self.state.updated_ms, self.now_ms)
+        return Decision(self.state, self.effects, self.ignored)
+
+    def ignore(self, reason: str) -> None:
+        self.ignored = reason
+
+    # -- events ----------------------------------------------------------------------------
+
+    def on_reply(self, event: StepReplied) -> None:
+        step_state = self.state.steps.get(event.step)
+        if step_state is None:
+            self.ignore(f"no step {event.step!r} in {self.definition.key}")
+            return
+        attempt = step_state.current(event.kind)
+        if attempt is None or attempt.command_id != event.command_id:
+            current = f"attempt {attempt.n}" if attempt else "no attempt"
+            self.ignore(
+                f"late reply to {event.step}/{event.kind} attempt {event.attempt}; current is {current}"
+            )
+            return
+        if attempt.outcome is not None:
+            self.ignore(f"duplicate reply to {event.step}/{event.kind} attempt {event.attempt}")
+            return
+        step = self.definition.step_named(event.step)
+        attempt.ended_ms = event.at_ms
+        attempt.worker = event.worker or None
+        self._cancel_timer(step_state)
+        if event.ok:
+            attempt.outcome = "ok"
+            attempt.output = event.output
+            if event.kind == "do":
+                self._succeeded(step, step_state, event.output)
+            else:
+                step_state.status = move_step(step_state.status, StepStatus.COMPENSATED)
+                self._continue_compensation()
+            return
+        error = event.error or "failed without an error message"
+        policy = self._policy(step, event.kind)
+        permanent = event.permanent or (event.error_type or "") in policy.non_retryable
+        self._failed(step, step_state, attempt, error, "permanent" if permanent else "transient")
+
+    def on_timer(self, event: TimerFired) -> None:
+        step_state = self.state.steps.get(event.step)
+        if step_state is None or step_state.timer != event.timer_id:
+            self.ignore(f"stale timer {event.timer_id}")
+            return
+        step_state.timer = None
+        step = self.definition.step_named(event.step)
+        attempt = step_state.current(event.kind)
+        if attempt is None or attempt.n != event.attempt:
+            self.ignore(f"timer {event.timer_id} is for an attempt that is no longer current")
+            return
+        if event.purpose == "retry":
+            if self.state.cancel is not None and event.kind == "do":
+                step_state.status = move_step(step_state.status, StepStatus.FAILED)
+                self._begin_compensation()
+                return
+            self._dispatch(step, event.kind)
+            return
+        attempt.ended_ms = event.at_ms
+        timeout = self._timeout(step, event.kind)
+        self._failed(step, step_state, attempt, f"no reply within {timeout:g}s", "timeout")
+
+    def on_cancel(self, event: CancelRequested) -> None:
+        status = self.state.status
+        if status.terminal:
+            self.ignore(f"the saga has already ended ({status})")
+            return
+        if self.state.cancel is not None:
+            self.ignore("cancel was already requested")
+            return
+        self.state.cancel = Note(at_ms=event.at_ms, what="cancel requested", by=event.by, reason=event.reason)
+        if status == SagaStatus.COMPENSATING:
+            return  # already undoing; it ends as compensated, the failure came first
+        current = self._current_forward()
+        if status == SagaStatus.DEAD_LETTERED:
+            failed_undo = self._failed_compensation()
+            if failed_undo is not None:
+                self.state.status = move_saga(status, SagaStatus.COMPENSATING)
+                self._dispatch(failed_undo, "undo")
+            else:
+                self._begin_compensation()
+            return
+        if current is None:
+            return
+        step_state = current[1]
+        if step_state.status == StepStatus.RETRYING:
+            self._cancel_timer(step_state)
+            step_state.status = move_step(step_state.status, StepStatus.FAILED)
+            self._begin_compensation()
+        # DISPATCHED: the attempt may take effect; wait for its outcome, then compensate.
+
+    def on_retry(self, event: RetryRequested) -> None:
+        if self.state.status != SagaStatus.DEAD_LETTERED:
+            self.ignore(f"retry applies to dead-lettered sagas, this one is {self.state.status}")
+            return
+        note = Note(at_ms=event.at_ms, what="operator retry", by=event.by, reason=event.reason)
+        self.state.error = note
+        failed_undo = self._failed_compensation()
+        if failed_undo is not None:
+            self.state.status = move_saga(self.state.status, SagaStatus.COMPENSATING)
+            self._dispatch(failed_undo, "undo")
+            return
+        current = self._current_forward()
+        if current is None:
+            self.ignore("no failed step to retry")
+            return
+        self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
+        self._dispatch(current[0], "do")
+
+    def on_force(self, event: ForceCompleted) -> None:
+        step_state = self.state.steps.get(event.step)
+        if step_state is None:
+            self.ignore(f"no step {event.step!r}")
+            return
+        if self.state.status.terminal:
+            self.ignore(f"the saga has already ended ({self.state.status})")
+            return
+        step = self.definition.step_named(event.step)
+        forced = Attempt(
+            n=len(step_state.attempts) + 1,
+            kind="do",
+            command_id=event.id,
+            participant="operator",
+            input_type="ForceCompleted",
+            input=msgspec.Raw(_json.encode({"by": event.by, "reason": event.reason})),
+            dispatched_ms=event.at_ms,
+            ended_ms=event.at_ms,
+            outcome="forced",
+            output=event.output,
+            worker=event.by,
+        )
+        if step_state.status == StepStatus.COMPENSATION_FAILED:
+            forced.kind = "undo"
+            step_state.attempts.append(forced)
+            step_state.status = move_step(step_state.status, StepStatus.COMPENSATED)
+            self.state.status = move_saga(self.state.status, SagaStatus.COMPENSATING)
+            self._continue_compensation()
+            return
+        current = self._current_forward()
+        if current is None or current[0].name != event.step:
+            self.ignore(f"step {event.step!r} is not the step the saga is stuck on")
+            return
+        self._cancel_timer(step_state)
+        for attempt in step_state.attempts:
+            if attempt.outcome is None:
+                attempt.outcome, attempt.ended_ms = "cancelled", event.at_ms
+        if step_state.status in (StepStatus.DISPATCHED, StepStatus.RETRYING):
+            step_state.status = move_step(step_state.status, StepStatus.FAILED)
+        step_state.attempts.append(forced)
+        if self.state.status == SagaStatus.DEAD_LETTERED:
+            self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
+        self._succeeded(step, step_state, event.output)
+
+    # -- the forward path ------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Dispatch the next step, or complete the saga after the last one."""
+        if self.state.cancel is not None:
+            self._begin_compensation()
+            return
+        if self.state.cursor >= len(self.definition.steps):
+            self.state.status = move_saga(self.state.status, SagaStatus.COMPLETED)
+            return
+        step = self.definition.steps[self.state.cursor]
+        step_state = self.state.steps[step.name]
+        step_state.status = move_step(step_state.status, StepStatus.SCHEDULED)
+        self._dispatch(step, "do")
+
+    def _succeeded(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
+        step_state.status = move_step(step_state.status, StepStatus.SUCCEEDED)
+        step_state.output = output
+        self.state.completed.append(step.name)
+        self.state.cursor = step.index + 1
+        self.advance()
+
+    def _failed(
+        self, step: Step[Any, Any], step_state: StepState, attempt: Attempt, error: str, outcome: Outcome
+    ) -> None:
+        attempt.outcome = outcome
+        attempt.error = error
+        kind = attempt.kind
+        policy = self._policy(step, kind)
+        self.state.error = Note(
+            at_ms=self.now_ms, what=f"{kind} attempt {attempt.n} {outcome}", step=step.name, reason=error
+        )
+        cancelling = self.state.cancel is not None and kind == "do"
+        if outcome != "permanent" and attempt.n < policy.attempts and not cancelling:
+            target = StepStatus.RETRYING if kind == "do" else StepStatus.COMPENSATION_RETRYING
+            step_state.status = move_step(step_state.status, target)
+            timer_id = f"{self.state.id}:{step.name}:{kind}:{attempt.n}:retry"
+            step_state.timer = timer_id
+            delay = policy.delay_ms(attempt.n, f"{self.state.id}:{step.name}:{kind}")
+            self.effects.append(
+                StartTimer(
+                    timer_id=timer_id,
+                    delay_ms=delay,
+                    purpose="retry",
+                    step=step.name,
+                    kind=kind,
+                    attempt=attempt.n,
+                )
+            )
+            return
+        if kind == "undo":
+            step_state.status = move_step(step_state.status, StepStatus.COMPENSATION_FAILED)
+            self.state.status = move_saga(self.state.status, SagaStatus.DEAD_LETTERED)
+            return
+        step_state.status = move_step(step_state.status, StepStatus.FAILED)
+        if outcome == "permanent" or cancelling or policy.on_exhausted == "compensate":
+            self._begin_compensation()
+        else:
+            self.state.status = move_saga(self.state.status, SagaStatus.DEAD_LETTERED)
+
+    # -- compensation ----------------------------------------------------------------------
+
+    def _begin_compensation(self) -> None:
+        to_undo = [name for name in self.state.completed if self.definition.step_named(name).compensation]
+        if not to_undo:
+            end = SagaStatus.CANCELLED if self.state.cancel is not None else SagaStatus.FAILED
+            self.state.status = move_saga(self.state.status, end)
+            return
+        self.state.status = move_saga(self.state.status, SagaStatus.COMPENSATING)
+        self._continue_compensation()
+
+    def _continue_compensation(self) -> None:
+        """Undo the latest completed step not yet undone; end when none is left."""
+        for name in reversed(self.state.completed):
+            step = self.definition.step_named(name)
+            if step.compensation is not None and self.state.steps[name].status == StepStatus.SUCCEEDED:
+                self._dispatch(step, "undo")
+                return
+        end = SagaStatus.CANCELLED if self.state.cancel is not None else SagaStatus.COMPENSATED
+        self.state.status = move_saga(self.state.status, end)
+
+    # -- dispatching -----------------------------------------------------------------------
+
+    def _dispatch(self, step: Step[Any, Any], kind: Kind) -> None:
+        step_state = self.state.steps[step.name]
+        n = step_state.count(kind) + 1
+        command_id = derived_id(self.state.id, f"{step.name}:{kind}:{n}")
+        step_state.status = move_step(
+            step_state.status, StepStatus.DISPATCHED if kind == "do" else StepStatus.COMPENSATING
+        )
+        try:
+            participant, type_name, payload = self._build(step, kind, n)
+        except Exception as error:  # noqa: BLE001 - a builder bug fails the step, not the worker
+            attempt = Attempt(
+                n=n,
+                kind=kind,
+                command_id=command_id,
+                participant="?",
+                input_type="?",
+                input=msgspec.Raw(b"null"),
+                dispatched_ms=self.now_ms,
+                ended_ms=self.now_ms,
+            )
+            step_state.attempts.append(attempt)
+            self._failed(
+                step, step_state, attempt, f"builder raised {type(error).__name__}: {error}", "permanent"
+            )
+            return
+        step_state.attempts.append(
+            Attempt(
+                n=n,
+                kind=kind,
+                command_id=command_id,
+                participant=participant,
+                input_type=type_name,
+                input=msgspec.Raw(payload),
+                dispatched_ms=self.now_ms,
+            )
+        )
+        timeout = self._timeout(step, kind)
+        self.effects.append(
+            Dispatch(
+                step=step.name,
+                kind=kind,
+                attempt=n,
+                participant=participant,
+                command_id=command_id,
+                message_type=type_name,
+                payload=msgspec.Raw(payload),
+                timeout_ms=int(timeout * 1000) if timeout else None,
+            )
+        )
+        if timeout:
+            timer_id = f"{self.state.id}:{step.name}:{kind}:{n}:timeout"
+            step_state.timer = timer_id
+            self.effects.append(
+                StartTimer(
+                    timer_id=timer_id,
+                    delay_ms=int(timeout * 1000),
+                    purpose="timeout",
+                    step=step.name,
+                    kind=kind,
+                    attempt=n,
+                )
+            )
+
+    def _build(self, step: Step[Any, Any], kind: Kind, n: int) -> tuple[str, str, bytes]:
+        """Run the step's (or its compensation's) builder: (participant, message type, payload)."""
+        target = step if kind == "do" else step.compensation
+        assert target is not None  # noqa: S101 - undo attempts exist only for compensated steps
+        outputs = self.state.outputs()
+        if target.local:
+            call = LocalCall(data=self.state.data, outputs={k: msgspec.Raw(v) for k, v in outputs.items()})
+            return LOCAL, message_type(LocalCall), _json.encode(call)
+        context = StepContext(self.state.id, step.name, n, outputs)
+        built = invoke(target, self.definition.decode_data(self.state.data), context)
+        if not isinstance(built, Command):
+            raise DefinitionError(
+                f"{step.saga}.{step.name}: the builder returned {type(built).__name__}, not command(...)"
+            )
+        return built.participant, message_type(type(built.message)), _json.encode(built.message)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _policy(self, step: Step[Any, Any], kind: Kind) -> Retry:
+        if kind == "do":
+            return step.retry
+        compensation = step.compensation
+        assert compensation is not None  # noqa: S101 - undo attempts exist only for compensated steps
+        return compensation.retry
+
+    def _timeout(self, step: Step[Any, Any], kind: Kind) -> float | None:
+        if kind == "do":
+            return step.timeout_s
+        return step.compensation.timeout_s if step.compensation else None
+
+    def _cancel_timer(self, step_state: StepState) -> None:
+        if step_state.timer is not None:
+            self.effects.append(CancelTimer(timer_id=step_state.timer))
+            step_state.timer = None
+
+    def _current_forward(self) -> tuple[Step[Any, Any], StepState] | None:
+        if self.state.cursor >= len(self.definition.steps):
+            return None
+        step = self.definition.steps[self.state.cursor]
+        return step, self.state.steps[step.name]
+
+    def _failed_compensation(self) -> Step[Any, Any] | None:
+        for name in self.state.completed:
+            if self.state.steps[name].status == StepStatus.COMPENSATION_FAILED:
+                return self.definition.step_named(name)
+        return None

@@ -1,0 +1,82 @@
+"""Every Redis key the saga engine writes, in one place.
+
+A context's sagas are spread over P partitions; every key of one partition shares the hash
+tag ``{<context>:<partition>}``, so each transition is one single-slot script::
+
+    rs:{orders:0}:saga:<id>          hash: the saga's state (see saga/lua/transition.lua)
+    rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event
+    rs:{orders:0}:inbox              stream: replies, timer firings, operator requests
+    rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions)
+    rs:{orders:0}:timers             zset: timer id -> due time (ms)
+    rs:{orders:0}:timerdata          hash: timer id -> event, timer id + ':c' -> saga id
+    rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status
+    rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only)
+    rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas
+    rs:{orders:0}:dlq                stream: dead letters of every stream in the partition
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from bus import Stream, tagged_key
+
+
+def partition_of(saga_id: str, partitions: int) -> int:
+    """The partition a saga id lives in: ``crc32(saga_id) % partitions``."""
+    return zlib.crc32(saga_id.encode()) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One partition of a context: the hash tag every key of its sagas shares."""
+
+    context: str
+    index: int
+
+    @property
+    def tag(self) -> str:
+        """The hash tag ``<context>:<index>``."""
+        return f"{self.context}:{self.index}"
+
+    def saga(self, saga_id: str) -> str:
+        """The hash holding a saga's state."""
+        return tagged_key(self.tag, "saga", saga_id)
+
+    def history(self, saga_id: str) -> str:
+        """The list holding a saga's history."""
+        return tagged_key(self.tag, "hist", saga_id)
+
+    @property
+    def inbox(self) -> Stream:
+        """The orchestrator's inbox stream for this partition."""
+        return Stream(self.tag, "inbox")
+
+    def commands(self, participant: str) -> Stream:
+        """The stream of commands this partition sends to ``participant``."""
+        return Stream(self.tag, f"cmd:{participant}")
+
+    @property
+    def timers(self) -> str:
+        """The sorted set of pending timers (score: due time in ms)."""
+        return tagged_key(self.tag, "timers")
+
+    @property
+    def timer_data(self) -> str:
+        """The hash of pending timers' events."""
+        return tagged_key(self.tag, "timerdata")
+
+    def by_status(self, status: str) -> str:
+        """The index of sagas in ``status`` (score: when they entered it)."""
+        return tagged_key(self.tag, "idx", status)
+
+    @property
+    def active(self) -> str:
+        """The index of non-terminal sagas by last movement (for ``--stuck-for``)."""
+        return tagged_key(self.tag, "active")
+
+    @property
+    def counts(self) -> str:
+        """Counters of sagas per definition version and status."""
+        return tagged_key(self.tag, "counts")

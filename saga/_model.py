@@ -1,0 +1,215 @@
+"""A saga's recorded state, the events that move it and the effects a decision emits.
+
+All of it is msgspec Structs: the store writes them as JSON, the decider reads and returns
+them, history keeps events and effects verbatim (with every input and output), so replay
+can run the decider again and compare. Schema rules: new fields get defaults; a tag is
+never reused.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from saga._states import SagaStatus, StepStatus
+
+Kind = Literal["do", "undo"]
+NULL = msgspec.Raw(b"null")
+"""JSON ``null`` as a raw value: the default of optional raw fields (msgspec cannot decode
+``Raw | None``)."""
+Outcome = Literal["ok", "transient", "permanent", "timeout", "cancelled", "forced"]
+
+
+class Attempt(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One attempt of a step (``do``) or of its compensation (``undo``)."""
+
+    n: int
+    kind: Kind
+    command_id: str
+    participant: str
+    input_type: str
+    input: msgspec.Raw
+    dispatched_ms: int
+    ended_ms: int | None = None
+    outcome: Outcome | None = None
+    output: msgspec.Raw = NULL
+    error: str | None = None
+    worker: str | None = None
+
+
+class StepState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Where one step is, with every attempt of it and of its compensation."""
+
+    status: StepStatus = StepStatus.PENDING
+    attempts: list[Attempt] = msgspec.field(default_factory=list)
+    output: msgspec.Raw = NULL
+    timer: str | None = None
+
+    def current(self, kind: Kind) -> Attempt | None:
+        """The latest attempt of ``kind``."""
+        for attempt in reversed(self.attempts):
+            if attempt.kind == kind:
+                return attempt
+        return None
+
+    def count(self, kind: Kind) -> int:
+        """How many attempts of ``kind`` were made."""
+        return sum(1 for a in self.attempts if a.kind == kind)
+
+
+class Note(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Why the saga is where it is: the last error, a cancel request, an operator action."""
+
+    at_ms: int
+    what: str
+    by: str = ""
+    reason: str = ""
+    step: str = ""
+
+
+class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Everything the engine knows about one saga.
+
+    ``revision`` is the optimistic-concurrency version: every transition checks it and
+    increments it, so a stale worker's commit is refused.
+    """
+
+    id: str
+    name: str
+    version: int
+    context: str
+    partition: int
+    status: SagaStatus
+    data: msgspec.Raw
+    steps: dict[str, StepState]
+    cursor: int = 0
+    completed: list[str] = msgspec.field(default_factory=list)
+    cancel: Note | None = None
+    error: Note | None = None
+    revision: int = 0
+    created_ms: int = 0
+    updated_ms: int = 0
+
+    def outputs(self) -> dict[str, bytes]:
+        """Raw outputs of the steps that succeeded (even if undone since), by step name."""
+        return {name: bytes(self.steps[name].output) for name in self.completed}
+
+
+# Events: what happened to a saga. ``id`` is the id of the message that carried it.
+
+
+class Started(msgspec.Struct, tag="started", kw_only=True):
+    """The saga was created with its data."""
+
+    id: str
+    at_ms: int
+    data: msgspec.Raw
+    by: str = ""
+
+
+class StepReplied(msgspec.Struct, tag="replied", kw_only=True, omit_defaults=True):
+    """A participant (or a local action) answered one attempt of a step or compensation."""
+
+    id: str
+    at_ms: int
+    step: str
+    kind: Kind
+    attempt: int
+    command_id: str
+    ok: bool
+    output: msgspec.Raw = NULL
+    error: str | None = None
+    error_type: str | None = None
+    permanent: bool = False
+    worker: str = ""
+
+
+class TimerFired(msgspec.Struct, tag="timer", kw_only=True):
+    """A durable timer came due: a retry back-off elapsed or an attempt timed out."""
+
+    id: str
+    at_ms: int
+    timer_id: str
+    purpose: Literal["retry", "timeout"]
+    step: str
+    kind: Kind
+    attempt: int
+
+
+class CancelRequested(msgspec.Struct, tag="cancel", kw_only=True):
+    """Someone asked to cancel the saga (completed steps are compensated)."""
+
+    id: str
+    at_ms: int
+    by: str = ""
+    reason: str = ""
+
+
+class RetryRequested(msgspec.Struct, tag="retry", kw_only=True):
+    """An operator asked to retry the dead-lettered step or compensation now."""
+
+    id: str
+    at_ms: int
+    by: str = ""
+    reason: str = ""
+
+
+class ForceCompleted(msgspec.Struct, tag="force_completed", kw_only=True):
+    """An operator marked a stuck step (or compensation) done with a given output."""
+
+    id: str
+    at_ms: int
+    step: str
+    output: msgspec.Raw
+    by: str
+    reason: str
+
+
+Event = Started | StepReplied | TimerFired | CancelRequested | RetryRequested | ForceCompleted
+
+
+# Effects: what a decision asks the world to do, in the same atomic commit.
+
+
+class Dispatch(msgspec.Struct, tag="dispatch", kw_only=True):
+    """Send an attempt's command to a participant's stream (or the local action stream)."""
+
+    step: str
+    kind: Kind
+    attempt: int
+    participant: str
+    command_id: str
+    message_type: str
+    payload: msgspec.Raw
+    timeout_ms: int | None = None
+
+
+class StartTimer(msgspec.Struct, tag="start_timer", kw_only=True):
+    """Schedule a durable timer ``delay_ms`` from the commit (by the timer clock)."""
+
+    timer_id: str
+    delay_ms: int
+    purpose: Literal["retry", "timeout"]
+    step: str
+    kind: Kind
+    attempt: int
+
+
+class CancelTimer(msgspec.Struct, tag="cancel_timer", kw_only=True):
+    """Remove a timer that is no longer needed."""
+
+    timer_id: str
+
+
+Effect = Dispatch | StartTimer | CancelTimer
+
+
+class HistoryEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One line of a saga's history: the event, what was decided, and the resulting status."""
+
+    event: Event
+    effects: list[Effect] = msgspec.field(default_factory=list)
+    status: SagaStatus
+    revision: int
+    ignored: str = ""

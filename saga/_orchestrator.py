@@ -1,0 +1,166 @@
+"""The orchestrator of one context: turns inbox entries into committed decisions.
+
+For every inbox entry: decode the event, load the saga (from a revision-checked cache or
+Redis), decide, and commit the decision with the transition script, which also
+acknowledges the entry. A commit that loses a race (another worker moved the saga) is
+re-decided on fresh state; one whose lease was taken over is dropped (the new holder decides
+it). Replies that do not match their step's declared output type, entries for unknown
+sagas and malformed entries are dead-lettered by the bus with the reason.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+import structlog
+
+from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, TransientError, message_type
+from saga._config import EngineConfig
+from saga._decider import LocalCall, decide
+from saga._definition import LOCAL, Context, Saga, StepContext, invoke
+from saga._errors import UnknownDefinition
+from saga._keys import Partition
+from saga._model import StepReplied
+from saga._outcome import reply_for
+from saga._protocol import to_event
+from saga._registry import Registry
+from saga._store import Loaded, commit_call, commit_result, decode_state
+
+GROUP = "orchestrator"
+_log = structlog.get_logger("redsaga.saga")
+
+
+class Orchestrator:
+    """Drives the sagas of one context: its inbox consumer and its local-action consumer."""
+
+    def __init__(
+        self, redis: Any, registry: Registry, context: Context, *, clock: Clock, config: EngineConfig
+    ) -> None:
+        self.redis = redis
+        self.registry = registry
+        self.context = context
+        self.clock = clock
+        self.config = config
+        self._cache: OrderedDict[str, Loaded] = OrderedDict()
+
+    @property
+    def partitions(self) -> list[Partition]:
+        """Every partition of the context."""
+        return [Partition(self.context.name, i) for i in range(self.context.partitions)]
+
+    def install(self, bus: Bus) -> None:
+        """Register the inbox and local-action consumers of every partition on ``bus``."""
+        for partition in self.partitions:
+            bus.handler(partition.inbox, None, group=GROUP, idempotent=False)(self.on_inbox)
+            bus.handler(partition.commands(LOCAL), LocalCall, group=LOCAL)(self.on_local)
+
+    async def load(self, partition: Partition, saga_id: str) -> Loaded | None:
+        """The saga as cached, else as stored (``None`` if there is no such saga)."""
+        cached = self._cache.get(saga_id)
+        if cached is not None:
+            self._cache.move_to_end(saga_id)
+            return cached
+        raw = await self.redis.hgetall(partition.saga(saga_id))
+        if not raw:
+            return None
+        return decode_state(saga_id, raw)
+
+    def forget(self, saga_id: str) -> None:
+        """Drop a cached saga (after a lost race)."""
+        self._cache.pop(saga_id, None)
+
+    def _remember(self, loaded: Loaded) -> None:
+        if self.config.cache_size == 0 or loaded.state.status.terminal:
+            self._cache.pop(loaded.state.id, None)
+            return
+        self._cache[loaded.state.id] = loaded
+        self._cache.move_to_end(loaded.state.id)
+        while len(self._cache) > self.config.cache_size:
+            self._cache.popitem(last=False)
+
+    async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
+        """Decide and commit one inbox entry (the commit acknowledges it)."""
+        event = to_event(envelope)
+        saga_id = envelope.correlation_id
+        partition = Partition(self.context.name, int(delivery.stream.tag.rsplit(":", 1)[1]))
+        log = _log.bind(saga_id=saga_id, event=type(event).__name__)
+        for _ in range(self.config.max_conflicts):
+            loaded = await self.load(partition, saga_id)
+            if loaded is None:
+                raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
+            try:
+                definition = self.registry.get(loaded.state.name, loaded.state.version)
+            except UnknownDefinition as error:
+                raise TransientError(f"{error}; a worker serving it must take this entry") from error
+            if isinstance(event, StepReplied):
+                _check_output(definition, event, envelope)
+            decision = decide(definition, loaded.state, event)
+            call, fields = commit_call(
+                partition,
+                loaded,
+                decision,
+                event,
+                delivery=delivery,
+                now_ms=self.clock.now_ms(),
+                timer_now_ms=self.clock.script_now_ms(),
+                retention_s=self.config.retention_s,
+            )
+            result = commit_result(await delivery.call(call))
+            if result.outcome == "ok":
+                decision.state.revision = result.revision
+                self._remember(Loaded(decision.state, fields))
+                delivery.mark_acked()
+                if decision.ignored:
+                    log.info("event recorded and ignored", reason=decision.ignored)
+                else:
+                    log.debug("transition committed", status=decision.state.status, revision=result.revision)
+                return
+            self.forget(saga_id)
+            if result.outcome == "lost":
+                raise LeaseLost(f"inbox entry {delivery.entry_id} was taken over before the commit")
+            log.debug("concurrent update; deciding again", revision=result.revision)
+        raise TransientError(f"saga {saga_id}: {self.config.max_conflicts} concurrent updates in a row")
+
+    async def on_local(self, call: LocalCall, delivery: Delivery) -> Any:
+        """Run a local action (or a local compensation) and reply like a participant."""
+        headers = delivery.envelope.headers
+        name, _, version = headers.get("saga", "").rpartition("@")
+        try:
+            definition = self.registry.get(name, int(version))
+            step = definition.step_named(headers.get("step", ""))
+        except (UnknownDefinition, KeyError, ValueError) as error:
+            raise TransientError(f"cannot run local action: {error}") from error
+        target = step if headers.get("kind") == "do" else step.compensation
+        if target is None:
+            raise PermanentError(f"{definition.key}.{step.name} has no local compensation")
+        context = StepContext(
+            delivery.envelope.correlation_id,
+            step.name,
+            delivery.envelope.attempt,
+            {k: bytes(v) for k, v in call.outputs.items()},
+        )
+        data = definition.decode_data(call.data)
+        return await reply_for(invoke(target, data, context), wrap=True)
+
+
+def _check_output(definition: Saga[Any], event: StepReplied, envelope: Envelope) -> None:
+    """Dead-letter a success reply whose type or payload does not match the step's output type."""
+    if not event.ok or event.kind != "do":
+        return
+    try:
+        step = definition.step_named(event.step)
+    except KeyError:
+        return  # the decider records it as ignored
+    if step.local or step.output_type is None:
+        return
+    expected = message_type(step.output_type)
+    if envelope.type != expected:
+        raise PermanentError(f"{definition.key}.{step.name} expects a {expected} reply, got {envelope.type}")
+    try:
+        msgspec.json.decode(bytes(event.output), type=step.output_type)
+    except msgspec.ValidationError as error:
+        raise PermanentError(
+            f"{definition.key}.{step.name}: reply is not a valid {expected}: {error}"
+        ) from error

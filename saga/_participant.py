@@ -1,0 +1,113 @@
+"""Participants: services that receive a saga's commands and reply.
+
+A participant declares typed handlers; it consumes the ``cmd:<name>`` stream of every
+partition of the contexts it serves, with the bus's leases, dead letters and idempotent
+consumption (a redelivered command, or a retry with the same idempotency key, gets the first
+result without running the handler again). Its reply goes back to the partition's inbox in
+the same script that acknowledges the command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from bus import Bus, Delivery, Envelope
+from saga._definition import Context
+from saga._errors import DefinitionError
+from saga._keys import Partition
+from saga._outcome import reply_for
+
+M = TypeVar("M")
+R = TypeVar("R")
+CommandHandler = Callable[[Any, "CommandContext"], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    """What a participant's handler knows about the command it handles."""
+
+    saga_id: str
+    step: str
+    kind: str
+    attempt: int
+    idempotency_key: str
+    delivery: Delivery
+
+    @property
+    def envelope(self) -> Envelope:
+        """The command's envelope (headers carry trace context)."""
+        return self.delivery.envelope
+
+    async def heartbeat(self) -> None:
+        """Extend the lease on this command (only needed by handlers that block the loop)."""
+        await self.delivery.heartbeat()
+
+
+@dataclass(frozen=True, slots=True)
+class _Handler(Generic[M]):
+    message: type[M]
+    function: CommandHandler
+
+
+class Participant:
+    """A service's command handlers for the contexts it serves.
+
+    Example::
+
+        payments = Participant("payments", serves=["orders"])
+
+        @payments.handles(ChargeCard)
+        async def charge(command: ChargeCard, ctx: CommandContext) -> CardCharged:
+            ...  # raise PermanentError("card declined") to fail the step for good
+    """
+
+    def __init__(self, name: str, *, serves: Iterable[str | Context]) -> None:
+        self.name = name
+        self.serves = [c if isinstance(c, Context) else Context(c) for c in serves]
+        if not self.serves:
+            raise DefinitionError(f"participant {name!r} serves no context")
+        self._handlers: list[_Handler[Any]] = []
+
+    def handles(
+        self, message: type[M]
+    ) -> Callable[[Callable[[M, CommandContext], Awaitable[R]]], Callable[[M, CommandContext], Awaitable[R]]]:
+        """Register the handler of ``message`` commands: ``async def fn(command, ctx) -> output``."""
+
+        def register(
+            function: Callable[[M, CommandContext], Awaitable[R]],
+        ) -> Callable[[M, CommandContext], Awaitable[R]]:
+            if any(h.message is message for h in self._handlers):
+                raise DefinitionError(f"participant {self.name!r} already handles {message.__name__}")
+            self._handlers.append(_Handler(message, function))
+            return function
+
+        return register
+
+    def install(self, bus: Bus) -> None:
+        """Register this participant's handlers on ``bus`` for every partition it serves."""
+        if not self._handlers:
+            raise DefinitionError(f"participant {self.name!r} handles no command")
+        for context in self.serves:
+            for index in range(context.partitions):
+                stream = Partition(context.name, index).commands(self.name)
+                for handler in self._handlers:
+                    bus.handler(stream, handler.message, group=self.name)(_adapt(handler.function))
+
+
+def _adapt(function: CommandHandler) -> Callable[[Any, Delivery], Awaitable[Any]]:
+    async def handle(message: Any, delivery: Delivery) -> Any:
+        envelope = delivery.envelope
+        context = CommandContext(
+            saga_id=envelope.correlation_id,
+            step=envelope.headers.get("step", ""),
+            kind=envelope.headers.get("kind", ""),
+            attempt=envelope.attempt,
+            idempotency_key=envelope.idempotency_key,
+            delivery=delivery,
+        )
+        return await reply_for(function(message, context), wrap=False)
+
+    handle.__qualname__ = getattr(function, "__qualname__", "handler")
+    return handle

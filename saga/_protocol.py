@@ -1,0 +1,134 @@
+"""What travels on a partition's inbox, and how an inbox entry becomes a decider event.
+
+Replies are the participant's output message itself (its type is the step's ``reply``
+type), or :class:`StepFailed`; a reply is matched to its attempt by the command id it names
+as its cause and by the ``step``/``kind`` headers the command carried. Timer firings and
+operator requests are the engine's own message types.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from bus import Envelope, MalformedEntry
+from saga._model import (
+    NULL,
+    CancelRequested,
+    Event,
+    ForceCompleted,
+    Kind,
+    RetryRequested,
+    StepReplied,
+    TimerFired,
+)
+from saga._store import TimerTemplate
+
+
+class StepFailed(msgspec.Struct, tag="StepFailed", kw_only=True):
+    """A participant's (or an action's) failure reply."""
+
+    error: str
+    error_type: str = ""
+    permanent: bool = False
+
+
+class StepSucceeded(msgspec.Struct, tag="StepSucceeded", kw_only=True):
+    """A success reply that carries its output wrapped (actions, and ``None`` outputs)."""
+
+    output: msgspec.Raw = NULL
+
+
+class OperatorRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The payload of cancel, retry and force-complete requests sent to the inbox."""
+
+    by: str = ""
+    reason: str = ""
+    step: str = ""
+    output: msgspec.Raw = NULL
+
+
+CANCEL: Final = "CancelRequested"
+RETRY: Final = "RetryRequested"
+FORCE: Final = "ForceCompleted"
+TIMER: Final = "TimerFired"
+FAILED: Final = "StepFailed"
+SUCCEEDED: Final = "StepSucceeded"
+
+_timer = msgspec.json.Decoder(TimerTemplate)
+_operator = msgspec.json.Decoder(OperatorRequest)
+_failed = msgspec.json.Decoder(StepFailed)
+_succeeded = msgspec.json.Decoder(StepSucceeded)
+
+
+def to_event(envelope: Envelope) -> Event:
+    """Turn an inbox envelope into a decider event; :class:`MalformedEntry` says why not."""
+    try:
+        return _decode(envelope)
+    except (msgspec.DecodeError, ValueError) as error:
+        raise MalformedEntry(f"inbox entry of type {envelope.type!r} is invalid: {error}") from error
+
+
+def _decode(envelope: Envelope) -> Event:
+    at = envelope.created_at_ms
+    if envelope.type == TIMER:
+        t = _timer.decode(envelope.payload)
+        return TimerFired(
+            id=envelope.id,
+            at_ms=at,
+            timer_id=t.timer_id,
+            purpose=t.purpose,
+            step=t.step,
+            kind=t.kind,
+            attempt=t.attempt,
+        )
+    if envelope.type in (CANCEL, RETRY, FORCE):
+        request = _operator.decode(envelope.payload)
+        if envelope.type == CANCEL:
+            return CancelRequested(id=envelope.id, at_ms=at, by=request.by, reason=request.reason)
+        if envelope.type == RETRY:
+            return RetryRequested(id=envelope.id, at_ms=at, by=request.by, reason=request.reason)
+        if not request.step or not request.reason:
+            raise ValueError("force-complete needs a step and a reason")
+        return ForceCompleted(
+            id=envelope.id,
+            at_ms=at,
+            step=request.step,
+            output=request.output,
+            by=request.by,
+            reason=request.reason,
+        )
+    step, kind = envelope.headers.get("step"), envelope.headers.get("kind")
+    if not step or kind not in ("do", "undo") or not envelope.causation_id:
+        raise ValueError(f"a reply needs step and kind headers and a causation id (type {envelope.type!r})")
+    command_id = envelope.causation_id
+    worker = envelope.headers.get("replied-by", envelope.source)
+    step_kind: Kind = "do" if kind == "do" else "undo"
+    if envelope.type == FAILED:
+        failure = _failed.decode(envelope.payload)
+        return StepReplied(
+            id=envelope.id,
+            at_ms=at,
+            step=step,
+            kind=step_kind,
+            attempt=envelope.attempt,
+            command_id=command_id,
+            worker=worker,
+            ok=False,
+            error=failure.error,
+            error_type=failure.error_type or None,
+            permanent=failure.permanent,
+        )
+    output = _succeeded.decode(envelope.payload).output if envelope.type == SUCCEEDED else envelope.payload
+    return StepReplied(
+        id=envelope.id,
+        at_ms=at,
+        step=step,
+        kind=step_kind,
+        attempt=envelope.attempt,
+        command_id=command_id,
+        worker=worker,
+        ok=True,
+        output=msgspec.Raw(bytes(output)),
+    )

@@ -1,0 +1,245 @@
+"""The Redis store of sagas: the hash layout, loading, and the one-script commit.
+
+A saga hash holds small fields so that a transition rewrites only what changed::
+
+    rev      the revision (optimistic concurrency; written by the script only)
+    status   lifecycle status            name, version   the definition it runs
+    created  creation time (ms)          updated         last change (ms)
+    data     the start data (JSON)       meta            cursor, completed steps, notes
+    s:<step> one step's state with every attempt (JSON)
+
+Every change goes through ``saga/lua/transition.lua`` (documented at its top): revision
+check, lease check on the inbox entry, state, history, indexes, timers, commands and ack,
+in one atomic script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import msgspec
+
+from bus import Delivery, Envelope, Script, ScriptCall
+from saga._decider import Decision
+from saga._keys import Partition
+from saga._model import (
+    CancelTimer,
+    Dispatch,
+    Event,
+    HistoryEntry,
+    Note,
+    SagaState,
+    StartTimer,
+    StepState,
+)
+from saga._states import SagaStatus
+
+TRANSITION: Final = Script.load("saga", "transition")
+FIRE_TIMERS: Final = Script.load("saga", "fire_timers")
+STEP_PREFIX: Final = "s:"
+
+_json = msgspec.json.Encoder()
+_step_decoder = msgspec.json.Decoder(StepState)
+
+
+class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    context: str
+    partition: int
+    cursor: int = 0
+    completed: list[str] = msgspec.field(default_factory=list)
+    cancel: Note | None = None
+    error: Note | None = None
+
+
+_meta_decoder = msgspec.json.Decoder(_Meta)
+
+
+class TimerTemplate(msgspec.Struct, kw_only=True):
+    """A timer's event as stored: a :class:`~saga._model.TimerFired` minus id and time."""
+
+    timer_id: str
+    purpose: Literal["retry", "timeout"]
+    step: str
+    kind: Literal["do", "undo"]
+    attempt: int
+
+
+@dataclass(slots=True)
+class Loaded:
+    """A saga as read from Redis: the decoded state and the raw fields it came from."""
+
+    state: SagaState
+    fields: dict[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What the transition script said."""
+
+    outcome: Literal["ok", "conflict", "lost"]
+    revision: int = 0
+
+
+def encode_state(state: SagaState) -> dict[str, bytes]:
+    """Encode a state as hash fields (``rev`` excepted: the script owns it)."""
+    fields = {
+        "status": state.status.value.encode(),
+        "name": state.name.encode(),
+        "version": str(state.version).encode(),
+        "created": str(state.created_ms).encode(),
+        "updated": str(state.updated_ms).encode(),
+        "data": bytes(state.data),
+        "meta": _json.encode(
+            _Meta(
+                context=state.context,
+                partition=state.partition,
+                cursor=state.cursor,
+                completed=state.completed,
+                cancel=state.cancel,
+                error=state.error,
+            )
+        ),
+    }
+    for name, step in state.steps.items():
+        fields[STEP_PREFIX + name] = _json.encode(step)
+    return fields
+
+
+def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
+    """Decode ``HGETALL`` output into a state (raises ``msgspec.DecodeError`` if corrupt)."""
+    fields = {key.decode(): value for key, value in raw.items()}
+    meta = _meta_decoder.decode(fields["meta"])
+    steps = {
+        key[len(STEP_PREFIX) :]: _step_decoder.decode(value)
+        for key, value in fields.items()
+        if key.startswith(STEP_PREFIX)
+    }
+    state = SagaState(
+        id=saga_id,
+        name=fields["name"].decode(),
+        version=int(fields["version"]),
+        context=meta.context,
+        partition=meta.partition,
+        status=SagaStatus(fields["status"].decode()),
+        data=msgspec.Raw(fields["data"]),
+        steps=steps,
+        cursor=meta.cursor,
+        completed=meta.completed,
+        cancel=meta.cancel,
+        error=meta.error,
+        revision=int(fields.get("rev", b"0")),
+        created_ms=int(fields["created"]),
+        updated_ms=int(fields["updated"]),
+    )
+    fields.pop("rev", None)
+    return Loaded(state, fields)
+
+
+def command_envelope(
+    state: SagaState, dispatch: Dispatch, partition: Partition, *, cause: str, now_ms: int
+) -> Envelope:
+    """The envelope of a dispatched command: keyed for dedupe, addressed back to the inbox."""
+    return Envelope(
+        id=dispatch.command_id,
+        type=dispatch.message_type,
+        payload=bytes(dispatch.payload),
+        source=state.context,
+        correlation_id=state.id,
+        causation_id=cause,
+        idempotency_key=f"{state.id}:{dispatch.step}:{dispatch.kind}",
+        reply_to=partition.inbox.key,
+        created_at_ms=now_ms,
+        attempt=dispatch.attempt,
+        headers={
+            "saga": f"{state.name}@{state.version}",
+            "step": dispatch.step,
+            "kind": dispatch.kind,
+        },
+    )
+
+
+def commit_call(
+    partition: Partition,
+    before: Loaded | None,
+    decision: Decision,
+    event: Event,
+    *,
+    delivery: Delivery | None,
+    now_ms: int,
+    timer_now_ms: int,
+    retention_s: int,
+) -> tuple[ScriptCall, dict[str, bytes]]:
+    """Build the transition script call for ``decision``; also return the new hash fields."""
+    state = decision.state
+    old_status = before.state.status.value if before else ""
+    new_fields = encode_state(state) if decision.changed else (before.fields if before else {})
+    old_fields = before.fields if before else {}
+    changed = [(k, v) for k, v in new_fields.items() if old_fields.get(k) != v] if decision.changed else []
+    revision = (before.state.revision if before else 0) + (1 if changed else 0)
+    entry = HistoryEntry(
+        event=event,
+        effects=decision.effects,
+        status=state.status,
+        revision=revision,
+        ignored=decision.ignored,
+    )
+    keys = [
+        partition.saga(state.id),
+        partition.history(state.id),
+        partition.inbox.key,
+        partition.timers,
+        partition.timer_data,
+        partition.counts,
+        partition.active,
+        partition.by_status(old_status or state.status.value),
+        partition.by_status(state.status.value),
+    ]
+    args: list[Any] = [
+        before.state.revision if before else 0,
+        timer_now_ms,
+        delivery.group if delivery else "",
+        delivery.consumer if delivery else "",
+        delivery.entry_id if delivery else "",
+        old_status,
+        state.status.value,
+        f"{state.name}@{state.version}",
+        retention_s,
+        int(state.status.terminal),
+        _json.encode(entry),
+        len(changed),
+    ]
+    for field_name, field_value in changed:
+        args += [field_name, field_value]
+    starts = [e for e in decision.effects if isinstance(e, StartTimer)]
+    args.append(len(starts))
+    for timer in starts:
+        template = TimerTemplate(
+            timer_id=timer.timer_id,
+            purpose=timer.purpose,
+            step=timer.step,
+            kind=timer.kind,
+            attempt=timer.attempt,
+        )
+        args += [timer.timer_id, timer.delay_ms, state.id, _json.encode(template)]
+    cancels = [e.timer_id for e in decision.effects if isinstance(e, CancelTimer)]
+    args += [len(cancels), *cancels]
+    dispatches = [e for e in decision.effects if isinstance(e, Dispatch)]
+    args.append(len(dispatches))
+    cause = getattr(event, "id", "")
+    for dispatch in dispatches:
+        keys.append(partition.commands(dispatch.participant).key)
+        envelope_fields = command_envelope(state, dispatch, partition, cause=cause, now_ms=now_ms).to_fields()
+        args.append(len(envelope_fields))
+        for field_name, value in envelope_fields.items():
+            args += [field_name, value]
+    return TRANSITION.call(keys, args), new_fields
+
+
+def commit_result(reply: Any) -> CommitResult:
+    """Decode the transition script's reply."""
+    outcome = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    if outcome == "lost":
+        return CommitResult("lost")
+    return CommitResult("ok" if outcome == "ok" else "conflict", int(reply[1]))

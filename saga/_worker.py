@@ -1,0 +1,82 @@
+"""The saga worker: one process running an app's orchestrators, timers and participants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from bus import Bus, Clock, SystemClock, Worker
+from saga._app import App
+from saga._config import EngineConfig
+from saga._orchestrator import Orchestrator
+from saga._timers import fire_due, run_scheduler
+
+
+class SagaWorker:
+    """Runs everything an :class:`App` declares on one bus worker, plus the timer scheduler.
+
+    Bounded concurrency, leases, dead letters, graceful shutdown and reconnects come from
+    the bus worker; :meth:`stop` stops both.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        app: App,
+        *,
+        config: EngineConfig | None = None,
+        clock: Clock | None = None,
+        consumer: str | None = None,
+    ) -> None:
+        self.app = app
+        self.config = config or EngineConfig()
+        self.clock = clock or SystemClock()
+        self.redis = redis
+        self.orchestrators = [
+            Orchestrator(redis, app.registry, context, clock=self.clock, config=self.config)
+            for context in app.registry.contexts.values()
+        ]
+        bus = Bus(app.name)
+        for orchestrator in self.orchestrators:
+            orchestrator.install(bus)
+        for participant in app.participants:
+            participant.install(bus)
+        self.bus_worker = Worker(
+            redis, bus, *app.buses, config=self.config.bus, clock=self.clock, consumer=consumer
+        )
+        self._stopping = anyio.Event()
+
+    @property
+    def partitions(self) -> list[Any]:
+        """Every partition whose sagas this worker orchestrates."""
+        return [p for o in self.orchestrators for p in o.partitions]
+
+    @property
+    def started(self) -> anyio.Event:
+        """Set once the bus worker reads."""
+        return self.bus_worker.started
+
+    def stop(self) -> None:
+        """Stop gracefully: in-flight handlers finish, the rest stays pending for others."""
+        self._stopping.set()
+        self.bus_worker.stop()
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`."""
+        async with anyio.create_task_group() as tg:
+            if self.orchestrators:
+                tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
+            await self.bus_worker.run()
+            tg.cancel_scope.cancel()
+
+    async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
+        """Handle everything due now (entries and timers), then return: for tests and demos."""
+        for _ in range(max_rounds):
+            fired = 0
+            for partition in self.partitions:
+                fired += await fire_due(self.redis, partition, self.clock, self.config.timer_batch)
+            await self.bus_worker.run_until_idle()
+            if not fired:
+                return
+        raise RuntimeError(f"still busy after {max_rounds} rounds")

@@ -1,0 +1,24 @@
+-- Move due timers into the partition's inbox, atomically: read due, XADD, remove.
+--
+-- KEYS[1] timers zset    KEYS[2] timer data hash    KEYS[3] inbox stream
+-- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
+--
+-- One script per batch, so two schedulers never fire the same timer; the saga side ignores
+-- a timer that is no longer current (by timer id). Returns the number fired.
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, timer_id in ipairs(due) do
+  local data = redis.call('HGET', KEYS[2], timer_id)
+  local saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c')
+  if data then
+    redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
+      'corr', saga_id or '', 'data', data)
+  end
+  redis.call('ZREM', KEYS[1], timer_id)
+  redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')
+end
+return #due

@@ -1,0 +1,105 @@
+-- Apply one decision to one saga, atomically: check the revision, write the state, append
+-- the history, update the indexes, schedule and cancel timers, send the commands, and
+-- acknowledge the inbox entry that carried the event. Nothing is written unless every
+-- check passes (Lua does not roll back), so a repeat of this call changes nothing.
+--
+-- KEYS[1] saga hash         KEYS[2] history list    KEYS[3] inbox stream
+-- KEYS[4] timers zset       KEYS[5] timer data      KEYS[6] counts hash
+-- KEYS[7] active index      KEYS[8] old status idx  KEYS[9] new status idx
+-- KEYS[10…] one command stream per command, in ARGV order
+--
+-- ARGV[1] expected revision (0: the saga must not exist)
+-- ARGV[2] now in ms, or -1 for the Redis clock (timers are due at now + delay)
+-- ARGV[3] inbox group ('' when the event did not come from the inbox)
+-- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
+-- ARGV[6] old status ('' for a new saga)   ARGV[7] new status
+-- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
+-- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (JSON)
+-- then: n, n × (field, value)              the saga hash fields that changed
+-- then: n, n × (timer id, delay ms, saga id, event JSON)   timers to start
+-- then: n, n × timer id                    timers to cancel
+-- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
+--
+-- Returns {'ok', revision}, {'conflict', current revision}, or {'lost'} when the inbox
+-- entry is no longer held by this consumer (its lease moved on: the decision is dropped).
+local saga, history, inbox = KEYS[1], KEYS[2], KEYS[3]
+local expected = tonumber(ARGV[1])
+local current = tonumber(redis.call('HGET', saga, 'rev') or '0')
+if current ~= expected then
+  return {'conflict', current}
+end
+local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
+if group ~= '' then
+  local p = redis.call('XPENDING', inbox, group, entry, entry, 1)
+  if not (p[1] and p[1][2] == consumer) then
+    return {'lost'}
+  end
+end
+
+local now = tonumber(ARGV[2])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local old_status, new_status, definition = ARGV[6], ARGV[7], ARGV[8]
+local ttl, terminal = tonumber(ARGV[9]), ARGV[10] == '1'
+
+local i = 12
+local nfields = tonumber(ARGV[i])
+local revision = current
+if nfields > 0 then
+  revision = current + 1
+  local fields = {'rev', revision}
+  for f = 1, nfields * 2 do
+    fields[#fields + 1] = ARGV[i + f]
+  end
+  redis.call('HSET', saga, unpack(fields))
+end
+i = i + nfields * 2 + 1
+redis.call('RPUSH', history, ARGV[11])
+
+local id = string.match(saga, ':saga:(.*)$')
+if old_status ~= new_status then
+  if old_status ~= '' then
+    redis.call('ZREM', KEYS[8], id)
+    redis.call('HINCRBY', KEYS[6], definition .. '|' .. old_status, -1)
+  end
+  redis.call('ZADD', KEYS[9], now, id)
+  redis.call('HINCRBY', KEYS[6], definition .. '|' .. new_status, 1)
+end
+if terminal then
+  redis.call('ZREM', KEYS[7], id)
+  if ttl > 0 then
+    redis.call('EXPIRE', saga, ttl)
+    redis.call('EXPIRE', history, ttl)
+  end
+elseif nfields > 0 then
+  redis.call('ZADD', KEYS[7], now, id)
+end
+
+local nstart = tonumber(ARGV[i])
+for t = 1, nstart do
+  local base = i + (t - 1) * 4
+  local timer_id = ARGV[base + 1]
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[base + 2]), timer_id)
+  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 4], timer_id .. ':c', ARGV[base + 3])
+end
+i = i + nstart * 4 + 1
+local ncancel = tonumber(ARGV[i])
+for t = 1, ncancel do
+  redis.call('ZREM', KEYS[4], ARGV[i + t])
+  redis.call('HDEL', KEYS[5], ARGV[i + t], ARGV[i + t] .. ':c')
+end
+i = i + ncancel + 1
+local ncommands = tonumber(ARGV[i])
+i = i + 1
+for c = 1, ncommands do
+  local k = tonumber(ARGV[i])
+  redis.call('XADD', KEYS[9 + c], '*', unpack(ARGV, i + 1, i + k * 2))
+  i = i + k * 2 + 1
+end
+
+if group ~= '' then
+  redis.call('XACK', inbox, group, entry)
+end
+return {'ok', revision}
