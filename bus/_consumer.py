@@ -63,6 +63,7 @@ class Runtime:
     slots: Slots
     completer: Completer
     publisher: Publisher
+    read_share: int = 1
     rng: random.Random = field(default_factory=random.Random)
 
 
@@ -97,7 +98,7 @@ class GroupConsumer:
 
     async def read(self, handlers: TaskGroup, block_ms: int | None) -> int:
         """Read new entries (as many as there are free slots) and start handling them."""
-        wanted = await self.rt.slots.reserve(self.rt.config.read_batch)
+        wanted = await self.rt.slots.reserve(self.rt.read_share)
         try:
             with redis_errors():
                 reply: Any = await self.rt.redis.xreadgroup(
@@ -119,7 +120,7 @@ class GroupConsumer:
         """Take over entries whose lease expired (XAUTOCLAIM) and handle them."""
         cursor, total = "0-0", 0
         while True:
-            wanted = await self.rt.slots.reserve(self.rt.config.read_batch)
+            wanted = await self.rt.slots.reserve(self.rt.read_share)
             try:
                 with redis_errors():
                     cursor_raw, claimed, deleted = await self.rt.redis.xautoclaim(

@@ -73,6 +73,11 @@ class Worker:
             publisher=Publisher(redis, source=apps[0].name, config=config),
         )
         self.consumers = [GroupConsumer(self.runtime, s) for app in apps for s in app.subscriptions]
+        # A reader holds the slots it reserved while its read blocks, so each reader takes at
+        # most a fair share: one idle stream must not starve the others of slots.
+        self.runtime.read_share = max(
+            1, min(config.read_batch, config.concurrency // max(1, len(self.consumers)))
+        )
         self.started = anyio.Event()
         self._stopping = anyio.Event()
         self._log = _log.bind(consumer=self.runtime.consumer)

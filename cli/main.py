@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import typer
 
+from cli import _run
+
 app = typer.Typer(
     name="saga",
     help="redsaga: durable sagas on Redis Streams. Every command takes --redis-url "
-    "(env REDSAGA_REDIS_URL) and --json.",
+    "(env REDSAGA_REDIS_URL) and --json where it prints data.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command()(_run.worker)
+app.command()(_run.demo)
 
 
 def main() -> None:

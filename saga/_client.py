@@ -127,6 +127,18 @@ class SagaClient:
             ids += [m.decode() for m in members]
         return ids[:limit]
 
+    async def counts(self, *, context: str | None = None) -> dict[tuple[str, str], int]:
+        """Number of sagas per (``name@version``, status), summed over the partitions."""
+        ctx = self.registry.context(context)
+        totals: dict[tuple[str, str], int] = {}
+        for index in range(ctx.partitions):
+            with redis_errors():
+                raw = await self.redis.hgetall(Partition(ctx.name, index).counts)
+            for key, value in raw.items():
+                definition, _, status = key.decode().rpartition("|")
+                totals[(definition, status)] = totals.get((definition, status), 0) + int(value)
+        return totals
+
     def _partition(self, context: str, saga_id: str) -> Partition:
         ctx = self.registry.context(context)
         return Partition(ctx.name, partition_of(saga_id, ctx.partitions))

@@ -452,3 +452,26 @@ async def test_graceful_stop_finishes_in_flight_work(redis: bus.Redis) -> None:
         gate.set()
     assert sorted(effects) == [f"o{i}" for i in range(5)]
     assert await pending(redis, COMMANDS, "payments") == []
+
+
+async def test_an_idle_stream_does_not_starve_a_busy_one_of_slots(redis: bus.Redis) -> None:
+    handled = anyio.Event()
+    app = Bus("svc")
+
+    @app.handler(Stream.named("idle"), Charge)
+    async def never(command: Charge) -> None:
+        raise AssertionError("nothing is published on the idle stream")
+
+    @app.handler(COMMANDS, Charge)
+    async def busy(command: Charge) -> None:
+        handled.set()
+
+    # one slot per reader at most: the idle reader's blocking read must not hold them all
+    worker = Worker(redis, app, config=BusConfig(concurrency=4, block_ms=60_000))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.started.wait()
+        await publish_charge(redis, "o1")
+        with anyio.fail_after(10):
+            await handled.wait()
+        tg.cancel_scope.cancel()

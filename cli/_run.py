@@ -1,0 +1,102 @@
+"""``saga worker`` and ``saga demo``."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING, Annotated
+
+import anyio
+import typer
+
+import bus
+from cli._common import Json, RedisUrl, emit_json, emit_table, run
+from cli._load import load_object
+from cli._logging import configure
+from saga import App, EngineConfig, SagaWorker
+
+if TYPE_CHECKING:
+    from services_example.demo import DemoReport
+
+
+def worker(
+    app_ref: Annotated[str, typer.Option("--app", help="The App to run, as module:attribute.")],
+    redis_url: RedisUrl = None,
+    concurrency: Annotated[int, typer.Option(help="Handler slots (entries handled at once).")] = 64,
+    lease_ms: Annotated[
+        int, typer.Option(help="Lease on an entry; a silent worker loses it after this.")
+    ] = 30_000,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    console_logs: Annotated[bool, typer.Option(help="Readable logs instead of JSON lines.")] = False,
+) -> None:
+    """Run the orchestrators, timers and participant handlers an App declares.
+
+    Stops gracefully on SIGTERM or SIGINT: reading stops, in-flight handlers finish, the
+    rest stays pending for another worker.
+    """
+    configure(json_logs=not console_logs, level=log_level)
+    app = load_object(app_ref)
+    if not isinstance(app, App):
+        raise typer.BadParameter(f"{app_ref} is a {type(app).__name__}, not a saga.App", param_hint="--app")
+    config = EngineConfig(bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms))
+
+    async def main() -> None:
+        redis = bus.connect(redis_url)
+        saga_worker = SagaWorker(redis, app, config=config)
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        saga_worker.stop()
+                        return
+
+            tg.start_soon(on_signal)
+            await saga_worker.run()
+            tg.cancel_scope.cancel()
+        await redis.aclose()
+
+    run(main)
+
+
+def demo(
+    redis_url: RedisUrl = None,
+    orders: Annotated[int, typer.Option(min=1, max=100_000, help="How many orders to run.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the order generator (same seed, same orders).")] = 7,
+    json_output: Json = False,
+) -> None:
+    """Run the example order-fulfilment system with injected failures and print the outcomes.
+
+    Uses an embedded in-memory Redis unless --redis-url (or REDSAGA_REDIS_URL) is given.
+    """
+    configure(json_logs=True, level="error")
+    from services_example.demo import run_demo  # noqa: PLC0415 - the example loads only for the demo
+
+    def show(counts: dict[str, int]) -> None:
+        if not json_output:
+            line = "  ".join(f"{status} {n}" for status, n in sorted(counts.items()) if n)
+            typer.echo(f"\r{line}".ljust(80), nl=False, err=True)
+
+    async def main() -> DemoReport:
+        redis = bus.connect(redis_url)
+        try:
+            return await run_demo(redis, orders=orders, seed=seed, progress=show)
+        finally:
+            await redis.aclose()
+
+    report = run(main)
+    if json_output:
+        emit_json(report)
+        return
+    typer.echo("", err=True)
+    where = (
+        "embedded in-memory Redis" if not (redis_url or bus.resolve_url(None) != bus.MEMORY_URL) else "Redis"
+    )
+    typer.echo(f"{report.orders} orders in {report.seconds}s on {where}")
+    emit_table(
+        ["outcome", "sagas", "retries", "p50 ms", "p99 ms"],
+        [[o.status, o.sagas, o.retries, o.p50_ms, o.p99_ms] for o in report.outcomes],
+    )
+    typer.echo(f"ledger balanced: {report.ledger_balanced}   stock released: {report.stock_released}")
+    if report.unfinished:
+        typer.secho(f"{report.unfinished} sagas did not finish in time", fg=typer.colors.RED)
+        raise typer.Exit(1)
