@@ -6,16 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import structlog
 
 from bus._backoff import Backoff
 from bus._client import Redis
 from bus._clock import Clock
 from bus._errors import BusError, RedisUnavailable
+from bus._log import get_logger
 from bus._scripts import ScriptCall, run_batch
 
 Callback = Callable[[Any], None]
-_log = structlog.get_logger("redsaga.bus")
+_log = get_logger("redsaga.bus")
 
 
 class Completer:

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 from anyio.abc import TaskGroup
 
 from bus._app import Route, Subscription
@@ -26,6 +25,7 @@ from bus._envelope import Envelope, Fields, decode_fields
 from bus._errors import BusError, GroupExists, MalformedEntry, PayloadTooLarge, PermanentError, redis_errors
 from bus._ids import derived_id
 from bus._keys import Stream
+from bus._log import get_logger
 from bus._lua import PUBLISH
 from bus._outcomes import (
     RESULT_PREFIX,
@@ -45,7 +45,7 @@ from bus._publisher import Publisher, publish_call
 from bus._scripts import ScriptCall
 from bus._slots import Slots
 
-_log = structlog.get_logger("redsaga.bus")
+_log = get_logger("redsaga.bus")
 _PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge)
 Entry = tuple[str, Fields | None, int]
 """(entry id, fields or ``None`` if deleted, delivery count)."""

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import structlog
-
 from bus._app import Subscription
 from bus._client import Redis
 from bus._config import BusConfig
 from bus._errors import redis_errors
+from bus._log import get_logger
 from bus._lua import DELETE_CONSUMER, TRIM
 
-_log = structlog.get_logger("redsaga.bus")
+_log = get_logger("redsaga.bus")
 
 
 async def trim_stream(redis: Redis, stream_key: str, retention_ms: int) -> int:

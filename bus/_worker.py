@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import anyio
-import structlog
 from anyio.abc import TaskGroup
 
 from bus._app import Bus
@@ -35,11 +34,12 @@ from bus._completer import Completer
 from bus._config import BusConfig
 from bus._consumer import GroupConsumer, Runtime
 from bus._errors import BusError, GroupMissing
+from bus._log import get_logger
 from bus._maintenance import run_maintenance
 from bus._publisher import Publisher
 from bus._slots import Slots
 
-_log = structlog.get_logger("redsaga.bus")
+_log = get_logger("redsaga.bus")
 
 
 def default_consumer_name() -> str:

@@ -7,17 +7,20 @@ stderr and exit code 1; nothing is printed as a traceback.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import anyio
 import msgspec
 import typer
 
 import bus
+from saga import SagaError
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 RedisUrl = Annotated[
     str | None,
@@ -35,13 +38,27 @@ class CommandError(Exception):
     """A failure to report as one line and exit code 1 (bad input, unknown id, …)."""
 
 
+KNOWN_ERRORS: tuple[type[Exception], ...] = (CommandError, bus.BusError, SagaError, ValueError, KeyError)
+
+
 def run(job: Callable[[], Awaitable[T]]) -> T:
-    """Run an async job; known errors exit with code 1 and a one-line message."""
-    try:
-        return anyio.run(job)
-    except (CommandError, bus.BusError, ValueError) as error:
-        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from error
+    """Run an async job (errors are reported by :func:`reporting_errors`)."""
+    return anyio.run(job)
+
+
+def reporting_errors(command: Callable[P, None]) -> Callable[P, None]:
+    """Wrap a command so known errors print one line on stderr and exit with code 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        except KNOWN_ERRORS as error:
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error
+            typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(1) from error
+
+    return wrapper
 
 
 def emit_json(value: Any) -> None:

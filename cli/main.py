@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from cli import _run
+from cli import _graph, _run
+from cli._common import reporting_errors
 
 app = typer.Typer(
     name="saga",
@@ -14,8 +15,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command()(_run.worker)
-app.command()(_run.demo)
+for command in (_run.worker, _run.demo, _graph.graph):
+    app.command()(reporting_errors(command))
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from typing import Any
 
 import msgspec
-import structlog
 
 from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, TransientError, message_type
+from bus._log import get_logger
 from saga._config import EngineConfig
 from saga._decider import LocalCall, decide
 from saga._definition import LOCAL, Context, Saga, StepContext, invoke
@@ -29,7 +29,7 @@ from saga._registry import Registry
 from saga._store import Loaded, commit_call, commit_result, decode_state
 
 GROUP = "orchestrator"
-_log = structlog.get_logger("redsaga.saga")
+_log = get_logger("redsaga.saga")
 
 
 class Orchestrator:
@@ -160,7 +160,7 @@ def _check_output(definition: Saga[Any], event: StepReplied, envelope: Envelope)
         raise PermanentError(f"{definition.key}.{step.name} expects a {expected} reply, got {envelope.type}")
     try:
         msgspec.json.decode(bytes(event.output), type=step.output_type)
-    except msgspec.ValidationError as error:
+    except msgspec.DecodeError as error:  # ValidationError included
         raise PermanentError(
             f"{definition.key}.{step.name}: reply is not a valid {expected}: {error}"
         ) from error

@@ -9,12 +9,12 @@ from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
-import structlog
 
 from bus import PermanentError, Reply
+from bus._log import get_logger
 from saga._protocol import StepFailed, StepSucceeded
 
-_log = structlog.get_logger("redsaga.saga")
+_log = get_logger("redsaga.saga")
 _json = msgspec.json.Encoder()
 
 

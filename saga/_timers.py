@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from bus import Backoff, BusError, Clock
+from bus._log import get_logger
 from saga._config import EngineConfig
 from saga._keys import Partition
 from saga._store import FIRE_TIMERS
 
-_log = structlog.get_logger("redsaga.saga")
+_log = get_logger("redsaga.saga")
 
 
 async def fire_due(redis: Any, partition: Partition, clock: Clock, batch: int) -> int:

@@ -99,3 +99,13 @@ def pg_dsn() -> Iterator[str]:
     parsed = urlparse(PG_DSN)
     require_server("PostgreSQL", parsed.hostname or "127.0.0.1", parsed.port or 5432)
     yield PG_DSN
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """CLI commands configure structlog for the process; undo it so no test logs into
+    another test's captured (and by then closed) stream."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()

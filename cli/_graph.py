@@ -1,0 +1,28 @@
+"""``saga graph``: a definition's steps and compensations, or the lifecycles, as diagrams."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+
+from cli._load import load_object
+from saga import Saga
+from saga._graph import definition_graph, lifecycle_graph
+
+
+def graph(
+    target: Annotated[
+        str,
+        typer.Argument(help="A saga definition as module:attribute, or 'lifecycle' / 'step-lifecycle'."),
+    ],
+    fmt: Annotated[Literal["mermaid", "dot"], typer.Option("--format", help="mermaid or dot.")] = "mermaid",
+) -> None:
+    """Print a saga definition (steps, compensations, failure path) or a lifecycle as a diagram."""
+    if target in ("lifecycle", "step-lifecycle"):
+        typer.echo(lifecycle_graph("saga" if target == "lifecycle" else "step", fmt))
+        return
+    definition = load_object(target)
+    if not isinstance(definition, Saga):
+        raise typer.BadParameter(f"{target} is a {type(definition).__name__}, not a Saga")
+    typer.echo(definition_graph(definition, fmt))

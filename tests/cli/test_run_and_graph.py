@@ -1,0 +1,75 @@
+"""``saga demo`` and ``saga graph`` end to end (typer's runner and a real subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import msgspec
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+runner = CliRunner()
+
+
+def test_demo_on_embedded_redis_ends_every_saga_and_balances_the_books() -> None:
+    result = runner.invoke(
+        app, ["demo", "--orders", "40", "--seed", "3", "--json"], env={"REDSAGA_REDIS_URL": ""}
+    )
+    assert result.exit_code == 0, result.output
+    report = msgspec.json.decode(result.stdout)
+    assert report["unfinished"] == 0
+    assert report["ledger_balanced"] is True
+    assert report["stock_released"] is True
+    outcomes = {o["status"]: o["sagas"] for o in report["outcomes"]}
+    assert sum(outcomes.values()) == 40
+    assert set(outcomes) == {"completed", "compensated"}
+
+
+@pytest.mark.redis
+def test_demo_on_real_redis_as_a_subprocess(real_redis_url: str) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "cli", "demo", "--orders", "30", "--redis-url", real_redis_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "30 orders in" in completed.stdout
+    assert "ledger balanced: True" in completed.stdout
+
+
+def test_graph_prints_the_definition_as_mermaid_and_dot() -> None:
+    mermaid = runner.invoke(app, ["graph", "services_example.orders:order_fulfilment"])
+    assert mermaid.exit_code == 0
+    assert "reserve_stock -.->|compensate| undo_reserve_stock" in mermaid.stdout
+    assert "undo_charge_payment -.->|then| undo_reserve_stock" in mermaid.stdout
+    dot = runner.invoke(app, ["graph", "services_example.orders:order_fulfilment", "--format", "dot"])
+    assert dot.stdout.startswith('digraph "order_fulfilment@1"')
+
+
+def test_graph_of_the_lifecycle_lists_every_transition() -> None:
+    from saga import SAGA_TRANSITIONS
+
+    result = runner.invoke(app, ["graph", "lifecycle"])
+    edges = sum(len(t) for t in SAGA_TRANSITIONS.values())
+    assert result.stdout.count("-->") == edges + 1 + sum(1 for t in SAGA_TRANSITIONS.values() if not t)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["graph", "nope:x"], "cannot import 'nope'"),
+        (["graph", "services_example.orders"], "is not 'module:attribute'"),
+        (["graph", "services_example.orders:missing"], "has no attribute 'missing'"),
+        (["worker", "--app", "nope:x"], "cannot import 'nope'"),
+    ],
+)
+def test_bad_references_are_one_line_errors(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.output

@@ -1,0 +1,238 @@
+"""The saga runtime on Redis (fakeredis and real): commits, fencing, bad input."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+import bus
+from bus import FakeClock
+from saga import (
+    EngineConfig,
+    InvalidInput,
+    SagaClient,
+    SagaStatus,
+    SagaWorker,
+    StepReplied,
+    decide,
+)
+from saga._keys import Partition
+from saga._store import commit_call, commit_result, decode_state
+from services_example.all import app
+from services_example.contracts import Line, Order
+from services_example.orders import order_fulfilment
+from tests.helpers import dead_letters, pending
+
+pytestmark = pytest.mark.anyio
+ORDER = Order(id="o1", customer="c1", lines=[Line(sku="s", quantity=1)], total_cents=100)
+PARTITION = Partition("orders", 0)
+CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
+
+
+async def stored(redis: bus.Redis, saga_id: str) -> dict[bytes, bytes]:
+    return await redis.hgetall(PARTITION.saga(saga_id))
+
+
+async def test_start_is_idempotent_by_saga_id(redis: bus.Redis) -> None:
+    client = SagaClient(redis, app.registry)
+    first = await client.start(order_fulfilment, ORDER, saga_id="order-o1")
+    again = await client.start(order_fulfilment, ORDER, saga_id="order-o1")
+    assert first == again == "order-o1"
+    assert await redis.xlen(PARTITION.commands("inventory").key) == 1
+    assert (await client.get("order-o1")).revision == 1
+
+
+async def test_start_with_invalid_data_stores_nothing(redis: bus.Redis) -> None:
+    client = SagaClient(redis, app.registry)
+    with pytest.raises(InvalidInput, match="not a valid Order"):
+        await client.start(order_fulfilment, {"id": "o1"}, saga_id="bad")
+    with pytest.raises(InvalidInput, match="not a valid Order"):
+        await client.start(order_fulfilment, ORDER.__class__, saga_id="bad")
+    assert await redis.keys("*") == []
+
+
+async def test_a_stale_decision_cannot_commit(redis: bus.Redis) -> None:
+    """A worker that decided on an old revision is refused; nothing it decided is written."""
+    client = SagaClient(redis, app.registry)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    stale = decode_state("s1", await stored(redis, "s1"))
+    attempt = stale.state.steps["reserve_stock"].attempts[0]
+    reply = StepReplied(
+        id="r1",
+        at_ms=1,
+        step="reserve_stock",
+        kind="do",
+        attempt=1,
+        command_id=attempt.command_id,
+        ok=True,
+        output=msgspec.Raw(b'{"type":"StockReserved","reservation_id":"r"}'),
+    )
+    decision = decide(order_fulfilment, stale.state, reply)
+    call, _ = commit_call(
+        PARTITION, stale, decision, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
+    )
+    assert commit_result(await call.run(redis)).outcome == "ok"
+    commands_before = await redis.xlen(PARTITION.commands("payments").key)
+
+    # a second worker still holding the old state decides the same reply again
+    decision_again = decide(order_fulfilment, stale.state, reply)
+    call, _ = commit_call(
+        PARTITION, stale, decision_again, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
+    )
+    result = commit_result(await call.run(redis))
+    assert result.outcome == "conflict"
+    assert result.revision == 2
+    assert await redis.xlen(PARTITION.commands("payments").key) == commands_before
+
+
+async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis) -> None:
+    client = SagaClient(redis, app.registry)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    loaded = decode_state("s1", await stored(redis, "s1"))
+    await redis.xgroup_create(PARTITION.inbox.key, "orchestrator", id="0", mkstream=True)
+    await client.cancel("s1", reason="test")
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "old", {PARTITION.inbox.key: ">"})
+    await redis.xclaim(PARTITION.inbox.key, "orchestrator", "new", 0, [entry_id])  # lease moved on
+    envelope = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
+    from saga._protocol import to_event
+
+    event = to_event(envelope)
+    delivery = bus.Delivery(
+        envelope=envelope,
+        stream=PARTITION.inbox,
+        group="orchestrator",
+        entry_id=entry_id.decode(),
+        deliveries=1,
+        consumer="old",
+    )
+    decision = decide(order_fulfilment, loaded.state, event)
+    call, _ = commit_call(
+        PARTITION, loaded, decision, event, delivery=delivery, now_ms=1, timer_now_ms=-1, retention_s=0
+    )
+    assert commit_result(await call.run(redis)).outcome == "lost"
+    assert (await client.get("s1")).revision == 1  # nothing written
+    assert (await pending(redis, PARTITION.inbox, "orchestrator"))[0]["consumer"] == "new"
+
+
+async def worker_and_client(redis: bus.Redis) -> tuple[SagaWorker, SagaClient, FakeClock]:
+    clock = FakeClock()
+    return (
+        SagaWorker(redis, app, config=CONFIG, clock=clock),
+        SagaClient(redis, app.registry, clock=clock),
+        clock,
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply_type", "payload", "reason"),
+    [
+        ("Refund", b"{}", "expects a StockReserved reply, got Refund"),
+        ("StockReserved", b'{"reservation_id": 5}', "reply is not a valid StockReserved"),
+        ("StockReserved", b"not json", "reply is not a valid StockReserved"),
+    ],
+)
+async def test_a_bad_reply_is_dead_lettered_and_the_saga_keeps_waiting(
+    redis: bus.Redis, reply_type: str, payload: bytes, reason: str
+) -> None:
+    worker, client, _ = await worker_and_client(redis)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    state = await client.get("s1")
+    attempt = state.steps["reserve_stock"].attempts[0]
+    await worker.bus_worker.setup()
+    await redis.xadd(
+        PARTITION.inbox.key,
+        {
+            "id": "bad-1",
+            "type": reply_type,
+            "at": "1",
+            "v": "1",
+            "data": payload,
+            "corr": "s1",
+            "cause": attempt.command_id,
+            "n": "1",
+            "hdr": '{"step":"reserve_stock","kind":"do"}',
+        },
+    )
+    for fields in await redis.xrange(PARTITION.commands("inventory").key):  # keep the participant out of it
+        await redis.xdel(PARTITION.commands("inventory").key, fields[0])
+    await worker.run_until_idle()
+
+    [letter] = await dead_letters(redis, PARTITION.inbox)
+    assert reason in letter["reason"]
+    assert letter["correlation_id"] == "s1"
+    after = await client.get("s1")
+    assert after.status == SagaStatus.RUNNING
+    assert after.revision == state.revision
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {
+            "id": "x",
+            "type": "StockReserved",
+            "at": "1",
+            "v": "1",
+            "data": "{}",
+            "corr": "nobody",
+            "cause": "c",
+            "hdr": '{"step":"reserve_stock","kind":"do"}',
+        },
+        {"id": "x", "type": "StockReserved", "at": "1", "v": "1", "data": "{}", "corr": "s1"},
+        {"id": "x", "type": "TimerFired", "at": "1", "v": "1", "data": '{"timer_id": 1}', "corr": "s1"},
+        {"garbage": "1"},
+    ],
+    ids=["unknown-saga", "reply-without-headers", "bad-timer", "not-an-envelope"],
+)
+async def test_malformed_inbox_entries_are_dead_lettered(redis: bus.Redis, fields: dict[str, str]) -> None:
+    worker, client, _ = await worker_and_client(redis)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    await worker.bus_worker.setup()
+    await redis.xadd(PARTITION.inbox.key, fields)  # type: ignore[arg-type]
+    await worker.run_until_idle()
+    letters = await dead_letters(redis, PARTITION.inbox)
+    assert len(letters) == 1
+    assert (await client.get("s1")).status == SagaStatus.COMPLETED  # the saga was not disturbed
+
+
+async def test_reply_for_an_unknown_step_is_recorded_and_ignored(redis: bus.Redis) -> None:
+    worker, client, _ = await worker_and_client(redis)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    await worker.bus_worker.setup()
+    await redis.xadd(
+        PARTITION.inbox.key,
+        {
+            "id": "x",
+            "type": "Whatever",
+            "at": "1",
+            "v": "1",
+            "data": "{}",
+            "corr": "s1",
+            "cause": "c",
+            "hdr": '{"step":"no_such_step","kind":"do"}',
+        },
+    )
+    await worker.run_until_idle()
+    history = await redis.lrange(PARTITION.history("s1"), 0, -1)
+    assert any(b"no step 'no_such_step'" in h for h in history)
+    assert (await client.get("s1")).status == SagaStatus.COMPLETED
+
+
+async def test_timeouts_retry_and_a_late_reply_changes_nothing(redis: bus.Redis) -> None:
+    worker, client, clock = await worker_and_client(redis)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    inventory = PARTITION.commands("inventory")
+    [(first_id, _)] = await redis.xrange(inventory.key)
+    await redis.xdel(inventory.key, first_id)  # the participant never sees attempt 1
+    await worker.run_until_idle()
+    assert (await client.get("s1")).steps["reserve_stock"].status == "dispatched"
+
+    clock.advance(31)  # past the 30 s step timeout
+    await worker.run_until_idle()  # timeout -> retry timer
+    clock.advance(1)
+    await worker.run_until_idle()  # attempt 2 -> the rest of the saga
+    state = await client.get("s1")
+    assert state.status == SagaStatus.COMPLETED
+    attempts = state.steps["reserve_stock"].attempts
+    assert [(a.n, a.outcome) for a in attempts] == [(1, "timeout"), (2, "ok")]
+    assert "no reply within 30s" in (attempts[0].error or "")
