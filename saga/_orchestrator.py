@@ -11,6 +11,7 @@ sagas and malformed entries are dead-lettered by the bus with the reason.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -22,7 +23,7 @@ from saga._decider import LocalCall, decide
 from saga._definition import LOCAL, Context, Saga, StepContext, invoke
 from saga._errors import UnknownDefinition
 from saga._keys import Partition
-from saga._model import StepReplied
+from saga._model import SagaState, StepReplied
 from saga._outcome import reply_for
 from saga._protocol import to_event
 from saga._registry import Registry
@@ -33,7 +34,11 @@ _log = get_logger("redsaga.saga")
 
 
 class Orchestrator:
-    """Drives the sagas of one context: its inbox consumer and its local-action consumer."""
+    """Drives the sagas of one context: its inbox consumer and its local-action consumer.
+
+    ``observers`` are called with the new state after every committed transition (metrics,
+    benchmarks, tests); they must be quick and must not raise.
+    """
 
     def __init__(
         self, redis: Any, registry: Registry, context: Context, *, clock: Clock, config: EngineConfig
@@ -43,6 +48,7 @@ class Orchestrator:
         self.context = context
         self.clock = clock
         self.config = config
+        self.observers: list[Callable[[SagaState], None]] = []
         self._cache: OrderedDict[str, Loaded] = OrderedDict()
 
     @property
@@ -112,6 +118,8 @@ class Orchestrator:
                 decision.state.revision = result.revision
                 self._remember(Loaded(decision.state, fields))
                 delivery.mark_acked()
+                for observer in self.observers:
+                    observer(decision.state)
                 if decision.ignored:
                     log.info("event recorded and ignored", reason=decision.ignored)
                 else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -9,6 +10,7 @@ import anyio
 from bus import Bus, Clock, SystemClock, Worker
 from saga._app import App
 from saga._config import EngineConfig
+from saga._model import SagaState
 from saga._orchestrator import Orchestrator
 from saga._timers import fire_due, run_scheduler
 
@@ -46,6 +48,11 @@ class SagaWorker:
             redis, bus, *app.buses, config=self.config.bus, clock=self.clock, consumer=consumer
         )
         self._stopping = anyio.Event()
+
+    def observe(self, observer: Callable[[SagaState], None]) -> None:
+        """Call ``observer`` with the new state after every committed transition."""
+        for orchestrator in self.orchestrators:
+            orchestrator.observers.append(observer)
 
     @property
     def partitions(self) -> list[Any]:

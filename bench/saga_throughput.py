@@ -1,0 +1,362 @@
+"""Sagas per second through the 3-step demo saga, next to a hand-written floor.
+
+    python bench/saga_throughput.py [--redis-url redis://127.0.0.1:6379/5] [--sagas 2000]
+
+Prints one JSON object per line. Shapes: ``burst`` (N started at once), ``inflight100``
+(100 kept in flight), ``serial`` (one at a time); in one process, and split over two
+(orchestrator + client here, participants in a child process). Each shape runs redsaga and
+then the floor (lines named ``….floor``): the same 3-step saga written by hand on redis-py
+asyncio with consumer groups, COUNT 100 batched reads, and one EVALSHA per step, pipelined
+per batch. Compare ratios, not absolute numbers: the machine is shared and noisy.
+
+Fields: ``rate_per_s`` (sagas/s), ``p50_ms``/``p99_ms`` (start -> completed, seen by the
+orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes), ``cmds_per_saga``
+(top-level Redis commands sent per saga, counted in the client), ``bytes_per_saga`` (Redis
+memory per completed saga, retention off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+from redis.asyncio.connection import Connection
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bus
+from bus._connection import FastConnection
+from saga import App, EngineConfig, SagaClient, SagaState, SagaWorker
+from services_example.contracts import Line, Order
+from services_example.inventory import inventory
+from services_example.orders import order_fulfilment
+from services_example.payments import payments
+from services_example.shipping import shipping
+
+# -- counting top-level commands in the client ---------------------------------------------
+
+COMMANDS = [0]
+_pack_command = FastConnection.pack_command
+_pack_commands = Connection.pack_commands
+
+
+def _count_one(self, *args):  # type: ignore[no-untyped-def]
+    COMMANDS[0] += 1
+    return _pack_command(self, *args)
+
+
+def _count_many(self, commands):  # type: ignore[no-untyped-def]
+    commands = list(commands)
+    COMMANDS[0] += len(commands)
+    return _pack_commands(self, commands)
+
+
+FastConnection.pack_command = _count_one  # type: ignore[method-assign]
+Connection.pack_commands = _count_many  # type: ignore[method-assign]
+
+CONFIG = EngineConfig(retention_s=0, bus=bus.BusConfig(concurrency=256, read_batch=100))
+ORCHESTRATOR_APP = App("bench-orders", sagas=[order_fulfilment])
+PARTICIPANTS_APP = App("bench-participants", participants=[inventory, payments, shipping])
+ALL_APP = App("bench-all", sagas=[order_fulfilment], participants=[inventory, payments, shipping])
+
+
+def order(n: int) -> Order:
+    return Order(id=f"b{n}", customer="c", lines=[Line(sku="s", quantity=1)], total_cents=100)
+
+
+# -- shapes ---------------------------------------------------------------------------------
+
+
+class Tracker:
+    """Start times and completion times per saga id; wakes waiters on completion."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.latencies: list[float] = []
+        self.waiters: dict[str, anyio.Event] = {}
+
+    def begin(self, saga_id: str) -> anyio.Event:
+        self.started[saga_id] = time.perf_counter()
+        event = self.waiters[saga_id] = anyio.Event()
+        return event
+
+    def done(self, saga_id: str) -> None:
+        began = self.started.pop(saga_id, None)
+        if began is not None:
+            self.latencies.append((time.perf_counter() - began) * 1000)
+            self.waiters.pop(saga_id).set()
+
+
+Start = Callable[[int], Awaitable[anyio.Event]]
+
+
+async def drive(shape: str, count: int, start: Start) -> None:
+    if shape == "serial":
+        for n in range(count):
+            await (await start(n)).wait()
+        return
+    width = count if shape == "burst" else 100
+    limiter = anyio.CapacityLimiter(width)
+
+    async def one(n: int) -> None:
+        async with limiter:
+            await (await start(n)).wait()
+
+    async with anyio.create_task_group() as tg:
+        for n in range(count):
+            tg.start_soon(one, n)
+
+
+# -- redsaga --------------------------------------------------------------------------------
+
+
+async def run_redsaga(url: str, shape: str, count: int, procs: int, tag: str) -> dict[str, object]:
+    redis = bus.connect(url)
+    await redis.flushdb()
+    tracker = Tracker()
+    worker = SagaWorker(redis, ALL_APP if procs == 1 else ORCHESTRATOR_APP, config=CONFIG)
+
+    def observe(state: SagaState) -> None:
+        if state.status.terminal:
+            tracker.done(state.id)
+
+    worker.observe(observe)
+    client = SagaClient(redis, ORCHESTRATOR_APP.registry, config=CONFIG)
+
+    async def start(n: int) -> anyio.Event:
+        event = tracker.begin(f"{tag}{n}")
+        await client.start(order_fulfilment, order(n), saga_id=f"{tag}{n}")
+        return event
+
+    child = spawn_child(url, "redsaga") if procs == 2 else None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.started.wait()
+        if child is not None:
+            await wait_for_ready(child)
+        result = await measure(redis, shape, count, start, tracker)
+        worker.stop()
+    return finish(result, child, redis_memory=await used_memory(redis), count=count)
+
+
+# -- the floor ------------------------------------------------------------------------------
+
+FLOOR_START = """
+redis.call('HSET', KEYS[1], 'step', 1, 'status', 'running')
+return redis.call('XADD', KEYS[2], '*', 'saga', ARGV[1], 'step', 1)
+"""
+FLOOR_REPLY = """
+redis.call('XADD', KEYS[2], '*', 'saga', ARGV[2], 'step', ARGV[3], 'ok', 1)
+return redis.call('XACK', KEYS[1], 'p', ARGV[1])
+"""
+FLOOR_TRANSITION = """
+local step = tonumber(redis.call('HGET', KEYS[1], 'step'))
+if step ~= tonumber(ARGV[3]) then
+  redis.call('XACK', KEYS[2], 'o', ARGV[1])
+  return 0
+end
+if step == 3 then
+  redis.call('HSET', KEYS[1], 'step', 4, 'status', 'completed')
+else
+  redis.call('HSET', KEYS[1], 'step', step + 1)
+  redis.call('XADD', KEYS[3], '*', 'saga', ARGV[2], 'step', step + 1)
+end
+redis.call('XACK', KEYS[2], 'o', ARGV[1])
+return step
+"""
+FLOOR_STEPS = ("inventory", "payments", "shipping")
+
+
+def floor_key(*parts: str) -> str:
+    return "floor:{p}:" + ":".join(parts)
+
+
+async def floor_participant(redis: bus.Redis, name: str, next_stream: str) -> None:
+    reply = redis.register_script(FLOOR_REPLY)
+    stream = floor_key("cmd", name)
+    while True:
+        batch = await redis.xreadgroup("p", "c", {stream: ">"}, count=100, block=1000)
+        if not batch:
+            continue
+        async with redis.pipeline(transaction=False) as pipe:
+            for entry_id, fields in batch[0][1]:
+                await reply(
+                    keys=[stream, next_stream], args=[entry_id, fields[b"saga"], fields[b"step"]], client=pipe
+                )
+            await pipe.execute()
+
+
+async def floor_orchestrator(redis: bus.Redis, on_done: Callable[[str], None]) -> None:
+    transition = redis.register_script(FLOOR_TRANSITION)
+    inbox = floor_key("inbox")
+    while True:
+        batch = await redis.xreadgroup("o", "c", {inbox: ">"}, count=100, block=1000)
+        if not batch:
+            continue
+        entries = batch[0][1]
+        async with redis.pipeline(transaction=False) as pipe:
+            for entry_id, fields in entries:
+                saga, step = fields[b"saga"].decode(), int(fields[b"step"])
+                following = floor_key("cmd", FLOOR_STEPS[step]) if step < 3 else inbox
+                await transition(
+                    keys=[floor_key("saga", saga), inbox, following], args=[entry_id, saga, step], client=pipe
+                )
+            results = await pipe.execute()
+        for (_, fields), step in zip(entries, results, strict=True):
+            if step == 3:
+                on_done(fields[b"saga"].decode())
+
+
+async def floor_groups(redis: bus.Redis) -> None:
+    await redis.xgroup_create(floor_key("inbox"), "o", id="0", mkstream=True)
+    for name in FLOOR_STEPS:
+        await redis.xgroup_create(floor_key("cmd", name), "p", id="0", mkstream=True)
+
+
+async def floor_participants(redis: bus.Redis, tg: anyio.abc.TaskGroup) -> None:
+    for name in FLOOR_STEPS:
+        tg.start_soon(floor_participant, redis, name, floor_key("inbox"))
+
+
+async def run_floor(url: str, shape: str, count: int, procs: int, tag: str) -> dict[str, object]:
+    redis = bus.connect(url)
+    await redis.flushdb()
+    await floor_groups(redis)
+    tracker = Tracker()
+    start_script = redis.register_script(FLOOR_START)
+
+    async def start(n: int) -> anyio.Event:
+        saga = f"{tag}{n}"
+        event = tracker.begin(saga)
+        await start_script(keys=[floor_key("saga", saga), floor_key("cmd", "inventory")], args=[saga])
+        return event
+
+    child = spawn_child(url, "floor") if procs == 2 else None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(floor_orchestrator, redis, tracker.done)
+        if child is None:
+            await floor_participants(redis, tg)
+        else:
+            await wait_for_ready(child)
+        result = await measure(redis, shape, count, start, tracker)
+        tg.cancel_scope.cancel()
+    return finish(result, child, redis_memory=await used_memory(redis), count=count)
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+async def measure(
+    redis: bus.Redis, shape: str, count: int, start: Start, tracker: Tracker
+) -> dict[str, object]:
+    memory_before = await used_memory(redis)
+    COMMANDS[0] = 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    await drive(shape, count, start)
+    wall = time.perf_counter() - wall
+    cpu = time.process_time() - cpu
+    latencies = sorted(tracker.latencies)
+    return {
+        "rate_per_s": round(count / wall, 1),
+        "p50_ms": round(statistics.median(latencies), 3),
+        "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
+        "cpu_s": cpu,
+        "commands": COMMANDS[0],
+        "memory_before": memory_before,
+        "sagas": count,
+    }
+
+
+def finish(
+    result: dict[str, object], child: subprocess.Popen[str] | None, *, redis_memory: int, count: int
+) -> dict[str, object]:
+    cpu = float(result.pop("cpu_s"))  # type: ignore[arg-type]
+    commands = int(result.pop("commands"))  # type: ignore[call-overload]
+    if child is not None:
+        child.terminate()
+        out, _ = child.communicate(timeout=30)
+        stats = json.loads(out.strip().splitlines()[-1])
+        commands += stats["commands"]
+        cpu += stats["cpu_s"]
+    result["cpu_us_per_unit"] = round(cpu / count * 1e6, 1)
+    result["cmds_per_saga"] = round(commands / count, 2)
+    result["bytes_per_saga"] = round((redis_memory - int(result.pop("memory_before"))) / count)  # type: ignore[call-overload]
+    return result
+
+
+async def used_memory(redis: bus.Redis) -> int:
+    return int((await redis.info("memory"))["used_memory"])
+
+
+def spawn_child(url: str, kind: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--child", kind, "--redis-url", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+async def wait_for_ready(child: subprocess.Popen[str]) -> None:
+    assert child.stdout is not None
+    line = await anyio.to_thread.run_sync(child.stdout.readline)
+    assert line.strip() == "ready", line
+
+
+async def child_main(kind: str, url: str) -> None:
+    """Participants in their own process; prints 'ready', then its counts on SIGTERM."""
+    redis = bus.connect(url)
+    COMMANDS[0] = 0
+    cpu = time.process_time()
+    async with anyio.create_task_group() as tg:
+        if kind == "redsaga":
+            worker = SagaWorker(redis, PARTICIPANTS_APP, config=CONFIG)
+            tg.start_soon(worker.run)
+            await worker.started.wait()
+        else:
+            await floor_participants(redis, tg)
+        print("ready", flush=True)
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+        tg.cancel_scope.cancel()
+    print(json.dumps({"commands": COMMANDS[0], "cpu_s": time.process_time() - cpu}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("REDSAGA_BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+    )
+    parser.add_argument("--sagas", type=int, default=2000)
+    parser.add_argument("--serial", type=int, default=300, help="sagas in the one-at-a-time shape")
+    parser.add_argument("--shapes", default="burst,inflight100,serial")
+    parser.add_argument("--procs", default="1,2")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        anyio.run(child_main, args.child, args.redis_url)
+        return
+    for procs in [int(p) for p in args.procs.split(",")]:
+        for shape in args.shapes.split(","):
+            count = args.serial if shape == "serial" else args.sagas
+            for runner, suffix in ((run_redsaga, ""), (run_floor, ".floor")):
+                result = anyio.run(runner, args.redis_url, shape, count, procs, f"{shape}-")
+                name = f"saga.{shape}.{procs}proc{suffix}"
+                print(json.dumps({"name": name, **result}), flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"name": "saga.bench.process", "max_rss_kb": usage.ru_maxrss}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
