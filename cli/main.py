@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from cli._relay import relay_app
+
 app = typer.Typer(
     name="saga",
     help="redsaga: durable sagas on Redis Streams. Every command takes --redis-url "
@@ -12,6 +14,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+app.add_typer(relay_app, name="relay")
 
 
 def main() -> None:
