@@ -45,8 +45,9 @@ class RelayCounters:
     Attributes:
         rounds: Claims that returned rows.
         sent: Rows published and marked sent.
-        repeats: Rows found already published (the relay had died before marking them),
-            marked sent without a new entry.
+        repeats: Rows whose message id was already published within the dedupe window (a
+            relay died before marking them, or two rows carry one message id), marked sent
+            without a new entry.
         failed: Rows marked failed.
         deferred: Row deferrals (Redis refused a call, or per-key order across tags).
         purged: Sent rows and inbox keys removed by retention.
