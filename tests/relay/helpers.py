@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+import anyio
 import msgspec
 
 import bus
@@ -33,3 +36,10 @@ async def entries(redis: bus.Redis, stream: bus.Stream = PAYMENTS) -> list[tuple
 async def orders(redis: bus.Redis, stream: bus.Stream = PAYMENTS) -> list[str]:
     """The ``order`` of every Charged on ``stream``, in stream order."""
     return [envelope.decode(Charged).order for _, envelope in await entries(redis, stream)]
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    """Poll ``check`` until it holds; fail after ``timeout_s`` (for real processes and servers)."""
+    with anyio.fail_after(timeout_s):
+        while not await check():
+            await anyio.sleep(0.01)
