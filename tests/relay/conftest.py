@@ -21,6 +21,7 @@ import pytest
 import bus
 import relay
 from tests.conftest import REDIS_URL, require_server
+from tests.relay.processes import private_pg  # noqa: F401 - a fixture for the fault tests
 
 T = TypeVar("T")
 
