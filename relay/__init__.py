@@ -23,7 +23,7 @@ Errors::
     └── RelayLocked             another relay serves this SQLite file
 """
 
-from relay._config import RelayConfig, RetentionMode, Tables
+from relay._config import RelayConfig, Tables
 from relay._crash import AFTER_XADD_BEFORE_MARK_SENT
 from relay._crash import ENV as CRASH_ENV
 from relay._dsn import init_db, outbox_stats
@@ -66,7 +66,6 @@ __all__ = [
     "RelayError",
     "RelayLocked",
     "RelayStore",
-    "RetentionMode",
     "Round",
     "SchemaMissing",
     "Tables",

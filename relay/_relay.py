@@ -94,6 +94,7 @@ class Relay:
         self.clock: Clock = clock or SystemClock()
         self.counters = RelayCounters()
         self._stopping = anyio.Event()
+        self._wait_scope: anyio.CancelScope | None = None
         self._open = False
         self._next_purge_ms = 0
         self._log = _log.bind(dialect=store.dialect)
@@ -109,6 +110,8 @@ class Relay:
     def stop(self) -> None:
         """Ask :meth:`run` to return after the round in flight (safe from a signal handler task)."""
         self._stopping.set()
+        if self._wait_scope is not None:
+            self._wait_scope.cancel()
 
     @property
     def stopping(self) -> bool:
@@ -128,25 +131,31 @@ class Relay:
                     await self._ensure_open()
                     done = await self.step()
                     await self._purge_if_due()
+                    if not done.refused:
+                        backoff.reset()
+                    if await self._pause_after(done, backoff, drain=drain):
+                        return
                 except (RelayError, BusError) as error:
                     if not error.retryable:
                         raise
                     await self._outage(error)
                     await self._unless_stopping(backoff.wait())
-                    continue
-                backoff.reset()
-                if done.refused:
-                    await self._unless_stopping(backoff.wait())
-                elif done.claimed >= self.config.batch_size:
-                    continue
-                elif done.held_back or (drain and done.claimed):
-                    await self._unless_stopping(self.clock.sleep(_HELD_BACK_RETRY_S))
-                elif drain and not await self.store.has_pending():
-                    return
-                else:
-                    await self._wait_for_rows(drain)
         finally:
             await self.close()
+
+    async def _pause_after(self, done: Round, backoff: Backoff, *, drain: bool) -> bool:
+        """Wait as the last round asks (not at all after a full batch); ``True`` once drained."""
+        if done.refused:
+            await self._unless_stopping(backoff.wait())
+        elif done.claimed >= self.config.batch_size:
+            pass
+        elif done.held_back or (drain and done.claimed):
+            await self._unless_stopping(self.clock.sleep(_HELD_BACK_RETRY_S))
+        elif drain and not await self.store.has_pending():
+            return True
+        else:
+            await self._wait_for_rows(drain)
+        return False
 
     async def step(self) -> Round:
         """One round: claim, publish, mark. Raises on outages (the round is rolled back)."""
@@ -251,13 +260,16 @@ class Relay:
             await self._unless_stopping(self.clock.sleep(timeout))
 
     async def _unless_stopping(self, wait: Awaitable[None]) -> None:
-        """Await ``wait``, cut short when the relay is asked to stop."""
-        async with anyio.create_task_group() as race:
+        """Await ``wait`` (a sleep or a NOTIFY wait), cut short when the relay is asked to stop.
 
-            async def stop_waiting() -> None:
-                await self._stopping.wait()
-                race.cancel_scope.cancel()
-
-            race.start_soon(stop_waiting)
-            await wait
-            race.cancel_scope.cancel()
+        A cancel scope rather than a task group, so that an error from ``wait`` (a broken
+        LISTEN connection) reaches :meth:`run` as itself, not wrapped in an exception group.
+        """
+        with anyio.CancelScope() as scope:
+            self._wait_scope = scope
+            if self.stopping:
+                scope.cancel()
+            try:
+                await wait
+            finally:
+                self._wait_scope = None
