@@ -82,7 +82,7 @@ END $$"""
     return [
         Migration(
             version=1,
-            description="outbox, archive and inbox tables; NOTIFY trigger on outbox insert",
+            description="outbox, archive and inbox tables (PostgreSQL: NOTIFY trigger on insert)",
             postgresql=(
                 pg_outbox,
                 pending,
@@ -128,13 +128,12 @@ def _versions_table(tables: Tables, dialect: Dialect) -> str:
 def ddl(dialect: Dialect, tables: Tables | None = None) -> str:
     """The full DDL of the latest schema for ``dialect``, with the version rows, as one script."""
     tables = tables or Tables()
-    parts = [
-        f"-- redsaga relay schema v{latest_version(tables)} ({dialect})",
-        _versions_table(tables, dialect),
-    ]
+    header = f"-- redsaga relay schema v{latest_version(tables)} ({dialect}), as 'saga relay ddl' prints it\n"
+    parts = [header + _versions_table(tables, dialect)]
     for migration in migrations(tables):
-        parts.append(f"-- v{migration.version}: {migration.description}")
-        parts.extend(migration.statements(dialect))
+        statements = list(migration.statements(dialect))
+        statements[0] = f"-- v{migration.version}: {migration.description}\n{statements[0]}"
+        parts.extend(statements)
         parts.append(
             f"INSERT INTO {tables.versions} (version, description, applied_at_ms) "
             f"VALUES ({migration.version}, '{migration.description}', 0)"

@@ -29,3 +29,14 @@ async def test_the_participant_example_charges_once_and_replies_to_each_command(
         await namespace["main"](str(tmp_path / "payments.db"), redis)  # type: ignore[operator]
     finally:
         await redis.aclose()
+
+
+@pytest.mark.parametrize(("dialect", "title"), [("postgresql", "### PostgreSQL"), ("sqlite", "### SQLite")])
+def test_the_documented_ddl_is_what_init_db_applies(dialect: str, title: str):
+    import relay
+
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index(title) :]
+    match = re.search(r"```sql\n(.*?)```", section, re.DOTALL)
+    assert match
+    assert match.group(1) == relay.ddl(dialect), "docs/relay.md's DDL is stale: paste 'saga relay ddl' output"
