@@ -109,7 +109,10 @@ async def publish_rows(redis: Redis, rows: Sequence[OutboxRow], config: RelayCon
     for run, result in zip(batches, results, strict=True):
         if isinstance(result, BusError):
             _log.warning(
-                "redis refused a publish call; rows stay pending", error=str(result), rows=len(run.rows)
+                "redis refused a publish call; rows stay pending",
+                error=str(result),
+                kind=type(result).__name__,
+                rows=len(run.rows),
             )
             outcome.deferred += run.rows
             outcome.error = result
