@@ -16,7 +16,7 @@ from relay._errors import InvalidDsn, database_errors
 from relay._pg_store import CONNECT_OPTIONS, PostgresStore, read_stats
 from relay._schema import init_postgres, init_sqlite
 from relay._sql import Dialect, statements
-from relay._sqlite_store import SqliteStore, sqlite_stats
+from relay._sqlite_store import SqliteStore, require_file, sqlite_stats
 from relay._store import OutboxStats, RelayStore
 
 SQLITE_PREFIX: Final = "sqlite:///"
@@ -72,6 +72,7 @@ async def outbox_stats(dsn: str, *, tables: Tables | None = None, now_ms: int | 
     tables = tables or Tables()
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     if dialect_of(dsn) == "sqlite":
+        require_file(sqlite_path(dsn))
         with database_errors():
             conn = sqlite3.connect(sqlite_path(dsn))
             try:

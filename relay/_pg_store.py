@@ -104,9 +104,9 @@ class PostgresStore:
 
     async def wait(self, timeout_s: float) -> None:
         """Wait for a NOTIFY on the outbox channel, at most ``timeout_s``."""
-        if self._listen is None:
-            raise psycopg.OperationalError("not listening")  # open() decides; poll instead
         with database_errors():
+            if self._listen is None or self._listen.closed:
+                raise psycopg.OperationalError("the relay's LISTEN connection is closed")
             async for _ in self._listen.notifies(timeout=timeout_s, stop_after=1):
                 pass
 
@@ -134,7 +134,9 @@ class PostgresStore:
 
     async def stats(self, now_ms: int) -> OutboxStats:
         """Backlog figures from the pending index (no full scan)."""
-        return await read_stats(self.conn, self.sql, now_ms)
+        with database_errors():
+            conn = self.conn
+        return await read_stats(conn, self.sql, now_ms)
 
     async def failed_rows(self, limit: int) -> list[FailedRow]:
         """The oldest failed rows."""

@@ -19,7 +19,7 @@ import anyio
 import anyio.to_thread
 
 from relay._config import RelayConfig
-from relay._errors import RelayLocked, database_errors
+from relay._errors import RelayLocked, SchemaMissing, database_errors
 from relay._pg_store import failed_row
 from relay._publish import OutboxRow
 from relay._schema import check_version
@@ -59,6 +59,7 @@ class SqliteStore:
     async def open(self) -> None:
         """Take the relay lock, open the file in WAL mode and check the schema version."""
         await self.close()
+        require_file(self.path)
         self._lock_fd = _lock(self.path)
 
         def connect() -> sqlite3.Connection:
@@ -178,6 +179,12 @@ class SqliteStore:
                 return sum(conn.execute(self.sql.requeue, (row_id,)).rowcount for row_id in ids)
 
         return await self._call(job)
+
+
+def require_file(path: str) -> None:
+    """Raise :class:`SchemaMissing` when the database file does not exist (never create one)."""
+    if not os.path.exists(path):  # noqa: PTH110 - paths stay strings, as sqlite3 takes them
+        raise SchemaMissing(f"SQLite database {path} does not exist: run 'saga relay init-db --dsn …'")
 
 
 def _lock(path: str) -> int:
