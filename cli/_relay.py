@@ -201,19 +201,22 @@ def failed_command(
 
 @relay_app.command("requeue")
 def requeue_command(
-    ids: Annotated[list[int], typer.Argument(help="Ids of failed rows to publish again.")],
+    ids: Annotated[list[int] | None, typer.Argument(help="Ids of failed rows to publish again.")] = None,
     dsn: Dsn = None,
     tables: Prefix = None,
+    every: Annotated[bool, typer.Option("--all", help="Requeue every failed row.")] = False,
     json: Json = False,
 ) -> None:
     """Mark failed rows pending again, after fixing what made them fail."""
+    if not ids and not every:
+        raise typer.BadParameter("give the ids of failed rows, or --all")
 
     async def job() -> int:
         worker = relay.Relay.connect(
             _dsn(dsn), bus.connect(bus.MEMORY_URL), config=relay.RelayConfig(tables=_tables(tables))
         )
         try:
-            return await worker.requeue(ids)
+            return await worker.requeue(None if every else list(ids or []))
         finally:
             await worker.close()
 

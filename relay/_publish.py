@@ -3,8 +3,9 @@
 Rows are checked first (stream key, envelope, size); a row that can never be published is
 failed with its reason and does not hold up the others. The rest are grouped by hash tag
 into calls of ``lua/publish_rows.lua`` (which publishes in order and dedupes by message id)
-and sent in one pipeline. A call refused as a whole (Redis out of memory, a missing
-permission) leaves its rows pending for the next round.
+and sent in one pipeline. A call Redis refuses for now (out of memory, loading, a failover)
+leaves its rows pending for the next round; one it refuses for good (a missing ACL
+permission) fails its rows with the reason, to be requeued once the cause is fixed.
 
 Per-key order: rows of one ordering key are published in id order within their call. If a
 key's rows go to streams in different tags (so different calls, which could fail apart), only
@@ -86,6 +87,17 @@ async def publish_rows(redis: Redis, rows: Sequence[OutboxRow], config: RelayCon
     broke): the caller must leave every row pending; the dedupe window makes the retry safe.
     """
     outcome = Outcome()
+    runs = _group(rows, config, outcome)
+    if not runs:
+        return outcome
+    results = await run_batch(redis, [run.call(config) for run in runs])
+    for run, result in zip(runs, results, strict=True):
+        _read(run, result, outcome)
+    return outcome
+
+
+def _group(rows: Sequence[OutboxRow], config: RelayConfig, outcome: Outcome) -> list[_Run]:
+    """Check the rows and group the publishable ones into one run per hash tag, in id order."""
     runs: dict[str, _Run] = {}
     key_tags: dict[str, str] = {}
     held_keys: set[str] = set()
@@ -102,33 +114,41 @@ async def publish_rows(redis: Redis, rows: Sequence[OutboxRow], config: RelayCon
                 outcome.deferred.append(row.id)
                 continue
         runs.setdefault(stream.tag, _Run(stream.published_key)).add(row, fields)
-    if not runs:
-        return outcome
-    batches = list(runs.values())
-    results = await run_batch(redis, [run.call(config) for run in batches])
-    for run, result in zip(batches, results, strict=True):
-        if isinstance(result, BusError):
-            _log.warning(
-                "redis refused a publish call; rows stay pending",
-                error=str(result),
-                kind=type(result).__name__,
-                rows=len(run.rows),
+    return list(runs.values())
+
+
+def _read(run: _Run, result: object, outcome: Outcome) -> None:
+    """Record what one script call did to its rows."""
+    if isinstance(result, BusError) and result.retryable:
+        _log.warning(
+            "redis refused a publish call for now; rows stay pending",
+            error=str(result),
+            kind=type(result).__name__,
+            rows=len(run.rows),
+        )
+        outcome.deferred += run.rows
+        outcome.error = result
+        return
+    if isinstance(result, BusError):  # NOPERM and the like: waiting will not help
+        reason = f"redis refused the publish ({type(result).__name__}): {result}"
+        outcome.failed += [(row_id, reason) for row_id in run.rows]
+        return
+    if not isinstance(result, list):  # the script returns one item per row; anything else is a bug
+        outcome.failed += [
+            (row_id, f"unexpected reply from publish_rows.lua: {result!r}") for row_id in run.rows
+        ]
+        return
+    for row_id, stream_key, item in zip(run.rows, run.row_streams, result, strict=True):
+        if isinstance(item, bytes):
+            outcome.sent.append((row_id, item.decode()))
+        elif item == 0:
+            outcome.sent.append((row_id, None))
+        elif item == _NOT_A_STREAM:
+            outcome.failed.append((row_id, f"key {stream_key} holds another type, not a stream"))
+        else:
+            outcome.failed.append(
+                (row_id, f"unknown stream {stream_key}: it does not exist and create_streams is off")
             )
-            outcome.deferred += run.rows
-            outcome.error = result
-            continue
-        for row_id, stream_key, item in zip(run.rows, run.row_streams, result, strict=True):
-            if isinstance(item, bytes):
-                outcome.sent.append((row_id, item.decode()))
-            elif item == 0:
-                outcome.sent.append((row_id, None))
-            elif item == _NOT_A_STREAM:
-                outcome.failed.append((row_id, f"key {stream_key} holds another type, not a stream"))
-            else:
-                outcome.failed.append(
-                    (row_id, f"unknown stream {stream_key}: it does not exist and create_streams is off")
-                )
-    return outcome
 
 
 def _check(row: OutboxRow, config: RelayConfig) -> tuple[Stream, dict[str, bytes | str | int]] | str:

@@ -122,7 +122,7 @@ class Relay:
         """Relay rows until :meth:`stop` (or, with ``drain``, until no row is left unsent).
 
         Outages are waited out with back-off; errors that waiting cannot fix (missing
-        tables, a rejected statement, a Redis permission) are raised.
+        tables, a rejected statement) are raised.
         """
         backoff = Backoff(self.clock, cap_s=self.config.backoff_cap_s)
         try:
@@ -213,9 +213,11 @@ class Relay:
         await self._ensure_open()
         return await self.store.failed_rows(limit)
 
-    async def requeue(self, ids: list[int]) -> int:
-        """Mark failed rows pending again (after fixing what made them fail)."""
+    async def requeue(self, ids: list[int] | None = None) -> int:
+        """Mark failed rows pending again (after fixing what made them fail); ``None``: every one."""
         await self._ensure_open()
+        if ids is None:
+            ids = [row.id for row in await self.store.failed_rows(1_000_000)]
         return await self.store.requeue(ids)
 
     async def close(self) -> None:

@@ -17,13 +17,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import bus
 from tests.conftest import IN_CI
+from tests.relay.helpers import wait_for
 
 SAGA = str(Path(sys.executable).parent / "saga")
 
@@ -160,6 +163,67 @@ def private_pg() -> Any:
         with contextlib.suppress(subprocess.CalledProcessError):  # already stopped by the test
             cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def private_redis_server(tmp_path: Path) -> AsyncIterator[str]:
+    """A redis-server of this test's own, so it may change maxmemory."""
+    server = shutil.which("redis-server")
+    if server is None:
+        if IN_CI:
+            pytest.fail("redis-server is not installed")
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+            "--maxmemory-policy",
+            "noeviction",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = bus.connect(url)
+    try:
+        await wait_for(lambda: _answers(client), timeout_s=10)
+        yield url
+    finally:
+        await client.aclose()
+        process.kill()
+        process.wait(10)
+
+
+@pytest.fixture
+def private_redis_url(private_redis_server: str) -> str:
+    return private_redis_server
+
+
+@pytest.fixture
+async def private_redis(private_redis_server: str) -> AsyncIterator[bus.Redis]:
+    client = bus.connect(private_redis_server)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _answers(client: bus.Redis) -> bool:
+    try:
+        return bool(await client.ping())
+    except bus.BusError:
+        return False
+    except Exception:
+        return False
 
 
 def sigterm(process: RelayProcess) -> None:

@@ -1,68 +1,15 @@
-"""Redis at maxmemory (FAULTS 12): rows stay pending, the relay backs off, then drains."""
+"""Redis refusing writes: for now (maxmemory, FAULTS 12) or for good (an ACL permission)."""
 
 from __future__ import annotations
-
-import shutil
-import subprocess
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 import bus
 import relay
-from tests.conftest import IN_CI
 from tests.relay.conftest import OutboxDb
-from tests.relay.helpers import Charged, wait_for
-from tests.relay.processes import free_port
+from tests.relay.helpers import Charged
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults]
-
-
-@pytest.fixture
-async def private_redis(tmp_path: Path) -> AsyncIterator[bus.Redis]:
-    """A redis-server of this test's own, so it may change maxmemory."""
-    server = shutil.which("redis-server")
-    if server is None:
-        if IN_CI:
-            pytest.fail("redis-server is not installed")
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-            "--maxmemory-policy",
-            "noeviction",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    client = bus.connect(f"redis://127.0.0.1:{port}/0")
-    try:
-        await wait_for(lambda: _answers(client), timeout_s=10)
-        yield client
-    finally:
-        await client.aclose()
-        process.kill()
-        process.wait(10)
-
-
-async def _answers(client: bus.Redis) -> bool:
-    try:
-        return bool(await client.ping())
-    except bus.BusError:
-        return False
-    except Exception:
-        return False
 
 
 async def test_rows_stay_pending_while_redis_refuses_writes_and_drain_after(
@@ -96,3 +43,30 @@ async def test_rows_stay_pending_while_redis_refuses_writes_and_drain_after(
     await relay.Relay.connect(outbox_db.dsn, redis, config=outbox_db.config()).run(drain=True)
     assert await redis.xlen(bus.Stream.named("payments").key) == 20
     assert outbox_db.query("SELECT count(*) FROM {outbox} WHERE status = 1") == [(20,)]
+
+
+async def test_rows_redis_refuses_for_good_fail_with_the_reason_and_others_flow(
+    outbox_db: OutboxDb, private_redis: bus.Redis, private_redis_url: str
+):
+    # A relay user allowed every command, but only the keys of the "payments" tag.
+    await private_redis.execute_command(
+        "ACL", "SETUSER", "relay", "on", ">secret", "~rs:{payments}:*", "+@all"
+    )
+    limited = bus.connect(private_redis_url.replace("redis://", "redis://relay:secret@"))
+    outbox = relay.Outbox(outbox_db.tables)
+    conn = outbox_db.connect()
+    denied = outbox.add(conn, "audit", Charged(order="denied"))
+    allowed = outbox.add(conn, "payments", Charged(order="allowed"))
+    conn.commit()
+    conn.close()
+    worker = relay.Relay.connect(outbox_db.dsn, limited, config=outbox_db.config())
+    try:
+        await worker.run(drain=True)
+        [failed] = await worker.failed_rows()
+    finally:
+        await worker.close()
+        await limited.aclose()
+    assert failed.id == denied
+    assert "NOPERM" in failed.error or "permission" in failed.error.lower()
+    assert outbox_db.query("SELECT status FROM {outbox} WHERE id = ?", (allowed,)) == [(1,)]
+    assert await private_redis.xlen(bus.Stream.named("payments").key) == 1
