@@ -1,1 +1,1 @@
-"""The ``saga`` command-line interface (typer)."""
+"""The ``saga`` command line (typer)."""

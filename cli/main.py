@@ -6,6 +6,7 @@ import typer
 
 from cli import _graph, _run
 from cli._common import reporting_errors
+from cli._relay import relay_app
 
 app = typer.Typer(
     name="saga",
@@ -17,6 +18,8 @@ app = typer.Typer(
 )
 for command in (_run.worker, _run.demo, _graph.graph):
     app.command()(reporting_errors(command))
+
+app.add_typer(relay_app, name="relay")
 
 
 def main() -> None:

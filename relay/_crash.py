@@ -1,0 +1,43 @@
+"""Armed crash points for fault tests: SIGKILL this process at a named place.
+
+``REDSAGA_CRASH_AT=after_xadd_before_mark_sent`` kills the relay the first time it gets
+there; ``…:3`` the third time. Unarmed (the variable unset, as in production) a crash point
+is one call to a function that returns at once: the check is made once, at import.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from typing import Final
+
+ENV: Final = "REDSAGA_CRASH_AT"
+AFTER_XADD_BEFORE_MARK_SENT: Final = "after_xadd_before_mark_sent"
+AFTER_CLAIM: Final = "after_claim"
+
+
+def _parse(spec: str) -> tuple[str, int]:
+    name, _, nth = spec.partition(":")
+    return name, int(nth) if nth else 1
+
+
+_armed: Final = _parse(os.environ[ENV]) if os.environ.get(ENV) else None
+_hits: Counter[str] = Counter()
+
+
+def _unarmed(_name: str) -> None:
+    return
+
+
+def _armed_point(name: str) -> None:
+    assert _armed is not None  # noqa: S101 - only installed when armed
+    if name != _armed[0]:
+        return
+    _hits[name] += 1
+    if _hits[name] >= _armed[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+crash_point = _armed_point if _armed is not None else _unarmed
+"""Call at a named crash point; kills the process when ``$REDSAGA_CRASH_AT`` names it."""

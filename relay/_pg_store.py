@@ -1,0 +1,206 @@
+"""The relay's PostgreSQL store: ``FOR UPDATE SKIP LOCKED`` claims and ``LISTEN`` wake-ups.
+
+Two connections: one for claims (a transaction per batch, holding the claimed rows' locks
+while they are published, so several relays never publish the same row at once) and one in
+autocommit mode that ``LISTEN``s on the outbox channel. The outbox's insert trigger
+``NOTIFY``s at commit, so a relay waiting for work wakes as soon as a row is visible; the
+poll interval is only the fallback (and covers NOTIFYs lost while reconnecting).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from relay._config import RelayConfig
+from relay._errors import database_errors
+from relay._publish import OutboxRow
+from relay._schema import check_version
+from relay._sql import Dialect, Statements, statements
+from relay._store import Claimed, FailedRow, OutboxStats
+
+# Keep dead links from hanging the relay: TCP keepalives, and a bounded connect.
+CONNECT_OPTIONS: dict[str, Any] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "application_name": "redsaga-relay",
+}
+Connection = psycopg.AsyncConnection[tuple[Any, ...]]
+
+
+class PostgresStore:
+    """An outbox in PostgreSQL (see the module docstring)."""
+
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, dsn: str, config: RelayConfig) -> None:
+        self.dsn = dsn
+        self.config = config
+        self.sql: Statements = statements(config.tables, "postgresql")
+        self._conn: Connection | None = None
+        self._listen: Connection | None = None
+
+    async def open(self) -> None:
+        """Connect, check the schema version and ``LISTEN`` (when enabled)."""
+        await self.close()
+        with database_errors():
+            self._conn = await psycopg.AsyncConnection.connect(self.dsn, **CONNECT_OPTIONS)
+            await check_schema(self._conn, self.config)
+            if self.config.listen:
+                self._listen = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, **CONNECT_OPTIONS
+                )
+                await self._listen.execute(f"LISTEN {self.config.tables.channel}")
+
+    async def close(self) -> None:
+        """Close both connections (errors from already broken links are ignored)."""
+        for conn in (self._conn, self._listen):
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.close()
+        self._conn = self._listen = None
+
+    @property
+    def conn(self) -> Connection:
+        """The claim connection (open)."""
+        if self._conn is None or self._conn.closed:
+            raise psycopg.OperationalError("the relay's database connection is closed")
+        return self._conn
+
+    async def claim(self, limit: int) -> Claimed:
+        """Lock and return up to ``limit`` publishable rows (see ``_sql.py`` for the query)."""
+        with database_errors():
+            cursor = await self.conn.execute(self.sql.claim, (limit,))
+            found = await cursor.fetchall()
+            rows = [OutboxRow(int(r[0]), r[1], r[2], r[3], bytes(r[4])) for r in found if not r[5]]
+            if not rows:
+                await self.conn.rollback()
+        return Claimed(rows, held_back=len(found) - len(rows))
+
+    async def finish(
+        self, sent: Sequence[tuple[int, str | None]], failed: Sequence[tuple[int, str]], now_ms: int
+    ) -> None:
+        """Mark the batch and commit, releasing the rows' locks."""
+        with database_errors():
+            if sent:
+                ids, entries = zip(*sent, strict=True)
+                await self.conn.execute(self.sql.mark_sent, (now_ms, list(ids), list(entries)))
+            if failed:
+                ids, reasons = zip(*failed, strict=True)
+                await self.conn.execute(self.sql.mark_failed, (now_ms, list(ids), list(reasons)))
+            await self.conn.commit()
+
+    async def release(self) -> None:
+        """Roll back the claim (rows stay pending)."""
+        if self._conn is not None and not self._conn.closed:
+            with database_errors():
+                await self._conn.rollback()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Wait for a NOTIFY on the outbox channel, at most ``timeout_s``."""
+        with database_errors():
+            if self._listen is None or self._listen.closed:
+                raise psycopg.OperationalError("the relay's LISTEN connection is closed")
+            async for _ in self._listen.notifies(timeout=timeout_s, stop_after=1):
+                pass
+
+    async def has_pending(self) -> bool:
+        """Whether any committed row is unsent."""
+        return bool(await self._one(self.sql.pending_exists))
+
+    async def purge(
+        self, sent_before_ms: int | None, inbox_before_ms: int | None, chunk: int, archive: bool
+    ) -> int:
+        """Remove old sent rows and inbox keys, ``chunk`` rows per short transaction."""
+        removed = 0
+        statement = self.sql.archive_sent if archive else self.sql.purge_sent
+        for cutoff, query in ((sent_before_ms, statement), (inbox_before_ms, self.sql.purge_inbox)):
+            if cutoff is None:
+                continue
+            while True:
+                with database_errors():
+                    cursor = await self.conn.execute(query, (cutoff, chunk))
+                    await self.conn.commit()
+                removed += cursor.rowcount
+                if cursor.rowcount < chunk:
+                    break
+        return removed
+
+    async def stats(self, now_ms: int) -> OutboxStats:
+        """Backlog figures from the pending index (no full scan)."""
+        with database_errors():
+            conn = self.conn
+        return await read_stats(conn, self.sql, now_ms)
+
+    async def failed_rows(self, limit: int) -> list[FailedRow]:
+        """The oldest failed rows."""
+        with database_errors():
+            cursor = await self.conn.execute(self.sql.list_failed, (limit,))
+            rows = await cursor.fetchall()
+            await self.conn.rollback()
+        return [failed_row(r) for r in rows]
+
+    async def requeue(self, ids: Sequence[int]) -> int:
+        """Mark failed rows pending again."""
+        count = 0
+        with database_errors():
+            for row_id in ids:
+                cursor = await self.conn.execute(self.sql.requeue, (row_id,))
+                count += cursor.rowcount
+            await self.conn.commit()
+        return count
+
+    async def _one(self, query: str) -> Any:
+        with database_errors():
+            cursor = await self.conn.execute(query)
+            row = await cursor.fetchone()
+            await self.conn.rollback()
+        return row[0] if row else None
+
+
+async def check_schema(conn: Connection, config: RelayConfig) -> None:
+    """Raise :class:`SchemaMissing` unless the relay tables are at the current version."""
+    found: int | None
+    try:
+        cursor = await conn.execute(statements(config.tables, "postgresql").schema_version)
+        row = await cursor.fetchone()
+        found = row[0] if row else None
+    except psycopg.errors.UndefinedTable:
+        found = None
+    await conn.rollback()
+    check_version(found, config.tables)
+
+
+async def read_stats(conn: Connection, sql: Statements, now_ms: int) -> OutboxStats:
+    """Read :class:`OutboxStats` on ``conn`` (one short read-only transaction)."""
+    with database_errors():
+        cursor = await conn.execute(sql.stats)
+        pending = await cursor.fetchone()
+        cursor = await conn.execute(sql.failed_count)
+        failed = await cursor.fetchone()
+        await conn.rollback()
+    backlog, oldest = (int(pending[0]), pending[1]) if pending else (0, None)
+    return OutboxStats(
+        backlog=backlog,
+        oldest_unsent_age_ms=None if oldest is None else max(0, now_ms - int(oldest)),
+        failed=int(failed[0]) if failed else 0,
+        checked_at_ms=now_ms,
+    )
+
+
+def failed_row(row: Sequence[Any]) -> FailedRow:
+    """A ``list_failed`` result row as a :class:`FailedRow`."""
+    return FailedRow(
+        id=int(row[0]),
+        message_id=str(row[1]),
+        stream=str(row[2]),
+        type=str(row[3]),
+        error=str(row[4] or ""),
+        failed_at_ms=int(row[5] or 0),
+    )

@@ -1,0 +1,197 @@
+"""Fault tests with real processes: SIGKILL the relay, restart PostgreSQL under it (FAULTS 17, 18)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import bus
+import relay
+from tests.relay.conftest import OutboxDb, in_thread
+from tests.relay.helpers import Charged, entries, wait_for
+from tests.relay.processes import PrivateCluster, start_relay
+
+pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.slow]
+
+
+def _fill(db: OutboxDb, count: int, *, keys: int = 0, start: int = 0) -> None:
+    outbox = relay.Outbox(db.tables)
+    conn = db.connect()
+    try:
+        for i in range(start, start + count):
+            key = f"saga-{i % keys}" if keys else None
+            outbox.add(conn, "payments", Charged(order=f"o{i}", seq=i), ordering_key=key)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _tables_arg(db: OutboxDb) -> str | None:
+    prefix = db.tables.outbox.removesuffix("_outbox")
+    return None if prefix == "redsaga" else prefix
+
+
+async def _assert_each_row_once(db: OutboxDb, redis: bus.Redis, count: int) -> None:
+    published = [envelope for _, envelope in await entries(redis)]
+    ids = [e.id for e in published]
+    assert len(ids) == len(set(ids)) == count, "a row was lost or published twice"
+    rows = db.query("SELECT message_id, status FROM {outbox}")
+    assert {message_id for message_id, _ in rows} == set(ids)
+    assert {status for _, status in rows} == {1}
+
+
+async def test_sigkill_between_xadd_and_mark_sent_adds_no_duplicate_on_restart(
+    outbox_db: OutboxDb, real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
+):
+    _fill(outbox_db, 50)
+    crashed = start_relay(
+        outbox_db.dsn,
+        real_redis_url,
+        tmp_path / "relay.log",
+        "--drain",
+        crash_at=relay.AFTER_XADD_BEFORE_MARK_SENT,
+        tables=_tables_arg(outbox_db),
+    )
+    assert crashed.wait() == -signal.SIGKILL
+    assert await real_redis.xlen("rs:{payments}:stream") == 50  # published…
+    assert outbox_db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(50,)]  # …not marked
+
+    restarted = start_relay(
+        outbox_db.dsn, real_redis_url, tmp_path / "relay.log", "--drain", tables=_tables_arg(outbox_db)
+    )
+    assert restarted.wait() == 0
+    counters = restarted.counters()
+    assert (counters["sent"], counters["repeats"]) == (0, 50)
+    await _assert_each_row_once(outbox_db, real_redis, 50)
+
+
+async def test_sigkill_during_batches_loses_nothing_and_duplicates_nothing(
+    postgres_db: OutboxDb, real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
+):
+    _fill(postgres_db, 3000, keys=40)
+    log = tmp_path / "relay.log"
+    tables = _tables_arg(postgres_db)
+    # Killed at its own crash point on the fourth batch…
+    first = start_relay(
+        postgres_db.dsn,
+        real_redis_url,
+        log,
+        "--batch-size",
+        "100",
+        "--drain",
+        crash_at="after_xadd_before_mark_sent:4",
+        tables=tables,
+    )
+    assert first.wait() == -signal.SIGKILL
+    # …then from outside, at whatever point it has reached.
+    second = start_relay(
+        postgres_db.dsn, real_redis_url, log, "--batch-size", "100", "--drain", tables=tables
+    )
+    await wait_for(lambda: _xlen_at_least(real_redis, 1500), timeout_s=30)
+    second.kill()
+    assert second.wait() == -signal.SIGKILL
+    third = start_relay(postgres_db.dsn, real_redis_url, log, "--batch-size", "100", "--drain", tables=tables)
+    assert third.wait() == 0
+
+    await _assert_each_row_once(postgres_db, real_redis, 3000)
+    by_key: dict[int, list[int]] = {}
+    for _, envelope in await entries(real_redis):
+        seq = envelope.decode(Charged).seq
+        by_key.setdefault(seq % 40, []).append(seq)
+    assert all(seqs == sorted(seqs) for seqs in by_key.values()), "a key's rows went out of order"
+
+
+async def test_the_relay_recovers_when_postgres_restarts_under_it(
+    private_pg: PrivateCluster, real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
+):
+    db = OutboxDb("postgresql", private_pg.dsn, relay.Tables())
+    in_thread(relay.init_db, db.dsn, db.tables)
+    worker = start_relay(db.dsn, real_redis_url, tmp_path / "relay.log", "--poll-interval", "0.2")
+    try:
+        _fill(db, 100)
+        await wait_for(lambda: _xlen_at_least(real_redis, 100), timeout_s=15)
+
+        private_pg.stop("immediate")  # a crash: no shutdown checkpoint
+        _fill_later = time.monotonic()
+        private_pg.start()
+        _fill(db, 100, start=100)  # committed after the restart; the relay must reconnect to see them
+        await wait_for(lambda: _xlen_at_least(real_redis, 200), timeout_s=30)
+        assert time.monotonic() - _fill_later < 30
+
+        worker.signal(signal.SIGTERM)  # graceful: finishes its round and exits 0
+        assert worker.wait(30) == 0
+        assert worker.counters()["outages"] >= 1
+    finally:
+        worker.kill()
+    await _assert_each_row_once(db, real_redis, 200)
+
+
+async def test_rows_committed_while_redis_is_down_go_out_when_it_returns(
+    postgres_db: OutboxDb, tmp_path: Path
+):
+    import shutil
+    import subprocess
+
+    from tests.relay.processes import free_port
+
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    command = [
+        server,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(tmp_path),
+    ]
+    redis_process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = bus.connect(url)
+    worker = start_relay(
+        postgres_db.dsn,
+        url,
+        tmp_path / "relay.log",
+        "--poll-interval",
+        "0.1",
+        tables=_tables_arg(postgres_db),
+    )
+    try:
+        await wait_for(lambda: _answers(client), timeout_s=10)
+        _fill(postgres_db, 10)
+        await wait_for(lambda: _xlen_at_least(client, 10), timeout_s=15)
+        redis_process.kill()
+        redis_process.wait(10)
+        _fill(postgres_db, 10, start=10)  # the relay cannot publish these yet: they stay pending
+        time.sleep(0.5)
+        assert postgres_db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(10,)]
+        redis_process = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # back, but empty
+        await wait_for(lambda: _xlen_at_least(client, 10), timeout_s=30)
+        assert postgres_db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(0,)]
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+        redis_process.kill()
+        redis_process.wait(10)
+        await client.aclose()
+
+
+async def _answers(client: bus.Redis) -> bool:
+    try:
+        return bool(await client.ping())
+    except Exception:
+        return False
+
+
+async def _xlen_at_least(redis: bus.Redis, count: int) -> bool:
+    return int(await redis.xlen("rs:{payments}:stream")) >= count
