@@ -30,7 +30,7 @@ from bus._errors import (
 )
 from bus._ids import derived_id, uuid7
 from bus._keys import Stream, tagged_key
-from bus._outcomes import Reply
+from bus._outcomes import Reply, reply_to_command
 from bus._publisher import Publisher
 from bus._scripts import Script, ScriptCall, run_batch
 from bus._stats import GroupStats, StreamStats, stream_stats
@@ -78,6 +78,7 @@ __all__ = [
     "is_embedded",
     "message_type",
     "new_envelope",
+    "reply_to_command",
     "resolve_url",
     "run_batch",
     "stream_stats",

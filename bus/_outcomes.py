@@ -47,26 +47,37 @@ def encode_result(reply: object | None, config: BusConfig) -> bytes:
 def reply_envelope(
     command: Envelope, result: bytes, *, source: str, consumer: str, now_ms: int
 ) -> Envelope | None:
-    """Build the reply to ``command`` from a recorded result; ``None`` when there is nothing to send.
-
-    The reply's id derives from the command's, so replying twice to one delivery is deduped,
-    and it names the command as its cause, so the requester can match it to the attempt.
-    Headers are carried over, plus ``replied-by``: the consumer that produced the result.
-    """
+    """Build the reply to ``command`` from a recorded result; ``None`` when there is nothing to send."""
     if result == RESULT_PREFIX or not command.reply_to:
         return None
     type_name, _, payload = result[len(RESULT_PREFIX) :].partition(_SEPARATOR)
+    return reply_to_command(
+        command, type_name.decode(), payload, source=source, now_ms=now_ms, replied_by=consumer
+    )
+
+
+def reply_to_command(
+    command: Envelope, type_name: str, payload: bytes, *, source: str, now_ms: int, replied_by: str = ""
+) -> Envelope:
+    """The reply to ``command``: the one rule every replier follows (handlers, the inbox).
+
+    Its id derives from the command's, so replying twice to one delivery is deduped by the
+    publish window; it names the command as its cause, so the requester can match it to the
+    attempt; the command's headers are carried over, plus ``replied-by`` when given.
+    """
+    reply_id = derived_id(command.id, "reply")
+    headers = {**command.headers, "replied-by": replied_by} if replied_by else command.headers
     return Envelope(
-        id=derived_id(command.id, "reply"),
-        type=type_name.decode(),
+        id=reply_id,
+        type=type_name,
         payload=payload,
         source=source,
         correlation_id=command.correlation_id,
         causation_id=command.id,
-        idempotency_key=derived_id(command.id, "reply"),
+        idempotency_key=reply_id,
         created_at_ms=now_ms,
         attempt=command.attempt,
-        headers={**command.headers, "replied-by": consumer},
+        headers=headers,
     )
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar, overload
 
 import msgspec
 
-from bus import Clock, Envelope, PayloadTooLarge, Stream, SystemClock, derived_id, message_type
+from bus import Clock, Envelope, PayloadTooLarge, Stream, SystemClock, message_type, reply_to_command
 from relay._config import Tables
 from relay._drivers import Plan, PlanFactory, Query, run
 from relay._errors import RelayError
@@ -169,7 +169,7 @@ class Inbox:
     ) -> PlanFactory[int | None]:
         tables = self.tables
         command = received.message
-        envelope = reply_envelope(
+        envelope = reply_to_command(
             command, type_name, payload, source=self.outbox.source, now_ms=self.clock.now_ms()
         )
         insert = (
@@ -189,25 +189,6 @@ class Inbox:
             return (yield from insert(dialect))
 
         return plan
-
-
-def reply_envelope(
-    command: Envelope, type_name: str, payload: bytes, *, source: str, now_ms: int
-) -> Envelope:
-    """The reply to ``command``, built as the bus builds handler replies (derived, stable id)."""
-    reply_id = derived_id(command.id, "reply")
-    return Envelope(
-        id=reply_id,
-        type=type_name,
-        payload=payload,
-        source=source,
-        correlation_id=command.correlation_id,
-        causation_id=command.id,
-        idempotency_key=reply_id,
-        created_at_ms=now_ms,
-        attempt=command.attempt,
-        headers=command.headers,
-    )
 
 
 def _nothing(conn: object) -> int | Awaitable[int | None] | None:
