@@ -62,11 +62,23 @@ def demo(
     redis_url: RedisUrl = None,
     orders: Annotated[int, typer.Option(min=1, max=100_000, help="How many orders to run.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the order generator (same seed, same orders).")] = 7,
+    db_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--db-dsn",
+            envvar="REDSAGA_PG_DSN",
+            help="PostgreSQL DSN for the payments and inventory databases (default: SQLite files "
+            "in a temporary directory).",
+            show_default=False,
+        ),
+    ] = None,
     json_output: Json = False,
 ) -> None:
     """Run the example order-fulfilment system with injected failures and print the outcomes.
 
-    Uses an embedded in-memory Redis unless --redis-url (or REDSAGA_REDIS_URL) is given.
+    Orders go through inventory, payments and shipping; payments and inventory keep their
+    state in a database and reply through the transactional outbox and its relay. Uses an
+    embedded in-memory Redis unless --redis-url (or REDSAGA_REDIS_URL) is given.
     """
     configure(json_logs=True, level="error")
     from services_example.demo import run_demo  # noqa: PLC0415 - the example loads only for the demo
@@ -79,7 +91,7 @@ def demo(
     async def main() -> DemoReport:
         redis = bus.connect(redis_url)
         try:
-            return await run_demo(redis, orders=orders, seed=seed, progress=show)
+            return await run_demo(redis, orders=orders, seed=seed, db_dsn=db_dsn, progress=show)
         finally:
             await redis.aclose()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from bus import Bus
@@ -19,6 +19,7 @@ class App:
         app = App("orders-service", sagas=[order_fulfilment], participants=[payments])
 
     Every definition is validated here, so a wrong one fails when the module is imported.
+    ``on_start`` and ``on_stop`` run around the worker (open and close databases, …).
     """
 
     def __init__(
@@ -28,10 +29,14 @@ class App:
         sagas: Iterable[Saga[Any]] = (),
         participants: Iterable[Participant] = (),
         buses: Iterable[Bus] = (),
+        on_start: Iterable[Callable[[], Awaitable[None]]] = (),
+        on_stop: Iterable[Callable[[], Awaitable[None]]] = (),
     ) -> None:
         self.name = name
         self.registry = Registry(sagas)
         self.participants = list(participants)
         self.buses = list(buses)
+        self.on_start = list(on_start)
+        self.on_stop = list(on_stop)
         if not (len(self.registry) or self.participants or self.buses):
             raise ValueError(f"app {name!r} runs nothing: give it sagas, participants or buses")

@@ -13,11 +13,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from bus import Bus, Delivery, Envelope
+from bus import Bus, Delivery, Envelope, Reply
 from saga._definition import Context
 from saga._errors import DefinitionError
 from saga._keys import Partition
 from saga._outcome import reply_for
+from saga._protocol import StepFailed
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -49,6 +50,7 @@ class CommandContext:
 class _Handler(Generic[M]):
     message: type[M]
     function: CommandHandler
+    outbox: bool
 
 
 class Participant:
@@ -71,16 +73,24 @@ class Participant:
         self._handlers: list[_Handler[Any]] = []
 
     def handles(
-        self, message: type[M]
+        self, message: type[M], *, outbox: bool = False
     ) -> Callable[[Callable[[M, CommandContext], Awaitable[R]]], Callable[[M, CommandContext], Awaitable[R]]]:
-        """Register the handler of ``message`` commands: ``async def fn(command, ctx) -> output``."""
+        """Register the handler of ``message`` commands: ``async def fn(command, ctx) -> output``.
+
+        With ``outbox=True`` the handler keeps its state in its own database: it records the
+        command in the relay's inbox, applies its change and writes its reply to the outbox
+        in one transaction (``relay.inbox.receive`` / ``reply`` / ``resend``), and returns
+        nothing; the relay publishes the reply once the transaction commits. Deduplication
+        is then the inbox's, in the database, instead of the bus's. A failure it raises is
+        still replied on the bus (nothing was committed).
+        """
 
         def register(
             function: Callable[[M, CommandContext], Awaitable[R]],
         ) -> Callable[[M, CommandContext], Awaitable[R]]:
             if any(h.message is message for h in self._handlers):
                 raise DefinitionError(f"participant {self.name!r} already handles {message.__name__}")
-            self._handlers.append(_Handler(message, function))
+            self._handlers.append(_Handler(message, function, outbox))
             return function
 
         return register
@@ -93,10 +103,12 @@ class Participant:
             for index in range(context.partitions):
                 stream = Partition(context.name, index).commands(self.name)
                 for handler in self._handlers:
-                    bus.handler(stream, handler.message, group=self.name)(_adapt(handler.function))
+                    bus.handler(stream, handler.message, group=self.name, idempotent=not handler.outbox)(
+                        _adapt(handler.function, outbox=handler.outbox)
+                    )
 
 
-def _adapt(function: CommandHandler) -> Callable[[Any, Delivery], Awaitable[Any]]:
+def _adapt(function: CommandHandler, *, outbox: bool) -> Callable[[Any, Delivery], Awaitable[Any]]:
     async def handle(message: Any, delivery: Delivery) -> Any:
         envelope = delivery.envelope
         context = CommandContext(
@@ -107,7 +119,10 @@ def _adapt(function: CommandHandler) -> Callable[[Any, Delivery], Awaitable[Any]
             idempotency_key=envelope.idempotency_key,
             delivery=delivery,
         )
-        return await reply_for(function(message, context), wrap=False)
+        reply = await reply_for(function(message, context), wrap=False)
+        if outbox and not isinstance(reply, StepFailed | Reply):
+            return None  # success: the handler's own transaction put the reply in the outbox
+        return reply
 
     handle.__qualname__ = getattr(function, "__qualname__", "handler")
     return handle

@@ -70,12 +70,18 @@ class SagaWorker:
         self.bus_worker.stop()
 
     async def run(self) -> None:
-        """Run until :meth:`stop`."""
-        async with anyio.create_task_group() as tg:
-            if self.orchestrators:
-                tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
-            await self.bus_worker.run()
-            tg.cancel_scope.cancel()
+        """Run the app's ``on_start`` hooks, then everything until :meth:`stop`, then ``on_stop``."""
+        for hook in self.app.on_start:
+            await hook()
+        try:
+            async with anyio.create_task_group() as tg:
+                if self.orchestrators:
+                    tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
+                await self.bus_worker.run()
+                tg.cancel_scope.cancel()
+        finally:
+            for hook in self.app.on_stop:
+                await hook()
 
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
         """Handle everything due now (entries and timers), then return: for tests and demos."""

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import random
 import statistics
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import msgspec
 
-from bus import Redis
+from bus import Redis, uuid7
+from relay import Relay, RelayConfig
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
-from services_example import inventory, payments
 from services_example.all import app
 from services_example.contracts import Line, Order
+from services_example.inventory import reserved_orders, stock
 from services_example.orders import order_fulfilment
+from services_example.payments import balances, ledger
 
 
 class Outcome(msgspec.Struct, kw_only=True):
@@ -45,15 +49,18 @@ class DemoReport(msgspec.Struct, kw_only=True):
     unfinished: int
 
 
-def make_orders(count: int, seed: int) -> list[Order]:
-    """Draw ``count`` orders: ~10% declined cards, ~7% unserved regions, ~20% flaky."""
+def make_orders(count: int, seed: int, run: str = "") -> list[Order]:
+    """Draw ``count`` orders: ~10% declined cards, ~7% unserved regions, ~20% flaky.
+
+    The same seed draws the same orders; ``run`` keeps their ids apart from earlier runs.
+    """
     rng = random.Random(seed)
     orders = []
     for n in range(count):
         roll = rng.random()
         orders.append(
             Order(
-                id=f"order-{seed}-{n:05d}",
+                id=f"order-{run}{seed}-{n:05d}",
                 customer=f"customer-{rng.randrange(50)}",
                 lines=[Line(sku=f"sku-{rng.randrange(20)}", quantity=rng.randint(1, 3))],
                 total_cents=rng.randrange(500, 20_000),
@@ -70,18 +77,39 @@ async def run_demo(
     *,
     orders: int = 200,
     seed: int = 7,
+    db_dsn: str | None = None,
     timeout_s: float = 120.0,
     progress: Callable[[dict[str, int]], None] | None = None,
 ) -> DemoReport:
-    """Start ``orders`` sagas, run the services until every saga ends, and report."""
+    """Start ``orders`` sagas, run the services and their relays until every saga ends, report.
+
+    Payments and inventory keep their state in databases: two SQLite files in a temporary
+    directory, or the PostgreSQL database ``db_dsn`` for both.
+    """
+    with tempfile.TemporaryDirectory(prefix="redsaga-demo-") as scratch:
+        ledger.dsn = db_dsn or f"sqlite:///{Path(scratch) / 'payments.db'}"
+        stock.dsn = db_dsn or f"sqlite:///{Path(scratch) / 'inventory.db'}"
+        return await _run(redis, orders, seed, timeout_s, progress)
+
+
+async def _run(
+    redis: Redis, orders: int, seed: int, timeout_s: float, progress: Callable[[dict[str, int]], None] | None
+) -> DemoReport:
     config = EngineConfig()
     worker = SagaWorker(redis, app, config=config)
     client = SagaClient(redis, app.registry, config=config, source="demo")
-    batch = make_orders(orders, seed)
+    batch = make_orders(orders, seed, run=uuid7()[:13])
+    # SQLite has no NOTIFY: the demo's relays poll often so replies are not held up.
+    relays = [
+        Relay.connect(dsn, redis, config=RelayConfig(poll_interval_s=0.02))
+        for dsn in sorted({ledger.dsn, stock.dsn})
+    ]
     started = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         await worker.started.wait()
+        for one_relay in relays:
+            tg.start_soon(one_relay.run)
         for order in batch:
             await client.start(order_fulfilment, order, saga_id=order.id)
         with anyio.move_on_after(timeout_s):
@@ -92,9 +120,13 @@ async def run_demo(
                 if sum(n for s, n in counts.items() if not SagaStatus(s).terminal) == 0:
                     break
                 await anyio.sleep(0.2)  # a progress display, not a timing assumption
+        seconds = time.monotonic() - started
+        states = [await client.get(order.id) for order in batch]
+        net = await balances()
+        holding = await reserved_orders()
+        for one_relay in relays:
+            one_relay.stop()
         worker.stop()
-    seconds = time.monotonic() - started
-    states = [await client.get(order.id) for order in batch]
     by_status: dict[str, list[tuple[int, int]]] = {}
     for state in states:
         retries = sum(max(0, len(s.attempts) - 1) for s in state.steps.values() if s.attempts)
@@ -110,13 +142,13 @@ async def run_demo(
         for status, rows in sorted(by_status.items())
     ]
     completed = {s.id for s in states if s.status == SagaStatus.COMPLETED}
-    charged = Counter({k: v for k, v in payments.ledger.items() if v})
+    totals = {order.id: order.total_cents for order in batch}
     return DemoReport(
         orders=orders,
         seconds=round(seconds, 2),
         outcomes=outcomes,
-        ledger_balanced=len(charged) == len(completed),
-        stock_released=all(r.order_id in completed for r in inventory.reservations.values()),
+        ledger_balanced=all(net.get(o, 0) == (totals[o] if o in completed else 0) for o in totals),
+        stock_released=all(o in completed for o in holding if o in totals),
         unfinished=sum(1 for s in states if not s.status.terminal),
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -115,11 +114,9 @@ async def test_the_relay_recovers_when_postgres_restarts_under_it(
         await wait_for(lambda: _xlen_at_least(real_redis, 100), timeout_s=15)
 
         private_pg.stop("immediate")  # a crash: no shutdown checkpoint
-        _fill_later = time.monotonic()
         private_pg.start()
         _fill(db, 100, start=100)  # committed after the restart; the relay must reconnect to see them
         await wait_for(lambda: _xlen_at_least(real_redis, 200), timeout_s=30)
-        assert time.monotonic() - _fill_later < 30
 
         worker.signal(signal.SIGTERM)  # graceful: finishes its round and exits 0
         assert worker.wait(30) == 0
@@ -172,11 +169,12 @@ async def test_rows_committed_while_redis_is_down_go_out_when_it_returns(
         redis_process.kill()
         redis_process.wait(10)
         _fill(postgres_db, 10, start=10)  # the relay cannot publish these yet: they stay pending
-        time.sleep(0.5)
+        log = tmp_path / "relay.log"
+        await wait_for(lambda: _contains(log, "outage; backing off"), timeout_s=15)  # it tried, and failed
         assert postgres_db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(10,)]
         redis_process = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # back, but empty
         await wait_for(lambda: _xlen_at_least(client, 10), timeout_s=30)
-        assert postgres_db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(0,)]
+        await wait_for(lambda: _pending_rows(postgres_db, 0), timeout_s=30)
         worker.signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     finally:
@@ -191,6 +189,14 @@ async def _answers(client: bus.Redis) -> bool:
         return bool(await client.ping())
     except Exception:
         return False
+
+
+async def _contains(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+async def _pending_rows(db: OutboxDb, count: int) -> bool:
+    return db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(count,)]
 
 
 async def _xlen_at_least(redis: bus.Redis, count: int) -> bool:

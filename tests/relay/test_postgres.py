@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import anyio
 import psycopg
@@ -141,13 +140,19 @@ async def test_concurrent_deliveries_of_one_key_apply_once(postgres_db: OutboxDb
         assert inbox.receive(first, "payments", command).duplicate is False
         thread = threading.Thread(target=second_delivery)
         thread.start()
-        time.sleep(0.2)  # let the second insert queue behind the first transaction's key
-        assert results == []
+        await wait_for(lambda: _someone_waits_on_a_lock(postgres_db.dsn), timeout_s=10)
+        assert results == []  # the second delivery queues behind the first transaction's key
         first.commit()
         thread.join(5)
     finally:
         first.close()
     assert results == [True]
+
+
+async def _someone_waits_on_a_lock(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()
+    return bool(row and row[0])
 
 
 async def test_stop_lets_the_round_in_flight_finish(postgres_db: OutboxDb, redis: bus.Redis):
