@@ -64,6 +64,16 @@ def lifecycle_graph(kind: Literal["saga", "step"] = "saga", fmt: Format = "merma
     return "\n".join(lines)
 
 
+def lifecycle_table(kind: Literal["saga", "step"] = "saga") -> str:
+    """The lifecycle as a Markdown table (from, to, when): what ``docs/concepts.md`` shows."""
+    table: dict[Any, dict[Any, str]] = SAGA_TRANSITIONS if kind == "saga" else STEP_TRANSITIONS
+    lines = ["| from | to | when |", "| --- | --- | --- |"]
+    for source, targets in table.items():
+        for target, why in targets.items():
+            lines.append(f"| `{source.value}` | `{target.value}` | {why} |")
+    return "\n".join(lines)
+
+
 def _render(
     title: str, nodes: list[tuple[str, str, str]], edges: list[tuple[str, str, str, bool]], fmt: Format
 ) -> str:
