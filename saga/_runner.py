@@ -172,6 +172,7 @@ class SagaRunner:
         self._dedupe: dict[tuple[str, str], bytes] = {}
         self._ids = itertools.count(1)
         self._busy = False
+        self._misuse: RunnerError | None = None
         self._loop: asyncio.Runner | None = None
         first = next(iter(self.registry))
         self._local = Orchestrator(None, self.registry, first.context, clock=self.clock, config=self.config)
@@ -413,7 +414,10 @@ class SagaRunner:
     def _session(self, body: Callable[[], None]) -> None:
         """Run ``body`` with an event loop for handlers and actions; from async code, on a thread."""
         if self._busy:
-            raise RunnerError("the runner was called from a handler or action it is running")
+            # Raised inside a handler, where it would pass for a transient failure: remember it
+            # so that the outer call raises it too.
+            self._misuse = RunnerError("the runner was called from a handler or action it is running")
+            raise self._misuse
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -452,6 +456,9 @@ class SagaRunner:
                 self._deliver(item)
             else:
                 self._decide(item)
+            if self._misuse is not None:
+                misuse, self._misuse = self._misuse, None
+                raise misuse
         if self._queue:
             raise RunnerError(f"still busy after {self._max_deliveries} deliveries (a livelock?)")
 
