@@ -724,6 +724,27 @@ def test_force_complete_a_failed_compensation_continues_compensating() -> None:
     runner.assert_invariants()
 
 
+def test_force_complete_the_failed_step_while_compensating_is_ignored() -> None:
+    # Found by this suite: it used to restart the forward path in the middle of the
+    # compensation (dispatching the next step), and the next reply then raised
+    # IllegalTransition(compensating -> completed) in the orchestrator.
+    runner = runner_for(bank=bank(Charge=fail("declined")), hotel=hotel(CancelHotel=no_reply()))
+    saga_id = runner.start(ANN)
+    runner.run_until_idle()
+    assert runner.status(saga_id) == SagaStatus.COMPENSATING
+    runner.force_complete(saga_id, "charge", Charged(charge="forced"), reason="late fix")
+    runner.run_until_idle()
+    assert runner.history(saga_id)[-1].ignored.startswith("the saga is compensating")
+    assert runner.state(saga_id).steps["confirm_trip"].status == StepStatus.PENDING
+    runner.force_complete(saga_id, "book_hotel", HotelBooked(booking="x"), reason="stuck undo")
+    runner.run_until_settled()
+    assert runner.status(saga_id) == SagaStatus.DEAD_LETTERED  # the undo timed out for good
+    runner.force_complete(saga_id, "book_hotel", HotelBooked(booking="x"), reason="undone by phone")
+    runner.run_until_settled()
+    assert runner.status(saga_id) == SagaStatus.COMPENSATED
+    runner.assert_invariants()
+
+
 def test_force_complete_checks_the_output_type() -> None:
     runner = runner_for(bank=bank(Charge=no_reply()))
     saga_id = runner.start(ANN)
