@@ -140,7 +140,10 @@ class _Run:
             )
             return
         if attempt.outcome is not None:
-            self.ignore(f"duplicate reply to {event.step}/{event.kind} attempt {event.attempt}")
+            what = "late" if attempt.outcome == "timeout" else "duplicate"
+            self.ignore(
+                f"{what} reply to {event.step}/{event.kind} attempt {event.attempt} ({attempt.outcome})"
+            )
             return
         step = self.definition.step_named(event.step)
         attempt.ended_ms = event.at_ms
