@@ -170,6 +170,7 @@ class SagaRunner:
         self._held: list[_Held] = []
         self._timers: dict[str, tuple[int, int, str, StartTimer]] = {}
         self._dedupe: dict[tuple[str, str], bytes] = {}
+        self._paused: dict[str, list[_Command]] = {}
         self._ids = itertools.count(1)
         self._busy = False
         self._misuse: RunnerError | None = None
@@ -257,6 +258,19 @@ class SagaRunner:
             reason=reason,
         )
         self._request(saga_id, event)
+
+    def pause(self, participant: str) -> None:
+        """Take a participant down: its commands wait, unanswered, until :meth:`resume`.
+
+        Use it with step timeouts: attempts time out while it is down, and when it comes
+        back it works through the backlog, so replies to old attempts arrive late.
+        """
+        self.participant(participant)
+        self._paused.setdefault(participant, [])
+
+    def resume(self, participant: str) -> None:
+        """Bring a paused participant back; its backlog is delivered in order on the next run."""
+        self._queue.extend(self._paused.pop(participant, []))
 
     # -- running ---------------------------------------------------------------------------
 
@@ -539,6 +553,9 @@ class SagaRunner:
         """Deliver one command as the bus would: idempotent consumer first, then the handler."""
         envelope = command.envelope
         name = command.participant
+        if name in self._paused:
+            self._paused[name].append(command)
+            return
         delivery = Delivery(
             envelope=envelope,
             stream=command.partition.commands(name),

@@ -602,6 +602,24 @@ def test_a_timed_out_charge_that_took_effect_is_refunded_when_the_saga_is_cancel
     assert runner.participant("bank").received(Refund), "the charge was never refunded"
 
 
+def test_a_participant_that_is_down_times_out_then_works_through_its_backlog() -> None:
+    runner = runner_for()
+    runner.pause("hotel")
+    saga_id = runner.start(ANN)
+    runner.advance(seconds=TIMEOUT)  # attempt 1 times out; its retry is 1 s away
+    assert outcomes(runner, saga_id, "book_hotel") == ["timeout"]
+    assert runner.participant("hotel").calls == []
+    runner.resume("hotel")
+    runner.run_until_idle()  # attempt 1 is handled now: it takes effect, its reply is late
+    assert [c.outcome for c in runner.participant("hotel").calls] == ["ok"]
+    assert runner.history(saga_id)[-1].ignored == "late reply to book_hotel/do attempt 1 (timeout)"
+    runner.run_until_settled()  # attempt 2 gets the recorded result from the idempotent consumer
+    assert runner.status(saga_id) == SagaStatus.COMPLETED
+    assert outcomes(runner, saga_id, "book_hotel") == ["timeout", "ok"]
+    assert [c.outcome for c in runner.participant("hotel").calls] == ["ok", "replayed"]
+    runner.assert_invariants()
+
+
 def test_a_redelivered_command_runs_the_handler_once() -> None:
     runner = runner_for(airline=airline(BookFlight=redeliver()))
     saga_id = runner.start(ANN)
