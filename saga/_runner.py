@@ -9,7 +9,8 @@ store counts them. What the runner replaces is only the transport and the clock:
 - one queue holds the commands on their way to participants and the events on their way
   to the orchestrator; it is drained in order (or in a seeded random order, ``reorder=``);
 - the bus's idempotent consumer is a dict from (participant, idempotency key) to the first
-  result, so a repeat is answered without running the handler again, as in production;
+  result, so a repeat is answered without running the handler again, as in production --
+  and, as in production, forgotten ``BusConfig.dedupe_ttl_s`` (virtual time) later;
 - timers are a dict of due times on a :class:`~bus.FakeClock` that moves only when the test
   says so (:meth:`SagaRunner.advance`) or when it skips to the next timer
   (:meth:`SagaRunner.run_until_settled`).
@@ -169,7 +170,7 @@ class SagaRunner:
         self._queue: list[_Command | _Event] = []
         self._held: list[_Held] = []
         self._timers: dict[str, tuple[int, int, str, StartTimer]] = {}
-        self._dedupe: dict[tuple[str, str], bytes] = {}
+        self._dedupe: dict[tuple[str, str], tuple[bytes, int]] = {}
         self._paused: dict[str, list[_Command]] = {}
         self._ids = itertools.count(1)
         self._busy = False
@@ -566,7 +567,7 @@ class SagaRunner:
         )
         key = (name, envelope.idempotency_key)
         if name == LOCAL:
-            first = self._dedupe.get(key)
+            first = self._first_result(key)
             if first is None:
                 reply = await self._local.on_local(envelope.decode(LocalCall), delivery)
                 first = self._result(key, reply, idempotent=True)
@@ -588,7 +589,7 @@ class SagaRunner:
             idempotency_key=envelope.idempotency_key,
             delivery=delivery,
         )
-        first = self._dedupe.get(key) if fake.idempotent else None
+        first = self._first_result(key) if fake.idempotent else None
         if first is not None:
             fake.calls.append(self._call(name, message, ctx, envelope, "replayed"))
             self._reply(command, name, first, Response(None))
@@ -604,11 +605,18 @@ class SagaRunner:
         if response.redeliver:
             self._queue.append(command)
 
+    def _first_result(self, key: tuple[str, str]) -> bytes | None:
+        """The key's first result, unless the bus would have forgotten it (``dedupe_ttl_s``)."""
+        recorded = self._dedupe.get(key)
+        if recorded is None or self.now_ms - recorded[1] >= self.config.bus.dedupe_ttl_s * 1000:
+            return None
+        return recorded[0]
+
     def _result(self, key: tuple[str, str], reply: Any, *, idempotent: bool) -> bytes:
         """Encode a handler's reply; remember it as the key's first result as the bus does."""
         result = encode_result(reply, self.config.bus)
         if idempotent and (not isinstance(reply, Reply) or reply.remember):
-            self._dedupe[key] = result
+            self._dedupe[key] = (result, self.now_ms)
         return result
 
     def _call(

@@ -620,6 +620,38 @@ def test_a_participant_that_is_down_times_out_then_works_through_its_backlog() -
     runner.assert_invariants()
 
 
+def test_the_idempotent_consumer_forgets_a_result_after_the_dedupe_ttl() -> None:
+    # As on Redis: a first result is kept BusConfig.dedupe_ttl_s (a day by default). Retrying
+    # a step whose last attempt took effect (its reply came too late) gets that result back
+    # within the window; later, the participant runs the command again -- participants that
+    # must never repeat an effect need their own inbox (relay/).
+    runner = runner_for(bank=bank(Charge=sequence(no_reply(), no_reply(), late_reply(times=99))))
+    soon, later = runner.start(ANN, saga_id="soon"), runner.start(Trip(traveller="bob"), saga_id="later")
+    runner.run_until_settled()
+    for saga_id in (soon, later):
+        assert runner.status(saga_id) == SagaStatus.DEAD_LETTERED
+        assert [c.outcome for c in runner.participant("bank").calls if c.saga_id == saga_id] == [
+            "lost",
+            "lost",
+            "ok",
+        ]
+
+    runner.advance(hours=23)
+    runner.retry(soon)
+    runner.run_until_settled(soon)
+    assert runner.status(soon) == SagaStatus.COMPLETED
+    assert [c.outcome for c in runner.participant("bank").calls if c.saga_id == soon][-1] == "replayed"
+
+    runner.advance(days=2)
+    runner.retry(later)
+    runner.run_until_settled(later)
+    assert [c.outcome for c in runner.participant("bank").calls if c.saga_id == later][
+        -1
+    ] == "ok"  # charged again
+    with pytest.raises(AssertionError, match=r"more than once: \['later:charge:do'\]"):
+        runner.participant("bank").assert_each_effect_once()
+
+
 def test_a_redelivered_command_runs_the_handler_once() -> None:
     runner = runner_for(airline=airline(BookFlight=redeliver()))
     saga_id = runner.start(ANN)
