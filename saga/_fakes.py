@@ -111,13 +111,9 @@ class Behaviour:
 
     __slots__ = ("_bind", "_describe", "_respond")
 
-    def __init__(
-        self,
-        describe: str,
-        respond: Callable[[Behaviour | None], Respond],
-    ) -> None:
+    def __init__(self, describe: str, bind: Callable[[Behaviour | None], Respond]) -> None:
         self._describe = describe
-        self._bind = respond
+        self._bind = bind
         self._respond: Respond | None = None
 
     def bound(self, previous: Behaviour | None) -> Behaviour:

@@ -33,7 +33,8 @@ from bus import Delivery, Envelope, FakeClock, MalformedEntry, PermanentError, R
 from bus._outcomes import encode_result, reply_envelope
 from saga._checks import Summary, invariant_violations, replay, summarize
 from saga._config import EngineConfig
-from saga._decider import Decision, LocalCall, decide, start
+from saga._decider import Decision, LocalCall, decide
+from saga._decider import start as decide_start
 from saga._definition import LOCAL, Saga, Step
 from saga._errors import SagaError, SagaExists, SagaNotFound
 from saga._fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
@@ -141,15 +142,15 @@ class SagaRunner:
     decides or enqueues it and returns; :meth:`run_until_idle`, :meth:`advance` and
     :meth:`run_until_settled` deliver and decide. ``reorder`` (a seeded
     :class:`random.Random`) takes the queued commands and events in random order instead of
-    first-in first-out, as concurrent workers may. ``start`` is the virtual clock's initial
-    time.
+    first-in first-out, as concurrent workers may. ``start_time`` is the virtual clock's
+    initial time.
     """
 
     def __init__(
         self,
         *sagas: Saga[Any],
         participants: Iterable[Participant | FakeParticipant] = (),
-        start: datetime | None = None,
+        start_time: datetime | None = None,
         reorder: random.Random | None = None,
         config: EngineConfig | None = None,
         max_deliveries: int = 100_000,
@@ -158,7 +159,7 @@ class SagaRunner:
             raise ValueError("SagaRunner needs at least one saga definition")
         self.registry = Registry(sagas)
         self.config = config or EngineConfig()
-        self.clock = FakeClock(int(start.timestamp() * 1000) if start else DEFAULT_START_MS)
+        self.clock = FakeClock(int(start_time.timestamp() * 1000) if start_time else DEFAULT_START_MS)
         self.dispatched: list[tuple[str, Dispatch]] = []
         """Every command the sagas sent, in order, as (saga id, dispatch)."""
         self.calls: list[Call] = []
@@ -210,7 +211,7 @@ class SagaRunner:
         context = definition.context
         partition = Partition(context.name, partition_of(saga_id, context.partitions))
         event = Started(id=self._new_id("start"), at_ms=self.now_ms, data=msgspec.Raw(encoded), by=CONSUMER)
-        decision = start(definition, saga_id, encoded, partition.index, event)
+        decision = decide_start(definition, saga_id, encoded, partition.index, event)
         record = _Saga(definition, partition, decision.state, {}, [])
         self._sagas[saga_id] = record
         self._commit(record, decision, event)

@@ -1011,7 +1011,7 @@ def test_output_functions_may_raise_like_handlers() -> None:
 
 def test_the_clock_starts_where_asked_and_only_moves_when_told() -> None:
     start = datetime(2030, 1, 1, tzinfo=UTC)
-    runner = SagaRunner(define(), participants=[airline(), hotel(), bank()], start=start)
+    runner = SagaRunner(define(), participants=[airline(), hotel(), bank()], start_time=start)
     assert runner.now == start
     runner.run(ANN)
     assert runner.now == start
