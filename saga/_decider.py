@@ -140,7 +140,10 @@ class _Run:
             )
             return
         if attempt.outcome is not None:
-            self.ignore(f"duplicate reply to {event.step}/{event.kind} attempt {event.attempt}")
+            what = "late" if attempt.outcome == "timeout" else "duplicate"
+            self.ignore(
+                f"{what} reply to {event.step}/{event.kind} attempt {event.attempt} ({attempt.outcome})"
+            )
             return
         step = self.definition.step_named(event.step)
         attempt.ended_ms = event.at_ms
@@ -257,6 +260,11 @@ class _Run:
             step_state.status = move_step(step_state.status, StepStatus.COMPENSATED)
             self.state.status = move_saga(self.state.status, SagaStatus.COMPENSATING)
             self._continue_compensation()
+            return
+        if self.state.status == SagaStatus.COMPENSATING:
+            # The forward path is over; forcing its failed step now would send the next step
+            # in the middle of the compensation.
+            self.ignore("the saga is compensating; only a failed compensation can be force-completed")
             return
         current = self._current_forward()
         if current is None or current[0].name != event.step:

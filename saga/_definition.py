@@ -229,7 +229,10 @@ class Saga(Generic[D]):
         self.steps: list[Step[D, Any]] = []
         self.compensations: dict[str, Compensation] = {}
         self._encoder = msgspec.json.Encoder()
-        self._data_decoder = msgspec.json.Decoder(data)
+        try:
+            self._data_decoder = msgspec.json.Decoder(data)
+        except TypeError as error:
+            raise DefinitionError(f"saga {name!r}: data type {data!r} is not msgspec-decodable") from error
 
     @property
     def key(self) -> str:
@@ -317,6 +320,7 @@ class Saga(Generic[D]):
             comp_name = name or function.__name__
             where = f"{self.name}.{comp_name}"
             _check_name(comp_name, where)
+            _check_retry(retry, where)
             if comp_name in self.compensations:
                 raise DefinitionError(f"{where}: a compensation with this name is already declared")
             compensation = Compensation(
@@ -345,6 +349,7 @@ class Saga(Generic[D]):
     ) -> Step[D, Any]:
         where = f"{self.name}.{step_name}"
         _check_name(step_name, where)
+        _check_retry(retry, where)
         if any(s.name == step_name for s in self.steps):
             raise DefinitionError(f"{where}: a step with this name is already declared")
         if output_type is not None and not _encodable(output_type):
@@ -419,12 +424,21 @@ def _check_name(name: str, where: str) -> None:
         raise DefinitionError(f"{where}: invalid name (letters, digits, _ . -; at most 64)")
 
 
+def _check_retry(retry: object, where: str) -> None:
+    if not isinstance(retry, Retry):
+        raise DefinitionError(f"{where}: retry= must be a Retry(...), not {retry!r}")
+
+
 def _takes_context(function: Builder, where: str) -> bool:
     """Check a builder's or action's signature: ``(data)`` or ``(data, ctx)``."""
+    every = inspect.signature(function).parameters.values()
+    for p in every:
+        if p.kind == p.KEYWORD_ONLY and p.default is p.empty:
+            raise DefinitionError(
+                f"{where}: required keyword-only parameter {p.name!r} (the engine calls fn(data[, ctx]))"
+            )
     parameters = [
-        p
-        for p in inspect.signature(function).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        p for p in every if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     if len(parameters) not in (1, 2):
         raise DefinitionError(f"{where}: takes (data) or (data, ctx), not {len(parameters)} arguments")

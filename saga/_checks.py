@@ -1,0 +1,246 @@
+"""What tests assert about a saga: a comparable summary, the invariants, and replay.
+
+These work on a saga's state and history wherever they came from: the in-process runner,
+or Redis (``rs:{ctx:p}:saga:<id>`` and ``rs:{ctx:p}:hist:<id>``), so one assertion serves
+every backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from saga._decider import Decision, decide, start
+from saga._definition import Saga
+from saga._model import Dispatch, ForceCompleted, HistoryEntry, Outcome, SagaState, Started, StepReplied
+from saga._states import SAGA_TRANSITIONS, SagaStatus, StepStatus
+from saga._store import encode_state
+
+_json = msgspec.json.Encoder()
+_history_decoder = msgspec.json.Decoder(HistoryEntry)
+_history_list_decoder = msgspec.json.Decoder(list[HistoryEntry])
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """One step's status and the outcomes of its attempts (``None``: still in flight)."""
+
+    status: StepStatus
+    do: tuple[Outcome | None, ...] = ()
+    undo: tuple[Outcome | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What a scenario test compares: status, step records, completion and undo order.
+
+    Timings, ids and workers are left out, so the same scenario gives equal summaries on
+    every backend.
+    """
+
+    status: SagaStatus
+    steps: dict[str, StepSummary]
+    completed: tuple[str, ...]
+    compensated: tuple[str, ...]
+
+
+def summarize(state: SagaState, history: Sequence[HistoryEntry]) -> Summary:
+    """Summarize a saga (``compensated`` is the order in which compensations were sent)."""
+    return Summary(
+        status=state.status,
+        steps={
+            name: StepSummary(
+                status=step.status,
+                do=tuple(a.outcome for a in step.attempts if a.kind == "do"),
+                undo=tuple(a.outcome for a in step.attempts if a.kind == "undo"),
+            )
+            for name, step in state.steps.items()
+        },
+        completed=tuple(state.completed),
+        compensated=tuple(compensation_order(history)),
+    )
+
+
+def compensation_order(history: Iterable[HistoryEntry]) -> list[str]:
+    """The steps whose compensation was sent, in the order of their first undo command."""
+    order: list[str] = []
+    for entry in history:
+        for effect in entry.effects:
+            if isinstance(effect, Dispatch) and effect.kind == "undo" and effect.step not in order:
+                order.append(effect.step)
+    return order
+
+
+def decode_history(raw: bytes | str | Iterable[HistoryEntry | bytes | str]) -> list[HistoryEntry]:
+    """Read a history: a JSON array, or entries / JSON entries one by one (Redis ``LRANGE``)."""
+    if isinstance(raw, bytes | str):
+        return _history_list_decoder.decode(raw)
+    return [e if isinstance(e, HistoryEntry) else _history_decoder.decode(e) for e in raw]
+
+
+def invariant_violations(
+    definition: Saga[Any], state: SagaState, history: Sequence[HistoryEntry]
+) -> list[str]:
+    """Everything wrong with a saga by FAULTS.md G3 and G4 and the lifecycle tables (empty: fine).
+
+    Checked: revisions never go back and ignored events leave them alone; a status changes
+    only along the lifecycle table and never after an end; no step completes twice and no
+    command is sent for a step (or compensation) after it succeeded; compensations are sent
+    only for completed steps that declare one, in strict reverse order of completion, and
+    each succeeds at most once; an ended saga's steps agree with how it ended.
+    """
+    problems: list[str] = []
+    problems += _revision_problems(history)
+    problems += _status_problems(history)
+    problems += _dispatch_problems(history)
+    with_undo = [n for n in state.completed if definition.step_named(n).compensation is not None]
+    order = compensation_order(history)
+    if order != list(reversed(with_undo))[: len(order)]:
+        problems.append(
+            f"compensations sent in order {order}, expected a prefix of {list(reversed(with_undo))}"
+        )
+    for name, step in state.steps.items():
+        done = sum(1 for a in step.attempts if a.kind == "do" and a.outcome in ("ok", "forced"))
+        undone = sum(1 for a in step.attempts if a.kind == "undo" and a.outcome in ("ok", "forced"))
+        if done > 1:
+            problems.append(f"step {name} completed {done} times")
+        if undone > 1:
+            problems.append(f"step {name} was undone {undone} times")
+        if step.count("undo") and name not in with_undo:
+            problems.append(f"step {name} was compensated but did not complete (or declares no compensation)")
+    problems += _end_problems(state, with_undo)
+    return problems
+
+
+def _revision_problems(history: Sequence[HistoryEntry]) -> list[str]:
+    problems = []
+    for before, after in itertools.pairwise(history):
+        if after.revision < before.revision:
+            problems.append(f"revision went back from {before.revision} to {after.revision}")
+        if after.ignored and after.revision != before.revision:
+            problems.append(f"an ignored event changed the revision ({after.ignored})")
+    return problems
+
+
+def _status_problems(history: Sequence[HistoryEntry]) -> list[str]:
+    problems = []
+    for before, after in itertools.pairwise(history):
+        if before.status == after.status:
+            continue
+        if before.status.terminal:
+            problems.append(f"status changed after the end: {before.status} -> {after.status}")
+        elif after.status not in _reachable(before.status):
+            problems.append(f"illegal status change {before.status} -> {after.status}")
+    return problems
+
+
+def _dispatch_problems(history: Sequence[HistoryEntry]) -> list[str]:
+    problems: list[str] = []
+    finished: set[tuple[str, str]] = set()
+    for entry in history:
+        problems.extend(
+            f"{effect.step}/{effect.kind} sent again after it succeeded"
+            for effect in entry.effects
+            if isinstance(effect, Dispatch) and (effect.step, effect.kind) in finished
+        )
+        event = entry.event
+        if entry.ignored:
+            continue
+        if isinstance(event, StepReplied) and event.ok:
+            finished.add((event.step, event.kind))
+        elif isinstance(event, ForceCompleted):
+            finished.add((event.step, "undo" if (event.step, "do") in finished else "do"))
+    return problems
+
+
+def _end_problems(state: SagaState, with_undo: list[str]) -> list[str]:
+    status, steps = state.status, state.steps
+    problems = []
+    if status == SagaStatus.COMPLETED and any(s.status != StepStatus.SUCCEEDED for s in steps.values()):
+        problems.append("completed, but not every step succeeded")
+    if status in (SagaStatus.COMPLETED, SagaStatus.FAILED) and any(s.count("undo") for s in steps.values()):
+        problems.append(f"{status}, yet compensations were sent")
+    if status == SagaStatus.FAILED and with_undo:
+        problems.append(f"failed, yet completed steps {with_undo} needed undoing")
+    if status in (SagaStatus.COMPENSATED, SagaStatus.CANCELLED):
+        left = [n for n in with_undo if steps[n].status != StepStatus.COMPENSATED]
+        if left:
+            problems.append(f"{status}, but steps {left} were not undone")
+    return problems
+
+
+def _reachable(status: SagaStatus) -> set[SagaStatus]:
+    seen: set[SagaStatus] = set()
+    todo = [status]
+    while todo:
+        for target in SAGA_TRANSITIONS[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+class ReplayMismatch(AssertionError):
+    """Replaying a history through the decider decided something else at ``index``."""
+
+    def __init__(
+        self, index: int, entry: HistoryEntry, what: str, recorded: object, replayed: object
+    ) -> None:
+        super().__init__(
+            f"history entry {index} ({type(entry.event).__name__} {entry.event.id}): {what} differs\n"
+            f"  recorded: {recorded}\n  replayed: {replayed}"
+        )
+        self.index = index
+        self.entry = entry
+
+
+def replay(
+    definition: Saga[Any],
+    history: bytes | str | Iterable[HistoryEntry | bytes | str],
+    *,
+    saga_id: str,
+    partition: int = 0,
+) -> SagaState:
+    """Run a recorded history through the decider again and return the state it rebuilds.
+
+    Every entry's effects, resulting status, revision and ignore reason must come out the
+    same, or :class:`ReplayMismatch` names the first entry that differs: the regression test
+    for a definition change (replay yesterday's production traces against today's code).
+    ``history`` is what the store records (``LRANGE rs:{ctx:p}:hist:<id> 0 -1``, or a JSON
+    array of those entries).
+    """
+    entries = decode_history(history)
+    if not entries or not isinstance(entries[0].event, Started):
+        raise ValueError("a history starts with the saga's Started event")
+    first = entries[0].event
+    decision = start(definition, saga_id, bytes(first.data), partition, first)
+    state = _check_entry(0, entries[0], decision, None)
+    for index, entry in enumerate(entries[1:], start=1):
+        if isinstance(entry.event, Started):
+            raise ReplayMismatch(index, entry, "event", "a second Started", "")
+        state = _check_entry(index, entry, decide(definition, state, entry.event), state)
+    return state
+
+
+def _check_entry(index: int, entry: HistoryEntry, decision: Decision, before: SagaState | None) -> SagaState:
+    state = decision.state if decision.changed or before is None else before
+    revision = before.revision if before is not None else 0
+    if decision.changed:
+        old = encode_state(before) if before is not None else {}
+        if any(old.get(k) != v for k, v in encode_state(decision.state).items()):
+            revision += 1
+    state.revision = revision
+    checks = (
+        ("ignored", entry.ignored, decision.ignored),
+        ("status", entry.status, decision.state.status),
+        ("revision", entry.revision, revision),
+        ("effects", _json.encode(entry.effects).decode(), _json.encode(decision.effects).decode()),
+    )
+    for what, recorded, replayed in checks:
+        if recorded != replayed:
+            raise ReplayMismatch(index, entry, what, recorded, replayed)
+    return state
