@@ -104,6 +104,8 @@ def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
             run.on_force(event)
         case Started():
             run.ignore("the saga has already started")
+    if run.ignored:  # nothing changes: hand back the input, not a half-edited working copy
+        return Decision(state, [], run.ignored)
     return run.decision()
 
 
@@ -175,10 +177,12 @@ class _Run:
             self.ignore(f"timer {event.timer_id} is for an attempt that is no longer current")
             return
         if event.purpose == "retry":
-            if self.state.cancel is not None and event.kind == "do":
+            if self.state.cancel is not None and event.kind == "do" and attempt.outcome != "timeout":
                 step_state.status = move_step(step_state.status, StepStatus.FAILED)
                 self._begin_compensation()
                 return
+            # After a timeout the step may have taken effect: even when cancelling, try again,
+            # so the participant's dedupe answers with the recorded result (then it is undone).
             self._dispatch(step, event.kind)
             return
         attempt.ended_ms = event.at_ms
@@ -208,11 +212,13 @@ class _Run:
         if current is None:
             return
         step_state = current[1]
-        if step_state.status == StepStatus.RETRYING:
+        last = step_state.current("do")
+        if step_state.status == StepStatus.RETRYING and not (last and last.outcome == "timeout"):
             self._cancel_timer(step_state)
             step_state.status = move_step(step_state.status, StepStatus.FAILED)
             self._begin_compensation()
-        # DISPATCHED: the attempt may take effect; wait for its outcome, then compensate.
+        # DISPATCHED, or retrying after a timeout: the step may take (or have taken) effect;
+        # its outcome decides, then the compensation runs.
 
     def on_retry(self, event: RetryRequested) -> None:
         if self.state.status != SagaStatus.DEAD_LETTERED:
@@ -313,7 +319,11 @@ class _Run:
         self.state.error = Note(
             at_ms=self.now_ms, what=f"{kind} attempt {attempt.n} {outcome}", step=step.name, reason=error
         )
-        cancelling = self.state.cancel is not None and kind == "do"
+        # A timed-out attempt may have taken effect: its outcome is unknown, so it is retried
+        # even when cancelling (the retry learns the outcome from the participant's dedupe) and,
+        # when attempts run out, the saga is parked for an operator, never compensated blind.
+        unknown = outcome == "timeout"
+        cancelling = self.state.cancel is not None and kind == "do" and not unknown
         if outcome != "permanent" and attempt.n < policy.attempts and not cancelling:
             target = StepStatus.RETRYING if kind == "do" else StepStatus.COMPENSATION_RETRYING
             step_state.status = move_step(step_state.status, target)
@@ -336,7 +346,7 @@ class _Run:
             self.state.status = move_saga(self.state.status, SagaStatus.DEAD_LETTERED)
             return
         step_state.status = move_step(step_state.status, StepStatus.FAILED)
-        if outcome == "permanent" or cancelling or policy.on_exhausted == "compensate":
+        if not unknown and (outcome == "permanent" or cancelling or policy.on_exhausted == "compensate"):
             self._begin_compensation()
         else:
             self.state.status = move_saga(self.state.status, SagaStatus.DEAD_LETTERED)
