@@ -22,5 +22,5 @@ class Backoff:
 
     async def wait(self) -> None:
         """Sleep the next back-off interval on the injected clock."""
-        await self._clock.sleep(self._next_s * self._rng.uniform(0.5, 1.0))
+        await self._clock.sleep(min(self._next_s, self._cap_s) * self._rng.uniform(0.5, 1.0))
         self._next_s = min(self._next_s * 2, self._cap_s)

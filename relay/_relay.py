@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import anyio
 import structlog
 
-from bus import BusError, Clock, Redis, SystemClock
-from relay._backoff import Backoff
+from bus import Backoff, BusError, Clock, Redis, SystemClock
 from relay._config import RelayConfig
 from relay._crash import AFTER_CLAIM, AFTER_XADD_BEFORE_MARK_SENT, crash_point
 from relay._dsn import open_store

@@ -45,6 +45,19 @@ class CommandContext:
         """Extend the lease on this command (only needed by handlers that block the loop)."""
         await self.delivery.heartbeat()
 
+    @classmethod
+    def of(cls, delivery: Delivery) -> CommandContext:
+        """The context of the command ``delivery`` carries (the saga's headers say which step)."""
+        envelope = delivery.envelope
+        return cls(
+            saga_id=envelope.correlation_id,
+            step=envelope.headers.get("step", ""),
+            kind=envelope.headers.get("kind", ""),
+            attempt=envelope.attempt,
+            idempotency_key=envelope.idempotency_key,
+            delivery=delivery,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Handler(Generic[M]):
@@ -110,15 +123,7 @@ class Participant:
 
 def _adapt(function: CommandHandler, *, outbox: bool) -> Callable[[Any, Delivery], Awaitable[Any]]:
     async def handle(message: Any, delivery: Delivery) -> Any:
-        envelope = delivery.envelope
-        context = CommandContext(
-            saga_id=envelope.correlation_id,
-            step=envelope.headers.get("step", ""),
-            kind=envelope.headers.get("kind", ""),
-            attempt=envelope.attempt,
-            idempotency_key=envelope.idempotency_key,
-            delivery=delivery,
-        )
+        context = CommandContext.of(delivery)
         reply = await reply_for(function(message, context), wrap=False)
         if outbox and not isinstance(reply, StepFailed | Reply):
             return None  # success: the handler's own transaction put the reply in the outbox

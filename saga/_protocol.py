@@ -21,7 +21,6 @@ from saga._model import (
     Kind,
     RetryRequested,
     StepReplied,
-    TimerFired,
 )
 from saga._store import TimerTemplate
 
@@ -73,16 +72,7 @@ def to_event(envelope: Envelope) -> Event:
 def _decode(envelope: Envelope) -> Event:
     at = envelope.created_at_ms
     if envelope.type == TIMER:
-        t = _timer.decode(envelope.payload)
-        return TimerFired(
-            id=envelope.id,
-            at_ms=at,
-            timer_id=t.timer_id,
-            purpose=t.purpose,
-            step=t.step,
-            kind=t.kind,
-            attempt=t.attempt,
-        )
+        return _timer.decode(envelope.payload).fired(envelope.id, at)
     if envelope.type in (CANCEL, RETRY, FORCE):
         request = _operator.decode(envelope.payload)
         if envelope.type == CANCEL:

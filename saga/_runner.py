@@ -52,7 +52,6 @@ from saga._model import (
     Started,
     StartTimer,
     StepReplied,
-    TimerFired,
 )
 from saga._orchestrator import Orchestrator, _check_output
 from saga._outcome import reply_for
@@ -60,7 +59,7 @@ from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, to_event
 from saga._registry import Registry
 from saga._states import SagaStatus
-from saga._store import command_envelope, encode_state
+from saga._store import TimerTemplate, command_envelope, encode_state
 
 T = TypeVar("T")
 CONSUMER = "saga-runner"
@@ -486,15 +485,7 @@ class SagaRunner:
         due = sorted((t for t in self._timers.values() if t[0] <= now), key=lambda t: (t[0], t[1]))
         for _, _, saga_id, timer in due:
             del self._timers[timer.timer_id]
-            event = TimerFired(
-                id=timer.timer_id,
-                at_ms=now,
-                timer_id=timer.timer_id,
-                purpose=timer.purpose,
-                step=timer.step,
-                kind=timer.kind,
-                attempt=timer.attempt,
-            )
+            event = TimerTemplate.of(timer).fired(timer.timer_id, now)
             self._queue.append(_Event(saga_id, event))
         return len(due)
 
@@ -582,14 +573,7 @@ class SagaRunner:
                 f"{envelope.headers.get('step')!r}); add one with .on({envelope.type}, ...)"
             )
         message = envelope.decode(found[0])
-        ctx = CommandContext(
-            saga_id=envelope.correlation_id,
-            step=envelope.headers.get("step", ""),
-            kind=envelope.headers.get("kind", ""),
-            attempt=envelope.attempt,
-            idempotency_key=envelope.idempotency_key,
-            delivery=delivery,
-        )
+        ctx = CommandContext.of(delivery)
         first = self._first_result(key) if fake.idempotent else None
         if first is not None:
             fake.calls.append(self._call(name, message, ctx, envelope, "replayed"))

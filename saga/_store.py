@@ -33,6 +33,7 @@ from saga._model import (
     SagaState,
     StartTimer,
     StepState,
+    TimerFired,
 )
 from saga._states import SagaStatus
 
@@ -64,6 +65,29 @@ class TimerTemplate(msgspec.Struct, kw_only=True):
     step: str
     kind: Literal["do", "undo"]
     attempt: int
+
+    @classmethod
+    def of(cls, timer: StartTimer) -> TimerTemplate:
+        """The stored form of a timer a decision started."""
+        return cls(
+            timer_id=timer.timer_id,
+            purpose=timer.purpose,
+            step=timer.step,
+            kind=timer.kind,
+            attempt=timer.attempt,
+        )
+
+    def fired(self, event_id: str, at_ms: int) -> TimerFired:
+        """The event the saga sees when this timer fires."""
+        return TimerFired(
+            id=event_id,
+            at_ms=at_ms,
+            timer_id=self.timer_id,
+            purpose=self.purpose,
+            step=self.step,
+            kind=self.kind,
+            attempt=self.attempt,
+        )
 
 
 @dataclass(slots=True)
@@ -215,13 +239,7 @@ def commit_call(
     starts = [e for e in decision.effects if isinstance(e, StartTimer)]
     args.append(len(starts))
     for timer in starts:
-        template = TimerTemplate(
-            timer_id=timer.timer_id,
-            purpose=timer.purpose,
-            step=timer.step,
-            kind=timer.kind,
-            attempt=timer.attempt,
-        )
+        template = TimerTemplate.of(timer)
         args += [timer.timer_id, timer.delay_ms, state.id, _json.encode(template)]
     cancels = [e.timer_id for e in decision.effects if isinstance(e, CancelTimer)]
     args += [len(cancels), *cancels]
