@@ -246,17 +246,18 @@ class GroupConsumer:
         if fields is None:
             self._dead(entry_id, "entry was deleted while pending")
             return None
+        try:
+            envelope = decode_fields(fields, max_bytes=config.max_entry_bytes, max_fields=config.max_fields)
+        except MalformedEntry as error:
+            self._dead(entry_id, f"malformed entry: {error.reason}")
+            return None
         if deliveries > config.max_deliveries:
             self._dead(
                 entry_id,
                 f"delivery limit of {config.max_deliveries} exceeded "
                 "(the handler crashed or stalled on every delivery)",
+                envelope,
             )
-            return None
-        try:
-            envelope = decode_fields(fields, max_bytes=config.max_entry_bytes, max_fields=config.max_fields)
-        except MalformedEntry as error:
-            self._dead(entry_id, f"malformed entry: {error.reason}")
             return None
         route = self.sub.route_for(envelope.type)
         if route is None:

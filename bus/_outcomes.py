@@ -170,6 +170,8 @@ def dead_letter_call(
             envelope.correlation_id,
             "idempotency_key",
             envelope.idempotency_key,
+            "attempt",
+            envelope.attempt,
         ]
         for name, value in envelope.headers.items():
             context += [f"header.{name}", value]

@@ -155,11 +155,37 @@ async def test_poison_entry_is_dead_lettered_after_the_delivery_limit(redis: bus
     assert letter["stream"] == COMMANDS.key
     assert letter["group"] == "payments"
     assert letter["correlation_id"] == "saga-o1"
+    assert letter["attempt"] == "1"
     assert letter["consumer"] == worker.consumer
     assert msgspec.json.decode(letter["errors"]) == ["RuntimeError: gateway timeout"] * CONFIG.max_deliveries
     assert int(letter["first_failed_ms"]) <= int(letter["last_failed_ms"])
     assert letter["raw.type"] == "Charge"
     assert msgspec.json.decode(letter["raw.data"], type=Charge) == Charge(order="o1", amount=10)
+
+
+async def test_entry_past_the_limit_without_recorded_failures_is_dead_lettered_with_context(
+    redis: bus.Redis,
+) -> None:
+    # a handler that crashes its process on every delivery never records a failure: the
+    # delivery count alone tells, and the letter still carries the envelope's context
+    effects: list[str] = []
+    worker = Worker(redis, payments_app(effects), config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    [[_, [(entry_id, _fields)]]] = await redis.xreadgroup("payments", "crashed", {COMMANDS.key: ">"})
+    for _ in range(CONFIG.max_deliveries - 1):  # each crash and takeover is one more delivery
+        await redis.xclaim(COMMANDS.key, "payments", "crashed", 0, [entry_id])
+    await age_pending(redis, COMMANDS, "payments", entry_id.decode(), CONFIG.lease_ms)
+    await worker.run_until_idle()
+
+    assert effects == []
+    [letter] = await dead_letters(redis, COMMANDS)
+    assert letter["reason"].startswith(f"delivery limit of {CONFIG.max_deliveries} exceeded")
+    assert letter["deliveries"] == str(CONFIG.max_deliveries + 1)
+    assert letter["correlation_id"] == "saga-o1"
+    assert letter["idempotency_key"] == "saga-o1:charge"
+    assert letter["type"] == "Charge"
+    assert await pending(redis, COMMANDS, "payments") == []
 
 
 async def test_permanent_failure_is_dead_lettered_at_once(redis: bus.Redis) -> None:
