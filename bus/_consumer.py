@@ -97,7 +97,12 @@ class GroupConsumer:
             return
 
     async def read(self, handlers: TaskGroup, block_ms: int | None) -> int:
-        """Read new entries (as many as there are free slots) and start handling them."""
+        """Read new entries (as many as there are free slots) and start handling them.
+
+        A read takes at most ``read_share`` slots and holds them while it blocks; slots are
+        granted in arrival order, so the reclaimer and other readers are served while this
+        read waits (see ``bus/_slots.py``).
+        """
         wanted = await self.rt.slots.reserve(self.rt.read_share)
         try:
             with redis_errors():

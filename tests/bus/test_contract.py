@@ -501,3 +501,22 @@ async def test_an_idle_stream_does_not_starve_a_busy_one_of_slots(redis: bus.Red
         with anyio.fail_after(10):
             await handled.wait()
         tg.cancel_scope.cancel()
+
+
+async def test_running_worker_reclaims_an_expired_lease_while_its_reader_blocks(redis: bus.Redis) -> None:
+    # the reader of an idle stream holds its slots while it blocks; the reclaimer must still
+    # get slots to take over a dead consumer's entry (it starved before slots became fair)
+    effects: list[str] = []
+    config = BusConfig(block_ms=300, lease_ms=10_000, reclaim_interval_ms=20, concurrency=4)
+    worker = Worker(redis, payments_app(effects), config=config)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    [[_, [(entry_id, _)]]] = await redis.xreadgroup("payments", "dead", {COMMANDS.key: ">"})
+    await age_pending(redis, COMMANDS, "payments", entry_id.decode(), config.lease_ms)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(5):
+            while effects != ["o1"]:
+                await anyio.sleep(0.01)  # polling for an observable outcome, not for timing
+        worker.stop()
+    assert await pending(redis, COMMANDS, "payments") == []
