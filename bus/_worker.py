@@ -12,16 +12,18 @@ Loops, all on one anyio task group:
 Every loop survives Redis outages (back-off with jitter, then resume) and recreates a
 consumer group that an operator deleted. :meth:`Worker.stop` drains gracefully: readers
 stop, in-flight handlers get ``shutdown_grace_s`` to finish, the rest stay pending for
-another worker.
+another worker. :meth:`Worker.serve` does the same on SIGTERM or SIGINT (a second signal
+stops at once), which is how a worker process should run.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 from anyio.abc import TaskGroup
@@ -37,6 +39,7 @@ from bus._errors import BusError, GroupMissing
 from bus._log import get_logger
 from bus._maintenance import run_maintenance
 from bus._publisher import Publisher
+from bus._signals import DEFAULT_SIGNALS, serve
 from bus._slots import Slots
 
 _log = get_logger("redsaga.bus")
@@ -90,6 +93,13 @@ class Worker:
     def stop(self) -> None:
         """Ask :meth:`run` to stop gracefully (safe to call from a signal handler task)."""
         self._stopping.set()
+
+    async def serve(self, signals: Sequence[signal.Signals] = DEFAULT_SIGNALS) -> None:
+        """Run until SIGTERM or SIGINT, then drain gracefully (a second signal stops at once).
+
+        This is how a worker process should run; see :mod:`bus._signals`.
+        """
+        await serve(self, signals)
 
     async def setup(self) -> None:
         """Create every consumer group (idempotent)."""

@@ -1,0 +1,47 @@
+"""Graceful shutdown on SIGTERM and SIGINT for a :class:`~bus.Worker` run as a process.
+
+The first signal asks the worker to stop: readers stop reading, in-flight handlers get
+``BusConfig.shutdown_grace_s`` to finish, and whatever is left stays pending for another
+worker (nothing is lost). A second signal stops at once: running handlers are cancelled
+and their entries stay pending until their lease expires and another worker takes them.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import structlog
+
+if TYPE_CHECKING:
+    from bus._worker import Worker
+
+DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+_log = structlog.get_logger("redsaga.bus")
+
+
+async def serve(worker: Worker, signals: Sequence[signal.Signals] = DEFAULT_SIGNALS) -> None:
+    """Run ``worker`` until one of ``signals`` arrives, then drain it gracefully.
+
+    The signal handlers are installed before the worker starts, so a signal that arrives
+    once ``worker.started`` is set always leads to a graceful stop.
+    """
+    with anyio.open_signal_receiver(*signals) as received:
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                stopping = False
+                async for signum in received:
+                    if not stopping:
+                        stopping = True
+                        _log.info("signal received; stopping gracefully", signal=signum.name)
+                        worker.stop()
+                    else:
+                        _log.warning("second signal; stopping now", signal=signum.name)
+                        group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            await worker.run()
+            group.cancel_scope.cancel()
