@@ -1,4 +1,9 @@
-"""Batches the calls that end deliveries into one pipeline per flush (one round trip)."""
+"""Batches the calls that end deliveries into one pipeline per flush (one round trip).
+
+Calls submitted as :class:`~bus._scripts.BatchPart` are merged, per script, stream and
+group, into one script call of at most ``MAX_PARTS`` parts, so a flush of a hundred
+completions is one pipeline holding one script call rather than a hundred.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ from bus._client import Redis
 from bus._clock import Clock
 from bus._errors import BusError, RedisUnavailable
 from bus._log import get_logger
-from bus._scripts import ScriptCall, run_batch
+from bus._scripts import BatchPart, ScriptCall, merge, run_batch
 
 Callback = Callable[[Any], None]
+Call = ScriptCall | BatchPart
+MAX_PARTS = 128
 _log = get_logger("redsaga.bus")
 
 
@@ -29,14 +36,17 @@ class Completer:
     def __init__(self, redis: Redis, clock: Clock) -> None:
         self._redis = redis
         self._clock = clock
-        self._queue: list[tuple[ScriptCall, Callback]] = []
+        self._queue: list[tuple[Call, Callback]] = []
         self._wake = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
         self._sending = anyio.Lock()
 
-    def submit(self, call: ScriptCall, callback: Callback) -> None:
-        """Queue ``call``; ``callback`` receives its result (or its :class:`BusError`)."""
+    def submit(self, call: Call, callback: Callback) -> None:
+        """Queue ``call``; ``callback`` receives its result (or its :class:`BusError`).
+
+        A :class:`~bus._scripts.BatchPart`'s result is its own element of the merged reply.
+        """
         self._queue.append((call, callback))
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
@@ -81,18 +91,47 @@ class Completer:
         backoff = Backoff(self._clock)
         while self._queue:
             batch, self._queue = self._queue, []
+            calls, members = _plan(batch)
             try:
-                results = await run_batch(self._redis, [call for call, _ in batch])
+                replies = await run_batch(self._redis, calls)
             except RedisUnavailable as error:
                 _log.warning("completion batch not sent; retrying", error=str(error), calls=len(batch))
                 self._queue = batch + self._queue
                 await backoff.wait()
                 continue
             except BusError as error:
-                results = [error] * len(batch)
+                replies = [error] * len(calls)
+            results: list[Any] = [None] * len(batch)
+            for reply, (merged, indexes) in zip(replies, members, strict=True):
+                if not merged or isinstance(reply, BusError):
+                    for index in indexes:
+                        results[index] = reply
+                else:
+                    for index, result in zip(indexes, reply, strict=True):
+                        results[index] = result
             for (_, callback), result in zip(batch, results, strict=True):
                 try:
                     callback(result)
                 except Exception:  # noqa: BLE001 - a bug in one callback must not stop every completion
                     _log.exception("completion callback failed")
         self._idle.set()
+
+
+def _plan(batch: list[tuple[Call, Callback]]) -> tuple[list[ScriptCall], list[tuple[bool, list[int]]]]:
+    """The calls to send for ``batch``, and for each the batch indexes it answers."""
+    calls: list[ScriptCall] = []
+    members: list[tuple[bool, list[int]]] = []
+    groups: dict[Any, list[int]] = {}
+    for index, (call, _) in enumerate(batch):
+        if isinstance(call, BatchPart):
+            groups.setdefault(call.merge_key, []).append(index)
+        else:
+            calls.append(call)
+            members.append((False, [index]))
+    for indexes in groups.values():
+        for start in range(0, len(indexes), MAX_PARTS):
+            chunk = indexes[start : start + MAX_PARTS]
+            parts = [batch[i][0] for i in chunk]
+            calls.append(merge([p for p in parts if isinstance(p, BatchPart)]))
+            members.append((True, chunk))
+    return calls, members

@@ -13,8 +13,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyio.abc import TaskGroup
-
 from bus._app import Route, Subscription
 from bus._client import Redis
 from bus._clock import Clock
@@ -32,6 +30,7 @@ from bus._outcomes import (
     Reply,
     ack_call,
     complete_call,
+    complete_part,
     dead_letter_call,
     dedupe_claim_call,
     encode_result,
@@ -41,8 +40,9 @@ from bus._outcomes import (
     reply_envelope,
     reply_key_stream,
 )
+from bus._pool import HandlerPool
 from bus._publisher import Publisher, publish_call
-from bus._scripts import ScriptCall
+from bus._scripts import BatchPart, ScriptCall
 from bus._slots import Slots
 
 _log = get_logger("redsaga.bus")
@@ -96,7 +96,7 @@ class GroupConsumer:
         except GroupExists:
             return
 
-    async def read(self, handlers: TaskGroup, block_ms: int | None) -> int:
+    async def read(self, handlers: HandlerPool, block_ms: int | None) -> int:
         """Read new entries (as many as there are free slots) and start handling them.
 
         A read takes at most ``read_share`` slots and holds them while it blocks; slots are
@@ -121,7 +121,7 @@ class GroupConsumer:
         await self._process(handlers, entries)
         return len(entries)
 
-    async def reclaim(self, handlers: TaskGroup) -> int:
+    async def reclaim(self, handlers: HandlerPool) -> int:
         """Take over entries whose lease expired (XAUTOCLAIM) and handle them."""
         cursor, total = "0-0", 0
         while True:
@@ -207,7 +207,7 @@ class GroupConsumer:
         ]
         await PUBLISH(self.rt.redis, [dlq.key, dlq.published_key], fields)
 
-    async def _process(self, handlers: TaskGroup, entries: list[Entry]) -> None:
+    async def _process(self, handlers: HandlerPool, entries: list[Entry]) -> None:
         ready: list[tuple[Delivery, Route, Any]] = []
         for entry_id, fields, deliveries in entries:
             if entry_id in self.inflight:  # our own handler still runs it: not a second copy
@@ -235,7 +235,7 @@ class GroupConsumer:
             self.inflight[delivery.entry_id] = delivery
             delivery.last_beat_ms = self.rt.clock.now_ms()
             if verdict is None:
-                handlers.start_soon(self._run, delivery, route, message)
+                handlers.start(self._run, delivery, route, message)
             elif verdict.startswith(RESULT_PREFIX):
                 self._complete(delivery, verdict)
             else:
@@ -339,13 +339,11 @@ class GroupConsumer:
         # Across slots the reply cannot share the script: record the result first, then
         # publish, then ack. A crash in between is safe: the redelivery finds the recorded
         # result and replies with it, and the reply's derived id dedupes the publish.
-        call = complete_call(
-            delivery,
-            result,
-            None if across else reply,
-            self.rt.config,
-            acknowledge=not across,
-            remember=remember,
+        # Otherwise the completion is one part of a merged call (one script per flush).
+        call: ScriptCall | BatchPart = (
+            complete_call(delivery, result, None, self.rt.config, acknowledge=False, remember=remember)
+            if across
+            else complete_part(delivery, result, reply, self.rt.config, remember=remember)
         )
 
         def done(outcome: Any) -> None:

@@ -10,8 +10,8 @@ from bus._delivery import Delivery
 from bus._envelope import Envelope, encode_message, message_type
 from bus._ids import derived_id
 from bus._keys import Stream
-from bus._lua import ACK, COMPLETE, DEDUPE_CLAIM, FAIL, HEARTBEAT
-from bus._scripts import Arg, ScriptCall
+from bus._lua import ACK, COMPLETE, COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT
+from bus._scripts import Arg, BatchPart, ScriptCall
 
 RESULT_PREFIX: Final = b"R"
 _SEPARATOR: Final = b"\x00"
@@ -117,6 +117,37 @@ def complete_call(
         keys += [stream.key, stream.published_key]
         args += ["", config.publish_dedupe_window_ms, int(acknowledge)]
     return COMPLETE.call(keys, args)
+
+
+def complete_part(
+    delivery: Delivery, result: bytes, reply: Envelope | None, config: BusConfig, *, remember: bool = True
+) -> BatchPart:
+    """Record ``result`` (unless not ``remember``), publish ``reply`` (same slot only), ack.
+
+    One part of a merged ``lua/complete_batch.lua`` call; the outcome per part is that of
+    :func:`complete_call`.
+    """
+    stream = delivery.stream
+    keys = (
+        delivery.dedupe_key or stream.key,
+        Stream.from_key(delivery.envelope.reply_to).key if reply else stream.key,
+    )
+    args: list[Arg] = [
+        delivery.entry_id,
+        result if remember else "",
+        int(delivery.deliveries > 1),
+        reply.id if reply else "",
+    ]
+    if reply is not None:
+        for name, value in reply.to_fields().items():
+            args += [name, value]
+    return BatchPart(
+        COMPLETE_BATCH,
+        (stream.key, stream.failures_key(delivery.group), stream.published_key),
+        (delivery.group, delivery.consumer, config.dedupe_ttl_s, config.publish_dedupe_window_ms),
+        keys,
+        tuple(args),
+    )
 
 
 def fail_call(

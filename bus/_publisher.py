@@ -9,8 +9,11 @@ from bus._config import BusConfig
 from bus._envelope import Envelope, new_envelope
 from bus._errors import BusError
 from bus._keys import Stream
-from bus._lua import PUBLISH
-from bus._scripts import ScriptCall, run_batch
+from bus._lua import PUBLISH, PUBLISH_BATCH
+from bus._scripts import Arg, BatchPart, ScriptCall, merge, run_batch
+
+MAX_BATCH = 100
+"""Most messages one publish script call carries (bounds the time Redis spends in it)."""
 
 
 def publish_call(stream: Stream, envelope: Envelope, config: BusConfig) -> ScriptCall:
@@ -19,6 +22,20 @@ def publish_call(stream: Stream, envelope: Envelope, config: BusConfig) -> Scrip
     for name, value in envelope.to_fields().items():
         args += [name, value]
     return PUBLISH.call([stream.key, stream.published_key], args)
+
+
+def publish_part(stream: Stream, envelope: Envelope, config: BusConfig) -> BatchPart:
+    """One message of a merged ``lua/publish_batch.lua`` call (one stream per call)."""
+    args: list[Arg] = [envelope.id]
+    for name, value in envelope.to_fields().items():
+        args += [name, value]
+    return BatchPart(
+        PUBLISH_BATCH,
+        (stream.key, stream.published_key),
+        (config.publish_dedupe_window_ms,),
+        (),
+        tuple(args),
+    )
 
 
 class Publisher:
@@ -71,12 +88,30 @@ class Publisher:
         return _entry_id(await publish_call(target, envelope, self._config).run(self._redis))
 
     async def publish_many(self, items: Sequence[tuple[Stream, Envelope]]) -> list[str | None]:
-        """Publish several envelopes in one pipeline; raise the first per-message error."""
-        results = await run_batch(self._redis, [publish_call(s, e, self._config) for s, e in items])
-        for result in results:
-            if isinstance(result, BusError):
-                raise result
-        return [_entry_id(result) for result in results]
+        """Publish several envelopes in one round trip; raise the first error.
+
+        Consecutive envelopes for one stream share one script call (at most
+        ``MAX_BATCH`` each), each deduplicated by its id as :meth:`publish_envelope` does.
+        Returns each envelope's entry id, ``None`` for one already published.
+        """
+        calls: list[ScriptCall] = []
+        sizes: list[int] = []
+        start = 0
+        while start < len(items):
+            stream = items[start][0]
+            end = start + 1
+            while end < len(items) and end - start < MAX_BATCH and items[end][0] == stream:
+                end += 1
+            calls.append(merge([publish_part(stream, e, self._config) for _, e in items[start:end]]))
+            sizes.append(end - start)
+            start = end
+        replies = await run_batch(self._redis, calls)
+        entry_ids: list[str | None] = []
+        for reply, size in zip(replies, sizes, strict=True):
+            if isinstance(reply, BusError):
+                raise reply
+            entry_ids += [_entry_id(result) for result in reply[:size]]
+        return entry_ids
 
 
 def _entry_id(result: object) -> str | None:

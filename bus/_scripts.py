@@ -62,6 +62,41 @@ class ScriptCall:
         return await self.script(client, self.keys, self.args)
 
 
+@dataclass(frozen=True, slots=True)
+class BatchPart:
+    """One item of a script call that is sent merged with others (see :func:`merge`).
+
+    Parts with the same script, shared keys and shared arguments become one call, so a
+    batch of completions or publishes costs one script invocation instead of one each.
+    """
+
+    script: Script
+    shared_keys: tuple[str, ...]
+    shared_args: tuple[Arg, ...]
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+    @property
+    def merge_key(self) -> tuple[str, tuple[str, ...], tuple[Arg, ...]]:
+        """Parts with equal merge keys can share one call."""
+        return self.script.sha, self.shared_keys, self.shared_args
+
+
+def merge(parts: Sequence[BatchPart]) -> ScriptCall:
+    """Join parts of one merge key into one call; its reply has one element per part.
+
+    Layout: ``KEYS`` = shared keys, then each part's keys; ``ARGV`` = shared arguments,
+    then for each part its key count, its argument count and its arguments.
+    """
+    first = parts[0]
+    keys: list[str] = list(first.shared_keys)
+    args: list[Arg] = list(first.shared_args)
+    for part in parts:
+        keys += part.keys
+        args += [len(part.keys), len(part.args), *part.args]
+    return first.script.call(keys, args)
+
+
 async def run_batch(client: Redis, calls: Sequence[ScriptCall]) -> list[Any | BusError]:
     """Run ``calls`` in one pipeline (one round trip); a failed call's result is its error.
 

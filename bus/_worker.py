@@ -26,7 +26,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
-from anyio.abc import TaskGroup
 
 from bus._app import Bus
 from bus._backoff import Backoff
@@ -38,6 +37,7 @@ from bus._consumer import GroupConsumer, Runtime
 from bus._errors import BusError, GroupMissing
 from bus._log import get_logger
 from bus._maintenance import run_maintenance
+from bus._pool import HandlerPool
 from bus._publisher import Publisher
 from bus._signals import DEFAULT_SIGNALS, serve
 from bus._slots import Slots
@@ -117,21 +117,23 @@ class Worker:
         async with anyio.create_task_group() as services:
             services.start_soon(self.runtime.completer.run)
             services.start_soon(self._heartbeat_loop)
-            async with anyio.create_task_group() as handlers:
-                async with anyio.create_task_group() as loops:
-                    for consumer in self.consumers:
-                        loops.start_soon(self._read_loop, consumer, handlers)
-                    loops.start_soon(
-                        self._every,
-                        config.reclaim_interval_ms,
-                        "reclaim",
-                        lambda: self._reclaim_all(handlers),
-                    )
-                    loops.start_soon(
-                        self._every, config.maintenance_interval_ms, "maintenance", self._maintain
-                    )
-                    self.started.set()
-                    self._log.info("worker started", subscriptions=len(self.consumers))
+            async with anyio.create_task_group() as handler_group:
+                # leaving the pool (no more reads) ends idle handler tasks; busy ones finish
+                with HandlerPool(handler_group, config.concurrency) as handlers:
+                    async with anyio.create_task_group() as loops:
+                        for consumer in self.consumers:
+                            loops.start_soon(self._read_loop, consumer, handlers)
+                        loops.start_soon(
+                            self._every,
+                            config.reclaim_interval_ms,
+                            "reclaim",
+                            lambda: self._reclaim_all(handlers),
+                        )
+                        loops.start_soon(
+                            self._every, config.maintenance_interval_ms, "maintenance", self._maintain
+                        )
+                        self.started.set()
+                        self._log.info("worker started", subscriptions=len(self.consumers))
                 self._log.info(
                     "worker stopping; letting in-flight handlers finish",
                     inflight=self.runtime.slots.busy,
@@ -140,7 +142,7 @@ class Worker:
 
                 async def deadline() -> None:
                     await clock.sleep(config.shutdown_grace_s)
-                    handlers.cancel_scope.cancel()
+                    handler_group.cancel_scope.cancel()
 
                 services.start_soon(deadline)
             await self.runtime.completer.flush()
@@ -156,19 +158,20 @@ class Worker:
         await self.setup()
         async with anyio.create_task_group() as services:
             services.start_soon(self.runtime.completer.run)
-            async with anyio.create_task_group() as handlers:
-                while True:
-                    found = 0
-                    for consumer in self.consumers:
-                        found += await consumer.read(handlers, block_ms=None)
-                        found += await consumer.reclaim(handlers)
-                    await self.runtime.slots.wait_all_free()
-                    await self.runtime.completer.wait_idle()
-                    if not found:
-                        break
+            async with anyio.create_task_group() as handler_group:
+                with HandlerPool(handler_group, self.runtime.config.concurrency) as handlers:
+                    while True:
+                        found = 0
+                        for consumer in self.consumers:
+                            found += await consumer.read(handlers, block_ms=None)
+                            found += await consumer.reclaim(handlers)
+                        await self.runtime.slots.wait_all_free()
+                        await self.runtime.completer.wait_idle()
+                        if not found:
+                            break
             services.cancel_scope.cancel()
 
-    async def _read_loop(self, consumer: GroupConsumer, handlers: TaskGroup) -> None:
+    async def _read_loop(self, consumer: GroupConsumer, handlers: HandlerPool) -> None:
         backoff = Backoff(self.runtime.clock)
         while not self._stopping.is_set():
             try:
@@ -214,7 +217,7 @@ class Worker:
                     self._log.warning("heartbeat failed", stream=consumer.stream.key, error=str(error))
                     await backoff.wait()
 
-    async def _reclaim_all(self, handlers: TaskGroup) -> None:
+    async def _reclaim_all(self, handlers: HandlerPool) -> None:
         for consumer in self.consumers:
             try:
                 await consumer.reclaim(handlers)

@@ -1,0 +1,62 @@
+-- Finish many entries of one stream and group: record each handler's result, publish its
+-- reply (same slot only) and acknowledge, each fenced by its lease. complete.lua is the
+-- one-entry form that can also record without acknowledging (replies to another slot).
+--
+-- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<name>:<group>
+-- KEYS[3]  rs:{tag}:published (dedupe of reply publishes in this tag)
+-- KEYS[4…] per entry, 2 keys: its dedupe key (or KEYS[1] when not idempotent) and its
+--          reply stream (or KEYS[1] when there is no reply)
+-- ARGV[1]  group        ARGV[2]  consumer     ARGV[3]  dedupe TTL, s
+-- ARGV[4]  publish dedupe window, ms
+-- ARGV[5…] per entry (the layout of bus._scripts.merge): 2 (its key count), m (its
+--          argument count), then m arguments:
+--          entry id, result ('R…', or '' to record nothing and clear the in-flight marker
+--          so that a retry may run again), 1 if it may have a failure history else 0,
+--          reply message id ('' for none), reply field, value, …
+--
+-- Returns one reply per entry, as complete.lua: 'lost' (lease taken over: nothing
+-- written), 'done', or {'duplicate', first} (a concurrent delivery recorded a different
+-- result first: nothing written; the caller completes again with the first result).
+local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local now = nil
+local out = {}
+local k, a = 4, 5
+while a <= #ARGV do
+  local nargs = tonumber(ARGV[a + 1])
+  local id, result, failed, reply_id = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local dedupe, target = KEYS[k], KEYS[k + 1]
+  local outcome = 'done'
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  if not (p[1] and p[1][2] == consumer) then
+    outcome = 'lost'
+  elseif dedupe ~= stream then
+    local value = redis.call('GET', dedupe)
+    if value and string.sub(value, 1, 1) == 'R' and value ~= result then
+      outcome = {'duplicate', value}
+    elseif result ~= '' then
+      redis.call('SET', dedupe, result, 'EX', ARGV[3])
+    elseif value then
+      redis.call('DEL', dedupe)
+    end
+  end
+  if outcome == 'done' then
+    if target ~= stream then
+      if not now then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]))
+      end
+      if redis.call('ZADD', KEYS[3], 'NX', now, reply_id) == 1 then
+        redis.call('XADD', target, '*', unpack(ARGV, a + 6, a + 1 + nargs))
+      end
+    end
+    redis.call('XACK', stream, group, id)
+    if failed == '1' then
+      redis.call('HDEL', KEYS[2], id)
+    end
+  end
+  out[#out + 1] = outcome
+  k = k + tonumber(ARGV[a])
+  a = a + 2 + nargs
+end
+return out
