@@ -35,7 +35,7 @@ class Slots:
         self.total = total
         self.free = total
         self._waiters: deque[_Waiter] = deque()
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # made only while someone waits for it
 
     async def reserve(self, most: int) -> int:
         """Wait for a free slot (in arrival order), then take up to ``most``; return how many."""
@@ -65,12 +65,15 @@ class Slots:
             waiter.granted = min(self.free, waiter.most)
             self.free -= waiter.granted
             waiter.ready.set()
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     async def wait_all_free(self) -> None:
         """Wait until no slot is in use (every handled entry has been settled)."""
         while self.free < self.total:
+            if self._changed is None:
+                self._changed = anyio.Event()
             await self._changed.wait()
 
     @property
