@@ -50,6 +50,7 @@ from bus import Bus, BusConfig, Publisher, Stream, Worker  # noqa: E402
 STREAM = Stream("bench", "cmd")
 GROUP = "bench"
 BATCH = 100
+COMMANDSTATS = "--commandstats" in sys.argv
 
 
 class Work(msgspec.Struct, tag=True):
@@ -123,6 +124,16 @@ async def server_figures(client: aioredis.Redis) -> tuple[int, float]:
     calls = sum(int(v["calls"]) for v in stats.values())
     cpu = await client.info("cpu")
     return calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+async def print_commandstats(client: aioredis.Redis, impl: str) -> None:
+    """With --commandstats: the run's ten costliest Redis commands (calls, us per call)."""
+    if not COMMANDSTATS:
+        return
+    stats = await client.info("commandstats")
+    top = sorted(stats.items(), key=lambda kv: -float(kv[1]["usec"]))[:10]
+    summary = {k.removeprefix("cmdstat_"): [int(v["calls"]), float(v["usec_per_call"])] for k, v in top}
+    print(json.dumps({"name": f"{impl}-commandstats", "calls_and_usec_per_call": summary}), flush=True)
 
 
 async def acked(client: aioredis.Redis) -> int:
@@ -307,6 +318,7 @@ async def run_case(impl: str, processes: int, url: str, total: int, window: int)
             worker.stop()
         stop.set()
     calls1, redis_cpu1 = await server_figures(client)
+    await print_commandstats(client, impl)
     cpu_s = time.process_time() - cpu_start
     latencies: list[float] = []
     last_ack_ms = max((r.last_ack_ms for r in recorders), default=0.0)
@@ -369,6 +381,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--window", type=int, default=2_000)
     parser.add_argument("--cases", nargs="*", default=[], help="run only these (e.g. bus-1proc)")
+    parser.add_argument("--commandstats", action="store_true", help="print the top Redis commands")
     parser.add_argument("--role", choices=["main", "consumer"], default="main")
     parser.add_argument("--impl", choices=["bus", "floor"], default="bus")
     parser.add_argument("--url", default="")

@@ -53,7 +53,7 @@ class BusConfig:
         max_deliveries: Deliveries after which a failing entry is dead-lettered.
         retry_base_ms: First redelivery delay after a transient failure; doubles per delivery.
         retry_max_ms: Longest redelivery delay, capped at the lease since redelivery rides
-            on lease expiry (see docs/concepts.md).
+            on lease expiry (see docs/bus.md).
         dedupe_ttl_s: How long an idempotent handler's first result is kept.
         publish_dedupe_window_ms: How long a published message id is remembered, so that a
             re-sent publish does not add a second entry.

@@ -44,7 +44,7 @@ class Publisher:
     A publish is safe to repeat: the message id is remembered for
     ``BusConfig.publish_dedupe_window_ms``, so a call that redis-py re-sends after a lost
     reply (or a caller's own retry with the same ``message_id``) adds one entry only.
-    Nothing is ever trimmed on publish (see ``docs/concepts.md``, retention).
+    Nothing is ever trimmed on publish (see ``docs/bus.md``, retention).
     """
 
     def __init__(self, redis: Redis, *, source: str = "", config: BusConfig | None = None) -> None:
