@@ -86,6 +86,24 @@ async def test_publish_is_deduped_by_message_id(redis: bus.Redis) -> None:
     assert await redis.xlen(COMMANDS.key) == 1
 
 
+async def test_publish_many_dedupes_within_a_batch_and_against_earlier_publishes(redis: bus.Redis) -> None:
+    publisher = Publisher(redis)
+    envelope = bus.new_envelope(Charge(order="o1", amount=1), max_bytes=1 << 20, message_id="m-1")
+    assert await publisher.publish_envelope(COMMANDS, envelope) is not None
+    others = [
+        bus.new_envelope(Charge(order=f"o{i}", amount=i), max_bytes=1 << 20, message_id=f"m-{i}")
+        for i in range(2, 5)
+    ]
+    elsewhere = Stream("orders:1", "cmd:payments")
+    items = [(COMMANDS, envelope), (COMMANDS, others[0]), (COMMANDS, others[0]), (elsewhere, others[1])]
+    items += [(COMMANDS, others[2])]
+    ids = await publisher.publish_many(items)
+
+    assert [entry is not None for entry in ids] == [False, True, False, True, True]
+    assert await redis.xlen(COMMANDS.key) == 3  # m-1 (earlier), m-2, m-4
+    assert await redis.xlen(elsewhere.key) == 1
+
+
 async def test_oversized_publish_is_refused_before_writing(redis: bus.Redis) -> None:
     publisher = Publisher(redis, config=BusConfig(max_payload_bytes=100, max_entry_bytes=200))
     with pytest.raises(bus.PayloadTooLarge, match="over the 100-byte limit"):
@@ -327,6 +345,70 @@ async def test_completion_from_a_consumer_that_lost_its_lease_is_refused(redis: 
     assert outcome == b"lost"
     assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "new"
     assert await redis.exists(COMMANDS.dedupe_key("payments", "k")) == 0
+
+
+async def test_merged_completion_is_fenced_per_entry(redis: bus.Redis) -> None:
+    # one merged completion call: the part whose lease moved on is refused and writes
+    # nothing; the others record their result, reply and are acknowledged
+    from bus._outcomes import complete_part, encode_result, reply_envelope
+    from bus._scripts import merge
+
+    for order in ("o1", "o2", "o3"):
+        await publish_charge(redis, order)
+    await redis.xgroup_create(COMMANDS.key, "payments", id="0")
+    [[_, read]] = await redis.xreadgroup("payments", "old", {COMMANDS.key: ">"})
+    moved = read[1][0]
+    await redis.xclaim(COMMANDS.key, "payments", "new", 0, [moved])  # o2's lease moved on
+    parts = []
+    for entry_id, fields in read:
+        envelope = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
+        delivery = Delivery(
+            envelope=envelope,
+            stream=COMMANDS,
+            group="payments",
+            entry_id=entry_id.decode(),
+            deliveries=1,
+            consumer="old",
+            dedupe_key=COMMANDS.dedupe_key("payments", envelope.idempotency_key),
+        )
+        order = envelope.decode(Charge).order
+        result = encode_result(Charged(order=order, receipt=f"r-{order}"), CONFIG)
+        reply = reply_envelope(envelope, result, source="payments", consumer="old", now_ms=1)
+        parts.append(complete_part(delivery, result, reply, CONFIG))
+    outcomes = await merge(parts).run(redis)
+
+    assert outcomes == [b"done", b"lost", b"done"]
+    assert [e["id"] for e in await pending(redis, COMMANDS, "payments")] == [moved.decode()]
+    assert await redis.exists(COMMANDS.dedupe_key("payments", "saga-o2:charge")) == 0
+    assert await redis.get(COMMANDS.dedupe_key("payments", "saga-o1:charge")) is not None
+    assert sorted(r.decode(Charged).order for r in await replies(redis)) == ["o1", "o3"]
+
+
+async def test_merged_completion_answers_duplicate_with_the_first_result(redis: bus.Redis) -> None:
+    from bus._outcomes import complete_part, encode_result
+    from bus._scripts import merge
+
+    await publish_charge(redis, "o1")
+    await redis.xgroup_create(COMMANDS.key, "payments", id="0")
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("payments", "c", {COMMANDS.key: ">"})
+    key = COMMANDS.dedupe_key("payments", "saga-o1:charge")
+    first = encode_result(Charged(order="o1", receipt="first"), CONFIG)
+    await redis.set(key, first)  # a concurrent delivery with the same key finished first
+    delivery = Delivery(
+        envelope=bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32),
+        stream=COMMANDS,
+        group="payments",
+        entry_id=entry_id.decode(),
+        deliveries=1,
+        consumer="c",
+        dedupe_key=key,
+    )
+    late = encode_result(Charged(order="o1", receipt="second"), CONFIG)
+    [outcome] = await merge([complete_part(delivery, late, None, CONFIG)]).run(redis)
+
+    assert outcome == [b"duplicate", first]
+    assert await redis.get(key) == first
+    assert len(await pending(redis, COMMANDS, "payments")) == 1  # not acked: completes again
 
 
 async def test_subscription_skips_unrouted_types_and_sees_events_from_its_start(redis: bus.Redis) -> None:
