@@ -243,21 +243,24 @@ def _compare_step(old: StepShape, new: StepShape, where: str) -> list[_Finding]:
         findings.append(
             _Finding(
                 "compensation-kind-changed",
-                f"{label}'s compensation changed kind from {old.compensation.kind} "
+                f"the compensation of {label} changed kind from {old.compensation.kind} "
                 f"to {new.compensation.kind}",
             )
         )
     if old.output is not None and new.output is not None:
+        output = _compare_types(old.output, new.output, f"{old.name} output")
         if old.output.name != new.output.name:
             findings.append(
                 _Finding(
                     "reply-type-renamed",
-                    f"{label}'s reply type changed from {old.output.name} to {new.output.name}",
+                    f"the reply type of {label} changed from {old.output.name} to {new.output.name}",
                 )
             )
-        findings += _compare_types(old.output, new.output, f"{old.name} output")
+            tag = f"{old.name} output field 'type'"  # the renamed tag itself: reported just above
+            output = [f for f in output if not f.detail.startswith(tag)]
+        findings += output
     elif old.output is not None:
-        findings.append(_Finding("field-retyped", f"{label}'s output {old.output.name} became None"))
+        findings.append(_Finding("field-retyped", f"the output of {label} ({old.output.name}) became None"))
     findings.extend(
         _Finding("wait-removed", f"{label} no longer waits for {wait!r}")
         for wait in old.waits
@@ -303,8 +306,8 @@ _CONSTRAINTS: Final = (
 )
 
 
-def _compare_types(old: TypeShape, new: TypeShape, root: str) -> list[_Finding]:
-    return _Schemas(old.schema, new.schema).compare(old.schema, new.schema, root)
+def _compare_types(old: TypeShape, new: TypeShape, label: str) -> list[_Finding]:
+    return _Schemas(old.schema, new.schema, label).compare(old.schema, new.schema, "")
 
 
 class _Schemas:
@@ -315,7 +318,8 @@ class _Schemas:
     recursive types are compared once per pair of definitions.
     """
 
-    def __init__(self, old_root: dict[str, Any], new_root: dict[str, Any]) -> None:
+    def __init__(self, old_root: dict[str, Any], new_root: dict[str, Any], label: str) -> None:
+        self.label = label
         self.old_defs: dict[str, Any] = old_root.get("$defs", {})
         self.new_defs: dict[str, Any] = new_root.get("$defs", {})
         self.seen: set[tuple[str, str]] = set()
@@ -347,9 +351,15 @@ class _Schemas:
                 findings += _fewest(same_type)
             else:
                 findings.append(
-                    _Finding("field-retyped", f"{path} retyped: {_describe(alt)} is no longer accepted")
+                    _Finding(
+                        "field-retyped", f"{self.at(path)} retyped: {_describe(alt)} is no longer accepted"
+                    )
                 )
         return findings
+
+    def at(self, path: str) -> str:
+        """How a finding names where it is: ``data``, or ``data field 'lines[].sku'``."""
+        return f"{self.label} field {path!r}" if path else self.label
 
     def _quietly(self, old: dict[str, Any], new: dict[str, Any], path: str) -> list[_Finding]:
         seen = set(self.seen)
@@ -361,7 +371,9 @@ class _Schemas:
     def _compare_one(self, old: dict[str, Any], new: dict[str, Any], path: str) -> list[_Finding]:
         old_types, new_types = _types(old), _types(new)
         if old_types and new_types and not old_types <= new_types | _widen_number(new_types):
-            return [_Finding("field-retyped", f"{path} retyped ({_describe(old)} -> {_describe(new)})")]
+            return [
+                _Finding("field-retyped", f"{self.at(path)} retyped ({_describe(old)} -> {_describe(new)})")
+            ]
         findings = self._values(old, new, path)
         if "properties" in old or "properties" in new:
             findings += self._objects(old, new, path)
@@ -375,7 +387,8 @@ class _Schemas:
         if len(old_prefix) != len(new_prefix):
             findings.append(
                 _Finding(
-                    "field-retyped", f"{path} retyped (a tuple of {len(old_prefix)} -> {len(new_prefix)})"
+                    "field-retyped",
+                    f"{self.at(path)} retyped (a tuple of {len(old_prefix)} -> {len(new_prefix)})",
                 )
             )
         for index, (a, b) in enumerate(zip(old_prefix, new_prefix, strict=False)):
@@ -394,10 +407,12 @@ class _Schemas:
             )
             if lost:
                 findings.append(
-                    _Finding("field-retyped", f"{path} no longer accepts {', '.join(map(repr, lost))}")
+                    _Finding(
+                        "field-retyped", f"{self.at(path)} no longer accepts {', '.join(map(repr, lost))}"
+                    )
                 )
         findings.extend(
-            _Finding("field-retyped", f"{path} constraint {keyword} is now {new[keyword]!r}")
+            _Finding("field-retyped", f"{self.at(path)} constraint {keyword} is now {new[keyword]!r}")
             for keyword in _CONSTRAINTS
             if keyword in new and old.get(keyword) != new[keyword]
         )
@@ -409,20 +424,20 @@ class _Schemas:
         new_props: dict[str, Any] = new.get("properties", {})
         old_required, new_required = set(old.get("required", ())), set(new.get("required", ()))
         for name, schema in old_props.items():
+            child = f"{path}.{name}" if path else name
             if name not in new_props:
-                findings.append(_Finding("field-removed", f"{path} field {name!r} was removed"))
+                findings.append(_Finding("field-removed", f"{self.at(child)} was removed"))
             else:
-                findings += self.compare(schema, new_props[name], f"{path}.{name}")
+                findings += self.compare(schema, new_props[name], child)
         for name in new_props:
+            child = f"{path}.{name}" if path else name
             if name in old_props:
                 if name in new_required and name not in old_required:
-                    findings.append(_Finding("field-required", f"{path} field {name!r} is now required"))
+                    findings.append(_Finding("field-required", f"{self.at(child)} is now required"))
             elif name in new_required:
-                findings.append(
-                    _Finding("field-required", f"{path} field {name!r} was added without a default")
-                )
+                findings.append(_Finding("field-required", f"{self.at(child)} was added without a default"))
             else:
-                findings.append(_Finding("field-added", f"{path} field {name!r} was added with a default"))
+                findings.append(_Finding("field-added", f"{self.at(child)} was added with a default"))
         return findings
 
 
