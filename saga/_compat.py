@@ -501,3 +501,10 @@ def _allowed_values(schema: dict[str, Any]) -> list[Any] | None:
 def _describe(schema: dict[str, Any]) -> str:
     types = sorted(_types(schema))
     return "|".join(types) if types else "any"
+
+
+def rules_table() -> str:
+    """The rule set as a Markdown table (docs/versioning.md shows it; a test keeps them equal)."""
+    lines = ["| rule | breaking | why |", "|---|---|---|"]
+    lines += [f"| `{r.id}` | {'yes' if r.breaking else 'no (safe)'} | {r.why} |" for r in RULES.values()]
+    return "\n".join(lines)
