@@ -8,7 +8,19 @@ from typing import Any
 
 import msgspec
 
-from saga import App, Command, CommandContext, Context, Participant, Saga, StepContext, command
+from saga import (
+    App,
+    Command,
+    CommandContext,
+    Context,
+    Instance,
+    Participant,
+    Plan,
+    Saga,
+    StepContext,
+    command,
+    migration,
+)
 
 
 class Order(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,22 +87,29 @@ def build(
     local_undo: Sequence[str] = (),
     replies: dict[str, type[Any]] | None = None,
     context: Context = CONTEXT,
+    aliases: dict[str, str] | None = None,
 ) -> Saga[Any]:
-    """The order saga with ``steps`` in order; names not in COMMANDS become local actions."""
+    """The order saga with ``steps`` in order; names not in COMMANDS become local actions.
+
+    ``aliases`` gives a step another step's behaviour (``{"pay": "charge"}``: a renamed step).
+    """
     undo = UNDO if undo is None else undo
+    aliases = aliases or {}
     replies = {**REPLIES, **(replies or {})}
     definition: Saga[Any] = Saga("shop_order", version=version, context=context, data=data)
     for name in steps:
+        base = aliases.get(name, name)
         compensate = undo.get(name)
-        if name in actions or name not in COMMANDS:
-            definition.action(name=name, compensate=compensate)(_action(replies.get(name, Done)))
+        if name in actions or base not in COMMANDS:
+            definition.action(name=name, compensate=compensate)(_action(replies.get(base, Done)))
         else:
-            definition.step(reply=replies[name], name=name, compensate=compensate)(_builder(name))
+            definition.step(reply=replies[base], name=name, compensate=compensate)(_builder(base))
     for step, compensation in undo.items():
         if step in steps:
-            definition.compensation(compensation)(
-                _local_undo() if step in local_undo else _undo(definition, step)
+            undo_function = (
+                _local_undo() if step in local_undo else _undo(definition, step, aliases.get(step, step))
             )
+            definition.compensation(compensation)(undo_function)
     return definition
 
 
@@ -114,10 +133,10 @@ def _action(output: type[Any]) -> Any:
     return act
 
 
-def _undo(definition: Saga[Any], step: str) -> Any:
+def _undo(definition: Saga[Any], step: str, base: str) -> Any:
     def undo(data: Any, ctx: StepContext) -> Command:
         output = ctx.output(definition.step_named(step))
-        if step == "reserve":
+        if base == "reserve":
             return command("stock", Release(reservation=output.reservation))
         return command("bank", Refund(charge=output.charge))
 
@@ -175,3 +194,16 @@ app_v1_v2 = App("shop", sagas=[V1, V2], participants=[stock, bank, post])
 app_v2_only = App("shop", sagas=[V2], participants=[stock, bank, post])
 app_broken = App("shop", sagas=[V1_BROKEN], participants=[stock, bank, post])
 app_appended = App("shop", sagas=[V1_APPENDED], participants=[stock, bank, post])
+
+
+@migration(V1, V2)
+def v1_to_v2(instance: Instance[Order]) -> Plan | None:
+    """Sagas past the new gift_wrap step skip it; ids starting 'refuse' make the function raise."""
+    if instance.id.startswith("refuse"):
+        raise ValueError("this order is special")
+    if instance.id.startswith("leave"):
+        return None
+    return Plan(skip=["gift_wrap"] if instance.current == "ship" else (), reason="gift wrapping")
+
+
+app_migrating = App("shop", sagas=[V1, V2], participants=[stock, bank, post], migrations=[v1_to_v2])
