@@ -110,7 +110,7 @@ def _report_check(changes: list[Change], problems: list[Change], definitions: in
         if not change.breaking:
             typer.echo(f"safe: {change.line()}", err=True)
     verdict = f"{len(problems)} breaking" if problems else "no breaking changes"
-    typer.echo(f"{definitions} definition versions checked: {verdict}", err=True)
+    typer.echo(f"checked {definitions} definition version(s): {verdict}", err=True)
 
 
 def snapshot(
