@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from bus import Bus, BusError, Clock, SystemClock, Worker
+from bus import Backoff, Bus, BusError, Clock, SystemClock, Worker
 from bus._log import get_logger
 from saga._app import App
 from saga._config import EngineConfig
@@ -90,6 +90,17 @@ class SagaWorker:
         """
         if not self.orchestrators:
             return Registration()
+        backoff = Backoff(self.clock)
+        while True:  # wait out a Redis outage, as the bus worker's set-up does
+            try:
+                return await self._register()
+            except BusError as error:
+                if not error.retryable or self._stopping.is_set():
+                    raise
+                _log.warning("registering definition versions failed; retrying", error=str(error))
+                await backoff.wait()
+
+    async def _register(self) -> Registration:
         report = await self.versions.register(
             self.app.registry, by=f"{self.app.name}/{self.bus_worker.consumer}"
         )

@@ -336,3 +336,34 @@ async def _until(check: Any, expected: object) -> None:
             return
         await anyio.lowlevel.checkpoint()
     raise AssertionError("condition not reached")
+
+
+async def test_registration_waits_out_a_redis_outage(fake_redis: bus.Redis) -> None:
+    """A worker that starts while Redis is unreachable retries with back-off, as the bus does."""
+    import anyio
+    from redis import exceptions as rx
+
+    class Flaky:
+        def __init__(self, inner: bus.Redis, failures: int) -> None:
+            self.inner, self.failures = inner, failures
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        async def sadd(self, *args: Any) -> Any:
+            if self.failures:
+                self.failures -= 1
+                raise rx.ConnectionError("connection refused")
+            return await self.inner.sadd(*args)
+
+    clock = FakeClock()
+    flaky = Flaky(fake_redis, failures=3)
+    w = SagaWorker(flaky, app_v1, config=CONFIG, clock=clock, consumer="w")  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.register)
+            while flaky.failures or not await fake_redis.exists(ContextKeys("shop").shapes):
+                clock.advance(1)
+                await anyio.lowlevel.checkpoint()
+    assert sum("retrying" in log["event"] for log in logs) == 3
+    assert "shop_order@1" in await Versions(fake_redis).shapes("shop")
