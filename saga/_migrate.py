@@ -19,7 +19,7 @@ from bus import Clock, Script, SystemClock, uuid7
 from bus._errors import redis_errors
 from saga._errors import MigrationRefused
 from saga._keys import Partition
-from saga._migration import Migration, decide_migration
+from saga._migration import Migration, current_step, decide_migration
 from saga._model import HistoryEntry, SagaState
 from saga._store import STEP_PREFIX, Loaded, decode_state, encode_state
 from saga._versions import IN_FLIGHT, Versions
@@ -141,7 +141,7 @@ async def _migrate_one(
         state = loaded.state
         if (state.name, state.version) != (source.name, source.version) or state.status.terminal:
             return None
-        step = source.steps[state.cursor].name if state.cursor < len(source.steps) else ""
+        step = current_step(source, state) or ""
         decision = decide_migration(migration, state, event_id=uuid7(), at_ms=clock.now_ms(), by=by)
         outcome: Outcome
         to_step = ""

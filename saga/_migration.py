@@ -63,8 +63,7 @@ class Instance(Generic[D]):
     @property
     def current(self) -> str | None:
         """The step the saga is at (``None`` past the last one)."""
-        steps = self._source.steps
-        return steps[self.state.cursor].name if self.state.cursor < len(steps) else None
+        return current_step(self._source, self.state)
 
     @property
     def completed(self) -> tuple[str, ...]:
@@ -278,11 +277,10 @@ def _problems(source: Saga[Any], target: Saga[Any], state: SagaState, event: Mig
             problems.append(
                 f"completed step {name!r} must still be undoable, but {new_name!r} has no compensation"
             )
-    if state.cursor < len(source.steps):
-        current = source.steps[state.cursor].name
-        if event.steps.get(current, current) not in targets:
-            problems.append(f"the current step {current!r} has no counterpart in {target.key}")
-            return problems
+    current = current_step(source, state)
+    if current is not None and event.steps.get(current, current) not in targets:
+        problems.append(f"the current step {current!r} has no counterpart in {target.key}")
+        return problems
     done = {event.steps[name] for name in state.completed}
     for step in target.steps[: _cursor(source, target, state, event)]:
         if step.name not in done and step.name not in event.skip:
@@ -317,12 +315,20 @@ def _in_flight_problems(old: Step[Any, Any], new: Step[Any, Any], step_state: St
 
 
 def _cursor(source: Saga[Any], target: Saga[Any], state: SagaState, event: Migrated) -> int:
-    if state.cursor >= len(source.steps):
+    current = current_step(source, state)
+    if current is None:
         return len(target.steps)
-    current = source.steps[state.cursor].name
     new_name = event.steps.get(current, current)
     names = [s.name for s in target.steps]
     return names.index(new_name) if new_name in names else len(names)
+
+
+def current_step(definition: Saga[Any], state: SagaState) -> str | None:
+    """The step a saga is at, or ``None`` past the last step it has (see the decider)."""
+    if state.cursor >= len(definition.steps):
+        return None
+    name = definition.steps[state.cursor].name
+    return name if name in state.steps else None
 
 
 def _encode_output(target: Saga[Any], name: str, value: Any) -> bytes:
