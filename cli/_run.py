@@ -30,8 +30,10 @@ def worker(
 ) -> None:
     """Run the orchestrators, timers and participant handlers an App declares.
 
-    Stops gracefully on SIGTERM or SIGINT: reading stops, in-flight handlers finish, the
-    rest stays pending for another worker.
+    Registers the App's definition shapes first, and refuses to start (exit code 1, one
+    line per problem) when the code changed a registered version incompatibly while sagas
+    are in flight on it. Stops gracefully on SIGTERM or SIGINT: reading stops, in-flight
+    handlers finish, the rest stays pending for another worker.
     """
     configure(json_logs=not console_logs, level=log_level)
     app = load_object(app_ref)
@@ -41,19 +43,24 @@ def worker(
 
     async def main() -> None:
         redis = bus.connect(redis_url)
-        saga_worker = SagaWorker(redis, app, config=config)
-        async with anyio.create_task_group() as tg:
+        try:
+            saga_worker = SagaWorker(redis, app, config=config)
+            # A refusal (an incompatible change to a version with sagas in flight) is reported
+            # as one error before anything runs; run() registers again, which is idempotent.
+            await saga_worker.register()
+            async with anyio.create_task_group() as tg:
 
-            async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        saga_worker.stop()
-                        return
+                async def on_signal() -> None:
+                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                        async for _ in signals:
+                            saga_worker.stop()
+                            return
 
-            tg.start_soon(on_signal)
-            await saga_worker.run()
-            tg.cancel_scope.cancel()
-        await redis.aclose()
+                tg.start_soon(on_signal)
+                await saga_worker.run()
+                tg.cancel_scope.cancel()
+        finally:
+            await redis.aclose()
 
     run(main)
 

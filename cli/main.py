@@ -7,6 +7,7 @@ import typer
 from cli import _graph, _run
 from cli._common import reporting_errors
 from cli._relay import relay_app
+from cli._versions import versions_app
 
 app = typer.Typer(
     name="saga",
@@ -20,6 +21,7 @@ for command in (_run.worker, _run.demo, _graph.graph):
     app.command()(reporting_errors(command))
 
 app.add_typer(relay_app, name="relay")
+app.add_typer(versions_app, name="versions")
 
 
 def main() -> None:

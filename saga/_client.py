@@ -17,7 +17,7 @@ from bus._errors import redis_errors
 from saga._config import EngineConfig
 from saga._decider import start as decide_start
 from saga._definition import Saga
-from saga._errors import InvalidInput, SagaExists, SagaNotFound
+from saga._errors import InvalidInput, SagaExists, SagaNotFound, VersionDrained
 from saga._keys import Partition, partition_of
 from saga._model import SagaState, Started
 from saga._protocol import CANCEL, OperatorRequest
@@ -47,20 +47,38 @@ class SagaClient:
         self.source = source
         self._publisher = Publisher(redis, source=source, config=self.config.bus)
 
-    async def start(self, definition: Saga[Any], data: object, *, saga_id: str | None = None) -> str:
-        """Start a saga of ``definition`` with ``data``; return its id.
+    async def start(
+        self,
+        definition: Saga[Any] | str,
+        data: object,
+        *,
+        version: int | None = None,
+        saga_id: str | None = None,
+    ) -> str:
+        """Start a saga with ``data``; return its id.
 
-        Invalid data raises :class:`InvalidInput` and stores nothing. With ``saga_id`` the
-        call is idempotent: if that saga exists already its id is returned (and
-        :class:`SagaExists` is raised if it runs another definition).
+        ``definition`` is a definition, or a saga name: then the newest version in this
+        client's registry is started, or ``version`` when given. The saga runs to its end on
+        the version it started on. Invalid data raises :class:`InvalidInput` and stores
+        nothing; a drained version raises :class:`VersionDrained` and stores nothing. With
+        ``saga_id`` the call is idempotent: if that saga exists already its id is returned
+        (and :class:`SagaExists` is raised if it runs another definition).
         """
         if saga_id is not None and not saga_id:
             raise InvalidInput("saga_id must not be empty")
+        definition = self._definition(definition, version)
         encoded = definition.encode_data(data)
         saga_id = saga_id or uuid7()
         partition = self._partition(definition.context.name, saga_id)
         now = self.clock.now_ms()
-        event = Started(id=uuid7(), at_ms=now, data=msgspec.Raw(encoded), by=self.source)
+        event = Started(
+            id=uuid7(),
+            at_ms=now,
+            data=msgspec.Raw(encoded),
+            by=self.source,
+            saga=definition.key,
+            steps=[s.name for s in definition.steps],
+        )
         decision = decide_start(definition, saga_id, encoded, partition.index, event)
         call, _ = commit_call(
             partition,
@@ -73,6 +91,13 @@ class SagaClient:
             retention_s=self.config.retention_s,
         )
         result = commit_result(await call.run(self.redis))
+        if result.outcome == "drained":
+            raise VersionDrained(
+                f"{definition.key} is drained: new sagas may not start on it (sagas already running end "
+                "on it); start the newest version, or undrain it",
+                saga=definition.name,
+                version=definition.version,
+            )
         if result.outcome == "conflict":
             existing = await self.get(saga_id, context=definition.context.name)
             if existing.name != definition.name:
@@ -138,6 +163,15 @@ class SagaClient:
                 definition, _, status = key.decode().rpartition("|")
                 totals[(definition, status)] = totals.get((definition, status), 0) + int(value)
         return totals
+
+    def _definition(self, definition: Saga[Any] | str, version: int | None) -> Saga[Any]:
+        if isinstance(definition, str):
+            if version is None:
+                return self.registry.latest(definition)
+            return self.registry.get(definition, version)
+        if version is not None and version != definition.version:
+            raise InvalidInput(f"version={version} contradicts the definition given ({definition.key})")
+        return definition
 
     def _partition(self, context: str, saga_id: str) -> Partition:
         ctx = self.registry.context(context)

@@ -69,6 +69,13 @@ _state_decoder = msgspec.json.Decoder(SagaState)
 
 def start(definition: Saga[Any], saga_id: str, data: bytes, partition: int, event: Started) -> Decision:
     """Decide a new saga: record its data and dispatch the first step."""
+    if event.saga and event.saga != definition.key:
+        raise DefinitionError(f"saga {saga_id} started on {event.saga}, not {definition.key}")
+    names = [s.name for s in definition.steps]
+    if event.steps and event.steps != names[: len(event.steps)]:
+        raise DefinitionError(
+            f"saga {saga_id} started with steps {event.steps}; {definition.key} has {names}"
+        )
     state = SagaState(
         id=saga_id,
         name=definition.name,
@@ -77,7 +84,7 @@ def start(definition: Saga[Any], saga_id: str, data: bytes, partition: int, even
         partition=partition,
         status=SagaStatus.RUNNING,
         data=msgspec.Raw(data),
-        steps={s.name: StepState() for s in definition.steps},
+        steps={name: StepState() for name in event.steps or names},
         created_ms=event.at_ms,
         updated_ms=event.at_ms,
     )
@@ -290,15 +297,20 @@ class _Run:
     # -- the forward path ------------------------------------------------------------------
 
     def advance(self) -> None:
-        """Dispatch the next step, or complete the saga after the last one."""
+        """Dispatch the next step, or complete the saga after the last one.
+
+        A saga runs the steps it started with (its ``steps`` record): a step appended to its
+        definition version later is past its end, so it completes without it (the safe
+        change of ``saga/_compat.py``; replay of its history stays exact).
+        """
         if self.state.cancel is not None:
             self._begin_compensation()
             return
-        if self.state.cursor >= len(self.definition.steps):
+        current = self._current_forward()
+        if current is None:
             self.state.status = move_saga(self.state.status, SagaStatus.COMPLETED)
             return
-        step = self.definition.steps[self.state.cursor]
-        step_state = self.state.steps[step.name]
+        step, step_state = current
         step_state.status = move_step(step_state.status, StepStatus.SCHEDULED)
         self._dispatch(step, "do")
 
@@ -473,10 +485,12 @@ class _Run:
             step_state.timer = None
 
     def _current_forward(self) -> tuple[Step[Any, Any], StepState] | None:
+        """The step at the cursor, unless the saga is past the last step it has a record of."""
         if self.state.cursor >= len(self.definition.steps):
             return None
         step = self.definition.steps[self.state.cursor]
-        return step, self.state.steps[step.name]
+        step_state = self.state.steps.get(step.name)
+        return None if step_state is None else (step, step_state)
 
     def _failed_compensation(self) -> Step[Any, Any] | None:
         for name in self.state.completed:

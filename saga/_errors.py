@@ -9,7 +9,12 @@
     ├── SagaNotFound           no saga has this id
     ├── SagaExists             the id is taken by a different saga definition
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
-    └── UnknownDefinition      no definition with this name and version is registered here
+    ├── UnknownDefinition      no definition with this name and version is registered here
+    └── VersionError           a definition-version operation is refused (saga/_versions.py)
+        ├── IncompatibleChange a registered version's shape changed incompatibly
+        ├── VersionDrained     new sagas may not start on a drained version
+        ├── VersionInUse       a version with sagas in flight cannot be decommissioned
+        └── MigrationRefused   a migration cannot move this instance (or any, and says why)
 
 Participants signal step failures with :class:`bus.TransientError` (the step's retry
 policy applies) and :class:`bus.PermanentError` (compensate); any other exception counts as
@@ -66,15 +71,57 @@ class UnknownDefinition(SagaError):
     """No definition with this name and version is registered with this worker or client."""
 
 
+class VersionError(SagaError):
+    """A definition-version operation was refused; ``saga`` and ``version`` name the version."""
+
+    def __init__(self, message: str, *, saga: str = "", version: int = 0) -> None:
+        super().__init__(message)
+        self.saga = saga
+        self.version = version
+
+
+class IncompatibleChange(VersionError):
+    """The code changed registered versions' shapes in ways their running instances cannot take.
+
+    ``problems`` holds one line per breaking change (``name@version: what: make this
+    version N+1``); the message lists them all.
+    """
+
+    def __init__(self, message: str, problems: list[str], *, saga: str = "", version: int = 0) -> None:
+        super().__init__(message + "".join(f"\n  {p}" for p in problems), saga=saga, version=version)
+        self.problems = problems
+
+
+class VersionDrained(VersionError):
+    """The definition version is drained: sagas already running end on it, no new one starts."""
+
+
+class VersionInUse(VersionError):
+    """The version still has sagas in flight (``in_flight`` of them), so it cannot be removed."""
+
+    def __init__(self, message: str, *, saga: str, version: int, in_flight: int) -> None:
+        super().__init__(message, saga=saga, version=version)
+        self.in_flight = in_flight
+
+
+class MigrationRefused(VersionError):
+    """A migration cannot move an instance (the message says why); the instance is untouched."""
+
+
 __all__ = [
     "ConcurrentUpdate",
     "DefinitionError",
     "IllegalTransition",
+    "IncompatibleChange",
     "InvalidInput",
+    "MigrationRefused",
     "PermanentError",
     "SagaError",
     "SagaExists",
     "SagaNotFound",
     "TransientError",
     "UnknownDefinition",
+    "VersionDrained",
+    "VersionError",
+    "VersionInUse",
 ]

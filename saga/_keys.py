@@ -13,14 +13,30 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script::
     rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only)
     rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas
     rs:{orders:0}:dlq                stream: dead letters of every stream in the partition
+    rs:{orders:0}:drained            set: 'name@version' that new sagas may not start on (drain);
+                                     the start transition checks it in the same script
+
+A context's definition versions are registered under the context's own hash tag
+(``saga/_versions.py`` writes them; see docs/versioning.md)::
+
+    rs:{orders}:versions:shapes      hash: 'name@version' -> registered shape (JSON, saga/_shape.py)
+    rs:{orders}:versions:info        hash: 'name@version' -> when and by whom it was registered
+    rs:{orders}:versions:drained     hash: 'name@version' -> drain note (who, when, why)
+    rs:{orders}:versions:workers     zset: worker id -> when its registration expires (ms)
+    rs:{orders}:versions:served      hash: worker id -> what the worker serves (JSON)
+    rs:{redsaga}:contexts            set: every context with a version registry
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Final
 
 from bus import Stream, tagged_key
+
+CONTEXTS: Final = tagged_key("redsaga", "contexts")
+"""The set of every context with a version registry (``saga versions list`` starts here)."""
 
 
 def partition_of(saga_id: str, partitions: int) -> int:
@@ -80,3 +96,40 @@ class Partition:
     def counts(self) -> str:
         """Counters of sagas per definition version and status."""
         return tagged_key(self.tag, "counts")
+
+    @property
+    def drained(self) -> str:
+        """The set of ``name@version`` that new sagas may not start on."""
+        return tagged_key(self.tag, "drained")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextKeys:
+    """The keys of a context's version registry (hash tag ``{<context>}``)."""
+
+    context: str
+
+    @property
+    def shapes(self) -> str:
+        """Hash: ``name@version`` -> registered shape."""
+        return tagged_key(self.context, "versions", "shapes")
+
+    @property
+    def info(self) -> str:
+        """Hash: ``name@version`` -> registration and drain record."""
+        return tagged_key(self.context, "versions", "info")
+
+    @property
+    def drained(self) -> str:
+        """Hash: ``name@version`` -> drain note."""
+        return tagged_key(self.context, "versions", "drained")
+
+    @property
+    def workers(self) -> str:
+        """Sorted set: worker id -> when its registration expires (ms)."""
+        return tagged_key(self.context, "versions", "workers")
+
+    @property
+    def served(self) -> str:
+        """Hash: worker id -> what the worker serves."""
+        return tagged_key(self.context, "versions", "served")

@@ -100,12 +100,20 @@ class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Started(msgspec.Struct, tag="started", kw_only=True):
-    """The saga was created with its data."""
+    """The saga was created with its data.
+
+    ``saga`` is the definition it started on (``name@version``) and ``steps`` the steps it
+    runs, so that a replay picks that version's definition and knows which steps the saga
+    has even after a step was appended to the version (both empty in histories recorded
+    before they were added).
+    """
 
     id: str
     at_ms: int
     data: msgspec.Raw
     by: str = ""
+    saga: str = ""
+    steps: list[str] = msgspec.field(default_factory=list)
 
 
 class StepReplied(msgspec.Struct, tag="replied", kw_only=True, omit_defaults=True):
@@ -169,6 +177,32 @@ class ForceCompleted(msgspec.Struct, tag="force_completed", kw_only=True):
 Event = Started | StepReplied | TimerFired | CancelRequested | RetryRequested | ForceCompleted
 
 
+class Migrated(msgspec.Struct, tag="migrated", kw_only=True, omit_defaults=True):
+    """An operator moved the saga from one definition version to another (a migration).
+
+    Not a decider event: the migrate script writes the new state directly. It records
+    everything the migration decided -- the step mapping (source step name -> target step
+    name, for every step the saga has a record of), the new data, replaced step outputs and
+    the target steps the saga skips -- so replay applies it again without the user's
+    migration function (``saga._migration.migrate_state``).
+    """
+
+    id: str
+    at_ms: int
+    from_version: int
+    to_version: int
+    steps: dict[str, str]
+    data: msgspec.Raw
+    outputs: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    skip: list[str] = msgspec.field(default_factory=list)
+    by: str = ""
+    reason: str = ""
+
+
+Recorded = Event | Migrated
+"""What a history entry records: a decider event, or a migration."""
+
+
 # Effects: what a decision asks the world to do, in the same atomic commit.
 
 
@@ -208,7 +242,7 @@ Effect = Dispatch | StartTimer | CancelTimer
 class HistoryEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One line of a saga's history: the event, what was decided, and the resulting status."""
 
-    event: Event
+    event: Recorded
     effects: list[Effect] = msgspec.field(default_factory=list)
     status: SagaStatus
     revision: int

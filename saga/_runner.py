@@ -39,6 +39,7 @@ from saga._definition import LOCAL, Saga, Step
 from saga._errors import SagaError, SagaExists, SagaNotFound
 from saga._fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
 from saga._keys import Partition, partition_of
+from saga._migration import Migration, MigrationDecision, decide_migration
 from saga._model import (
     CancelRequested,
     CancelTimer,
@@ -196,7 +197,8 @@ class SagaRunner:
     def start(self, data: object, *, definition: Saga[Any] | None = None, saga_id: str | None = None) -> str:
         """Start a saga with ``data`` (its first step is dispatched, not yet delivered); return its id.
 
-        ``definition`` may be left out when the runner has one. Ids default to
+        ``definition`` may be left out when the runner has one saga (its newest version is
+        started). Ids default to
         ``<saga name>-<n>``; starting an existing id again returns it (like the client).
         """
         definition = self._definition(definition)
@@ -209,7 +211,14 @@ class SagaRunner:
             return saga_id
         context = definition.context
         partition = Partition(context.name, partition_of(saga_id, context.partitions))
-        event = Started(id=self._new_id("start"), at_ms=self.now_ms, data=msgspec.Raw(encoded), by=CONSUMER)
+        event = Started(
+            id=self._new_id("start"),
+            at_ms=self.now_ms,
+            data=msgspec.Raw(encoded),
+            by=CONSUMER,
+            saga=definition.key,
+            steps=[s.name for s in definition.steps],
+        )
         decision = decide_start(definition, saga_id, encoded, partition.index, event)
         record = _Saga(definition, partition, decision.state, {}, [])
         self._sagas[saga_id] = record
@@ -384,7 +393,40 @@ class SagaRunner:
     def replay(self, saga_id: str) -> SagaState:
         """Replay the saga's history through the decider (see :func:`saga.testing.replay`)."""
         record = self._saga(saga_id)
-        return replay(record.definition, record.history, saga_id=saga_id, partition=record.partition.index)
+        return replay(self.registry, record.history, saga_id=saga_id, partition=record.partition.index)
+
+    def migrate(self, migration: Migration, saga_id: str | None = None) -> dict[str, MigrationDecision]:
+        """Move in-flight sagas of ``migration.source`` to its target, as ``saga versions migrate`` does.
+
+        The same function, checks and history record as in production, so a test can pin
+        what a migration does to sagas at each step. Applies to one saga, or to every
+        in-flight saga of the source version; returns each one's decision (refused and
+        skipped sagas are untouched). Both versions must be given to the runner.
+        """
+        self.registry.get(migration.target.name, migration.target.version)
+        decisions: dict[str, MigrationDecision] = {}
+        for sid, record in self._sagas.items():
+            if saga_id is not None and sid != saga_id:
+                continue
+            if record.definition is not migration.source or record.state.status.terminal:
+                continue
+            decision = decide_migration(
+                migration, record.state, event_id=self._new_id("migrate"), at_ms=self.now_ms, by="test"
+            )
+            decisions[sid] = decision
+            if decision.state is None or decision.event is None:
+                continue
+            new_state = decision.state
+            new_state.revision = record.state.revision + 1
+            record.definition, record.state, record.fields = (
+                migration.target,
+                new_state,
+                encode_state(new_state),
+            )
+            record.history.append(
+                HistoryEntry(event=decision.event, status=new_state.status, revision=new_state.revision)
+            )
+        return decisions
 
     def assert_invariants(self) -> None:
         """Fail if any saga broke FAULTS.md G2-G4 or the lifecycle (see ``invariant_violations``).
@@ -409,9 +451,10 @@ class SagaRunner:
     def _definition(self, definition: Saga[Any] | None) -> Saga[Any]:
         if definition is not None:
             return self.registry.get(definition.name, definition.version)
-        if len(self.registry) != 1:
-            raise RunnerError("this runner has several definitions: pass definition=")
-        return next(iter(self.registry))
+        names = {d.name for d in self.registry}
+        if len(names) != 1:
+            raise RunnerError("this runner has several sagas: pass definition=")
+        return self.registry.latest(names.pop())
 
     def _saga(self, saga_id: str) -> _Saga:
         try:

@@ -102,7 +102,7 @@ class Loaded:
 class CommitResult:
     """What the transition script said."""
 
-    outcome: Literal["ok", "conflict", "lost"]
+    outcome: Literal["ok", "conflict", "lost", "drained"]
     revision: int = 0
 
 
@@ -219,6 +219,7 @@ def commit_call(
         partition.active,
         partition.by_status(old_status or state.status.value),
         partition.by_status(state.status.value),
+        partition.drained,
     ]
     args: list[Any] = [
         before.state.revision if before else 0,
@@ -258,6 +259,6 @@ def commit_call(
 def commit_result(reply: Any) -> CommitResult:
     """Decode the transition script's reply."""
     outcome = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-    if outcome == "lost":
-        return CommitResult("lost")
+    if outcome in ("lost", "drained"):
+        return CommitResult("lost" if outcome == "lost" else "drained")
     return CommitResult("ok" if outcome == "ok" else "conflict", int(reply[1]))

@@ -1,18 +1,29 @@
-"""The saga worker: one process running an app's orchestrators, timers and participants."""
+"""The saga worker: one process running an app's orchestrators, timers and participants.
+
+Before anything runs, the worker registers its definitions' shapes in the version
+registry, and refuses to start (:class:`~saga.IncompatibleChange`, naming the saga, the
+version and each problem) when its code changed a registered version incompatibly while
+sagas are in flight on it. While it runs it renews its registration of what it serves and
+logs stranded sagas (in flight on versions no live worker serves) as errors.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
-from bus import Bus, Clock, SystemClock, Worker
+from bus import Backoff, Bus, BusError, Clock, SystemClock, Worker
+from bus._log import get_logger
 from saga._app import App
 from saga._config import EngineConfig
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
 from saga._timers import fire_due, run_scheduler
+from saga._versions import Registration, Stranded, Versions, worker_info
+
+_log = get_logger("redsaga.saga")
 
 
 class SagaWorker:
@@ -48,6 +59,8 @@ class SagaWorker:
             redis, bus, *app.buses, config=self.config.bus, clock=self.clock, consumer=consumer
         )
         self._stopping = anyio.Event()
+        self.versions = Versions(redis, clock=self.clock)
+        self._started_ms = self.clock.now_ms()
 
     def observe(self, observer: Callable[[SagaState], None]) -> None:
         """Call ``observer`` with the new state after every committed transition."""
@@ -69,19 +82,93 @@ class SagaWorker:
         self._stopping.set()
         self.bus_worker.stop()
 
+    async def register(self) -> Registration:
+        """Register the app's definition shapes and what this worker serves (idempotent).
+
+        Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
+        shape incompatibly while sagas are in flight on it; nothing is registered then.
+        """
+        if not self.orchestrators:
+            return Registration()
+        backoff = Backoff(self.clock)
+        while True:  # wait out a Redis outage, as the bus worker's set-up does
+            try:
+                return await self._register()
+            except BusError as error:
+                if not error.retryable or self._stopping.is_set():
+                    raise
+                _log.warning("registering definition versions failed; retrying", error=str(error))
+                await backoff.wait()
+
+    async def _register(self) -> Registration:
+        report = await self.versions.register(
+            self.app.registry, by=f"{self.app.name}/{self.bus_worker.consumer}"
+        )
+        for key in report.added:
+            _log.info("definition version registered", definition=key)
+        for change in report.changed:
+            _log.info("registered shape updated (a safe change)", change=change.line())
+        for change in report.replaced:
+            _log.warning("registered shape replaced: nothing was in flight on it", change=change.line())
+        await self.heartbeat()
+        return report
+
+    async def heartbeat(self) -> None:
+        """Renew this worker's registration of the definition versions it serves."""
+        for context in self.app.registry.contexts:
+            serves = [d.key for d in self.app.registry if d.context.name == context]
+            info = worker_info(self.bus_worker.consumer, self.app.name, serves, self._started_ms)
+            await self.versions.heartbeat(context, info, self.config.registration_ttl_ms)
+
+    async def check_stranded(self) -> list[Stranded]:
+        """Stranded sagas of this worker's contexts, each logged as an error."""
+        stranded = await self.versions.stranded(self.app.registry.contexts)
+        for item in stranded:
+            _log.error(
+                "stranded sagas: no running worker serves their version",
+                definition=f"{item.saga}@{item.version}",
+                context=item.context,
+                in_flight=item.in_flight,
+                detail=item.line(),
+            )
+        return stranded
+
     async def run(self) -> None:
-        """Run the app's ``on_start`` hooks, then everything until :meth:`stop`, then ``on_stop``."""
+        """Register, run the app's ``on_start`` hooks, everything until :meth:`stop`, ``on_stop``."""
+        await self.register()
         for hook in self.app.on_start:
             await hook()
         try:
             async with anyio.create_task_group() as tg:
                 if self.orchestrators:
                     tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
+                    tg.start_soon(self._every, self.config.heartbeat_ms, "heartbeat", self.heartbeat)
+                    tg.start_soon(
+                        self._every, self.config.stranded_check_ms, "stranded check", self.check_stranded
+                    )
                 await self.bus_worker.run()
                 tg.cancel_scope.cancel()
         finally:
+            await self._leave()
             for hook in self.app.on_stop:
                 await hook()
+
+    async def _every(self, period_ms: int, name: str, job: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await self.clock.sleep(period_ms / 1000)
+            try:
+                await job()
+            except BusError as error:
+                _log.warning("periodic job failed; trying again later", job=name, error=str(error))
+
+    async def _leave(self) -> None:
+        """Withdraw this worker's registration (best effort: it expires anyway)."""
+        with anyio.CancelScope(shield=True):
+            for context in self.app.registry.contexts:
+                try:
+                    await self.versions.leave(context, self.bus_worker.consumer)
+                except BusError as error:
+                    _log.warning("could not withdraw the worker registration", error=str(error))
 
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
         """Handle everything due now (entries and timers), then return: for tests and demos."""

@@ -31,7 +31,11 @@ timer until the saga ends or is dead-lettered.
 
 Regression tests from production: :func:`replay` runs a recorded history (``saga
 export``, or the Redis history list) through the decider and fails at the first decision
-that differs.
+that differs; given several versions (a registry), it replays each history on the version
+it started on, across recorded migrations.
+
+Versions: give the runner several versions of a definition and :meth:`SagaRunner.migrate`
+runs a migration function over its sagas exactly as ``saga versions migrate`` does.
 """
 
 from saga._checks import (

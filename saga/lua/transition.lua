@@ -6,7 +6,8 @@
 -- KEYS[1] saga hash         KEYS[2] history list    KEYS[3] inbox stream
 -- KEYS[4] timers zset       KEYS[5] timer data      KEYS[6] counts hash
 -- KEYS[7] active index      KEYS[8] old status idx  KEYS[9] new status idx
--- KEYS[10…] one command stream per command, in ARGV order
+-- KEYS[10] drained set ('name@version' new sagas may not start on)
+-- KEYS[11…] one command stream per command, in ARGV order
 --
 -- ARGV[1] expected revision (0: the saga must not exist)
 -- ARGV[2] now in ms, or -1 for the Redis clock (timers are due at now + delay)
@@ -20,13 +21,17 @@
 -- then: n, n × timer id                    timers to cancel
 -- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
 --
--- Returns {'ok', revision}, {'conflict', current revision}, or {'lost'} when the inbox
--- entry is no longer held by this consumer (its lease moved on: the decision is dropped).
+-- Returns {'ok', revision}, {'conflict', current revision}, {'lost'} when the inbox
+-- entry is no longer held by this consumer (its lease moved on: the decision is dropped),
+-- or {'drained'} when a new saga's definition version is drained (nothing is written).
 local saga, history, inbox = KEYS[1], KEYS[2], KEYS[3]
 local expected = tonumber(ARGV[1])
 local current = tonumber(redis.call('HGET', saga, 'rev') or '0')
 if current ~= expected then
   return {'conflict', current}
+end
+if expected == 0 and redis.call('SISMEMBER', KEYS[10], ARGV[8]) == 1 then
+  return {'drained'}
 end
 local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
 if group ~= '' then
@@ -95,7 +100,7 @@ local ncommands = tonumber(ARGV[i])
 i = i + 1
 for c = 1, ncommands do
   local k = tonumber(ARGV[i])
-  redis.call('XADD', KEYS[9 + c], '*', unpack(ARGV, i + 1, i + k * 2))
+  redis.call('XADD', KEYS[10 + c], '*', unpack(ARGV, i + 1, i + k * 2))
   i = i + k * 2 + 1
 end
 
