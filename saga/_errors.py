@@ -9,7 +9,8 @@
     ├── SagaNotFound           no saga has this id
     ├── SagaExists             the id is taken by a different saga definition
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
-    └── UnknownDefinition      no definition with this name and version is registered here
+    ├── UnknownDefinition      no definition with this name and version is registered here
+    └── ActionRefused          an operator action would not apply, or lost a race (says why)
 
 Participants signal step failures with :class:`bus.TransientError` (the step's retry
 policy applies) and :class:`bus.PermanentError` (compensate); any other exception counts as
@@ -66,7 +67,25 @@ class UnknownDefinition(SagaError):
     """No definition with this name and version is registered with this worker or client."""
 
 
+class ActionRefused(SagaError):
+    """An operator action (cancel, retry, force-complete, redrive) did not apply.
+
+    Either the admin client saw that the decider would ignore it (nothing was sent,
+    ``request_id`` is empty), or the orchestrator recorded it and ignored it because the saga
+    had moved on (``request_id`` names the history entry). ``reason`` is the decider's.
+    """
+
+    def __init__(self, action: str, saga_id: str, reason: str, *, request_id: str = "") -> None:
+        when = "was ignored" if request_id else "would be ignored; nothing was sent"
+        super().__init__(f"{action} of saga {saga_id} {when}: {reason}")
+        self.action = action
+        self.saga_id = saga_id
+        self.reason = reason
+        self.request_id = request_id
+
+
 __all__ = [
+    "ActionRefused",
     "ConcurrentUpdate",
     "DefinitionError",
     "IllegalTransition",
