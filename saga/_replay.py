@@ -6,9 +6,10 @@ was ignored. Replaying it against the current code, without calling any particip
 whether today's decider still decides what yesterday's did: the determinism check after a
 code change, and the core of ``saga replay`` and of trace replay in CI.
 
-Two decisions are the same when they emit the same effects (byte for byte: commands,
-payloads, timers), reach the same status and revision, and both apply or both ignore the
-event. An ignored event's reason is informational: rewording it is not a change.
+Two decisions are the same when they emit the same effects (commands with their payloads,
+timers; compared as JSON values, so a pretty-printed trace compares equal), reach the same
+status and revision, and both apply or both ignore the event. An ignored event's reason is
+informational: rewording it is not a change.
 """
 
 from __future__ import annotations
@@ -153,12 +154,12 @@ def _compare(entry: HistoryEntry, decision: Decision, revision: int) -> tuple[st
             "",
         )
     recorded, replayed = entry.effects, decision.effects
-    if [_json.encode(e) for e in recorded] != [_json.encode(e) for e in replayed]:
+    if not same_json([_json.encode(e) for e in recorded], [_json.encode(e) for e in replayed]):
         first = next(
             i
             for i in range(max(len(recorded), len(replayed)))
             if i >= min(len(recorded), len(replayed))
-            or _json.encode(recorded[i]) != _json.encode(replayed[i])
+            or not same_json([_json.encode(recorded[i])], [_json.encode(replayed[i])])
         )
         differing = [effects[first] for effects in (replayed, recorded) if first < len(effects)]
         step = next((str(getattr(e, "step", "")) for e in differing if getattr(e, "step", "")), "")
@@ -168,6 +169,15 @@ def _compare(entry: HistoryEntry, decision: Decision, revision: int) -> tuple[st
     if entry.revision != revision:
         return "revision", str(entry.revision), str(revision), ""
     return None
+
+
+def same_json(left: Sequence[bytes], right: Sequence[bytes]) -> bool:
+    """Whether two lists of JSON documents hold the same values (whitespace aside)."""
+    if len(left) != len(right):
+        return False
+    return all(
+        a == b or msgspec.json.decode(a) == msgspec.json.decode(b) for a, b in zip(left, right, strict=True)
+    )
 
 
 def _mismatch(

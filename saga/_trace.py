@@ -28,7 +28,7 @@ from saga._app import App
 from saga._definition import Saga
 from saga._model import HistoryEntry, SagaState
 from saga._registry import Registry
-from saga._replay import Mismatch, replay_history
+from saga._replay import Mismatch, replay_history, same_json
 from saga._store import encode_state
 
 TRACE_FORMAT: Final = "redsaga.trace/1"
@@ -125,16 +125,28 @@ def replay_trace(
 
 
 def state_differences(recorded: SagaState, replayed: SagaState) -> list[str]:
-    """What differs between two states, field by field (hash fields, as the store writes them)."""
+    """What differs between two states, field by field.
+
+    Fields are the hash fields the store writes, compared as JSON values.
+    """
     old, new = encode_state(recorded), encode_state(replayed)
     differences = [
         f"{name}: recorded {_text(old.get(name))}, replayed {_text(new.get(name))}"
         for name in sorted(set(old) | set(new))
-        if old.get(name) != new.get(name)
+        if name not in old or name not in new or not _same_field(old[name], new[name])
     ]
     if recorded.revision != replayed.revision:
         differences.append(f"revision: recorded {recorded.revision}, replayed {replayed.revision}")
     return differences
+
+
+def _same_field(old: bytes, new: bytes) -> bool:
+    if old == new:
+        return True
+    try:
+        return same_json([old], [new])
+    except msgspec.DecodeError:  # plain text fields (status, name) that differ
+        return False
 
 
 def _definition(trace: Trace, definitions: Saga[Any] | Registry | App) -> Saga[Any]:
