@@ -232,11 +232,14 @@ def test_replay_from_a_step_dry_run_then_for_real(live: Live) -> None:
 
 
 def test_an_action_with_no_orchestrator_running_is_reported_queued(real_redis_url: str) -> None:
-    from tests.ops.live import prepare
+    from tests.ops.live import flush, prepare
 
     scenario = prepare(real_redis_url)
     live = Live(url=real_redis_url, scenario=scenario)
-    result = saga(live, "cancel", scenario.ids["running"], "--wait", "0.2")
+    try:
+        result = saga(live, "cancel", scenario.ids["running"], "--wait", "0.2")
+    finally:
+        flush(real_redis_url)
     assert result.exit_code == 3
     assert "not decided yet: is a worker running for this context?" in result.stdout
 

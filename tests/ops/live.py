@@ -80,9 +80,26 @@ def orchestrator(url: str, scenario: Scenario) -> Iterator[SagaWorker]:
             portal.call(redis.aclose)
 
 
+def flush(url: str) -> None:
+    """Empty the test database: the scenario leaves sagas in flight that other suites (the
+    demo, which waits for every saga of its context to end) must not find."""
+
+    async def main() -> None:
+        redis = bus.connect(url)
+        try:
+            await redis.flushdb()
+        finally:
+            await redis.aclose()
+
+    anyio.run(main)
+
+
 @contextmanager
 def live_system(url: str) -> Iterator[Live]:
-    """The scenario in Redis with an orchestrator deciding its inbox."""
+    """The scenario in Redis with an orchestrator deciding its inbox (flushed afterwards)."""
     scenario = prepare(url)
-    with orchestrator(url, scenario):
-        yield Live(url=url, scenario=scenario)
+    try:
+        with orchestrator(url, scenario):
+            yield Live(url=url, scenario=scenario)
+    finally:
+        flush(url)

@@ -36,8 +36,9 @@ SHIPPED = {"tracking": "manual-42"}
 
 
 @pytest.fixture
-async def scenario(real_redis: bus.Redis) -> Scenario:
-    return await drive(real_redis)
+async def scenario(real_redis: bus.Redis) -> AsyncIterator[Scenario]:
+    yield await drive(real_redis)
+    await real_redis.flushdb()  # leave no saga in flight for suites that wait for all to end
 
 
 @pytest.fixture
