@@ -269,6 +269,11 @@ class _Run:
             self.state.status = move_saga(self.state.status, SagaStatus.COMPENSATING)
             self._continue_compensation()
             return
+        if self.state.status == SagaStatus.COMPENSATING:
+            # The forward path is over; forcing its failed step now would send the next step
+            # in the middle of the compensation.
+            self.ignore("the saga is compensating; only a failed compensation can be force-completed")
+            return
         current = self._current_forward()
         if current is None or current[0].name != event.step:
             self.ignore(f"step {event.step!r} is not the step the saga is stuck on")

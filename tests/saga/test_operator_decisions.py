@@ -227,3 +227,21 @@ def test_redrive_is_refused_where_it_could_repeat_or_undo_an_effect(prepare, ste
     )
     assert reason in decision.ignored
     assert decision.effects == []
+
+
+def test_force_complete_of_a_step_never_reached_while_compensating_is_ignored() -> None:
+    """Found by the replay property test: cancel, reserve succeeds, its undo is retrying; the
+    cursor points at charge_payment, which never ran. Forcing it used to raise
+    IllegalTransition (pending -> succeeded) inside the decider."""
+    state = apply(began(), CancelRequested(id="c", at_ms=2, by="op"))
+    state = reply(state, "reserve_stock")
+    assert state.status == SagaStatus.COMPENSATING
+    decision = decide(
+        order_fulfilment,
+        state,
+        ForceCompleted(
+            id="f", at_ms=3, step="charge_payment", output=msgspec.Raw(b"{}"), by="op", reason="r"
+        ),
+    )
+    assert decision.ignored == "the saga is compensating; only a failed compensation can be force-completed"
+    assert decision.effects == []
