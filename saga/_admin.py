@@ -292,8 +292,11 @@ class SagaAdmin:
             raise InvalidInput("force-complete needs a reason (it is recorded in the history)")
         partition, state, _ = await self._read(saga_id, context)
         definition = self._definition(state)
-        raw = _validated_output(definition, state, step, output)
-        request = OperatorRequest(reason=reason, step=step, output=msgspec.Raw(raw))
+        raw = _json_output(definition, step, output)
+        # The decider's verdict first (is this the step to force, now?), then the output type.
+        self._judge("force-complete", FORCE, state, OperatorRequest(reason=reason, step=step, output=raw))
+        typed = _typed_output(definition, state, step, raw)
+        request = OperatorRequest(reason=reason, step=step, output=msgspec.Raw(typed))
         return await self._send(
             "force-complete", FORCE, partition, state, request, wait_s=wait_s, dry_run=dry_run
         )
@@ -400,9 +403,7 @@ class SagaAdmin:
         wait_s: float | None,
         dry_run: bool,
     ) -> ActionResult:
-        request.by, request.revision = self.by, state.revision
-        action = Action.of(name, kind, request, at_ms=self.clock.now_ms())
-        judged: Decision = judge(self._definition(state), state, action)
+        action, judged = self._judge(name, kind, state, request)
         if dry_run:
             return preview_result(action, judged)
         return await submit(
@@ -414,6 +415,14 @@ class SagaAdmin:
             source=f"admin:{self.by}",
             wait_s=self.wait_s if wait_s is None else wait_s,
         )
+
+    def _judge(
+        self, name: str, kind: str, state: SagaState, request: OperatorRequest
+    ) -> tuple[Action, Decision]:
+        """The action as the orchestrator will see it, and the decider's verdict on ``state``."""
+        request.by, request.revision = self.by, state.revision
+        action = Action.of(name, kind, request, at_ms=self.clock.now_ms())
+        return action, judge(self._definition(state), state, action)
 
     async def _read(
         self, saga_id: str, context: str | None
@@ -497,35 +506,39 @@ def _query(
     return Query(statuses=parsed, definition=definition, version=version, stuck_for_ms=stuck_for_ms)
 
 
-def _validated_output(definition: Saga[Any], state: SagaState, step_name: str, output: object) -> bytes:
+def _json_output(definition: Saga[Any], step_name: str, output: object) -> msgspec.Raw:
+    """The output as JSON, for a step of ``definition`` (:class:`InvalidInput` if not)."""
+    try:
+        definition.step_named(step_name)
+    except KeyError:
+        names = ", ".join(s.name for s in definition.steps)
+        raise InvalidInput(f"unknown step {step_name!r} in {definition.key} (steps: {names})") from None
+    if not isinstance(output, bytes | str):
+        return msgspec.Raw(_json.encode(output))
+    raw = output.encode() if isinstance(output, str) else output
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError as error:
+        raise InvalidInput(f"the output is not valid JSON: {error}") from error
+    return msgspec.Raw(raw)
+
+
+def _typed_output(definition: Saga[Any], state: SagaState, step_name: str, raw: msgspec.Raw) -> bytes:
     """The output as canonical JSON, checked against the step's output type.
 
     A failed compensation takes any JSON. :class:`InvalidInput` says what is wrong, before
     anything is sent.
     """
-    try:
-        step = definition.step_named(step_name)
-    except KeyError:
-        names = ", ".join(s.name for s in definition.steps)
-        raise InvalidInput(f"unknown step {step_name!r} in {definition.key} (steps: {names})") from None
-    if isinstance(output, bytes | str):
-        try:
-            value: Any = msgspec.json.decode(output)
-        except msgspec.DecodeError as error:
-            raise InvalidInput(f"the output is not valid JSON: {error}") from error
-        raw = output.encode() if isinstance(output, str) else output
-    else:
-        value, raw = output, _json.encode(output)
-    undoing = state.steps[step.name].status == StepStatus.COMPENSATION_FAILED
-    if undoing:
-        return _json.encode(value)
+    step = definition.step_named(step_name)
+    if state.steps[step.name].status == StepStatus.COMPENSATION_FAILED:
+        return _json.encode(msgspec.json.decode(raw))
     if step.output_type is None:
-        if value is not None:
+        if msgspec.json.decode(raw) is not None:
             raise InvalidInput(f"{definition.key}.{step.name} has no output: give null")
         return b"null"
     try:
         typed = msgspec.json.decode(raw, type=step.output_type)
-    except msgspec.DecodeError as error:  # ValidationError included
+    except msgspec.ValidationError as error:
         name = getattr(step.output_type, "__name__", str(step.output_type))
         raise InvalidInput(
             f"the output is not a valid {name} for {definition.key}.{step.name}: {error}"

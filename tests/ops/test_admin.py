@@ -500,3 +500,20 @@ async def test_start_validates_data_before_writing(admin: SagaAdmin, real_redis:
     data = b'{"id":"o-9","customer":"c","lines":[{"sku":"s","quantity":1}],"total_cents":5}'
     assert await admin.start("order_fulfilment@1", data, saga_id="o-9") == "o-9"
     assert (await admin.get("o-9")).status == SagaStatus.RUNNING
+
+
+async def test_force_complete_a_failed_compensation_then_again(
+    admin: SagaAdmin, worker: SagaWorker, scenario: Scenario
+) -> None:
+    saga_id = scenario.ids["dead_lettered_undo"]
+    result = await while_deciding(
+        worker,
+        admin.force_complete(saga_id, "charge_payment", {"refund_id": "by-hand"}, reason="console refund"),
+    )
+    assert result.dispatched == ["reserve_stock/undo #1 -> inventory ReleaseStock"]
+    await worker.run_until_idle()
+    state = await admin.get(saga_id)
+    assert state.status == SagaStatus.COMPENSATED
+    assert bytes(state.steps["charge_payment"].attempts[-1].output) == b'{"refund_id":"by-hand"}'
+    with pytest.raises(ActionRefused, match="the saga has already ended \\(compensated\\)"):
+        await admin.force_complete(saga_id, "charge_payment", {"refund_id": "again"}, reason="again")
