@@ -83,9 +83,9 @@ def inspection(found: Inspection, *, history: bool) -> None:
     if found.timers:
         heading("pending timers")
         emit_table(
-            ["timer", "purpose", "step", "due", "due in"],
+            ["timer", "purpose", "step", "due", "when"],
             [
-                [t.timer_id, t.purpose, f"{t.step}/{t.kind} #{t.attempt}", when(t.due_ms), ago(t.due_in_ms)]
+                [t.timer_id, t.purpose, f"{t.step}/{t.kind} #{t.attempt}", when(t.due_ms), _due(t.due_in_ms)]
                 for t in found.timers
             ],
         )
@@ -111,6 +111,12 @@ def inspection(found: Inspection, *, history: bool) -> None:
         ],
         colours={4: status_colour},
     )
+
+
+def _due(due_in_ms: int | None) -> str:
+    if due_in_ms is None:
+        return "-"
+    return f"in {ago(due_in_ms)}" if due_in_ms >= 0 else f"overdue by {ago(-due_in_ms)}"
 
 
 def page(found: SagaPage, total: int | None) -> None:
