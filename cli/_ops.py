@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 import typer
 
 from cli import _show
-from cli._common import CommandError, Json, RedisUrl, emit_json
+from cli._common import CommandError, Json, emit_json
 from cli._format import parse_duration
-from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
+from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, RedisUrl, Wait, with_admin
 from saga import ActionResult, SagaAdmin, SagaStatus, encode_trace
 from saga._graph import path_graph
 
@@ -282,7 +282,7 @@ def export(
     app: AppRef = None,
     context: ContextName = None,
     redis_url: RedisUrl = None,
-    json: Json = True,
+    json: Json = False,
 ) -> None:
     """Write a saga's trace as JSON, for replay in CI.
 

@@ -23,6 +23,15 @@ APP_ENV = "REDSAGA_APP"
 QUEUED_EXIT = 3
 """Exit code of an action that was sent but not decided within ``--wait``."""
 
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar=bus.URL_ENV,
+        help="The Redis the sagas live in (redis://, rediss:// for TLS; env REDSAGA_REDIS_URL).",
+        show_default=False,
+    ),
+]
 AppRef = Annotated[
     str | None,
     typer.Option(
