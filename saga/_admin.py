@@ -404,6 +404,9 @@ class SagaAdmin:
         dry_run: bool,
     ) -> ActionResult:
         action, judged = self._judge(name, kind, state, request)
+        size, limit = len(_json.encode(request)), self.config.bus.max_payload_bytes
+        if size > limit:
+            raise InvalidInput(f"the {name} request is {size} bytes, over the {limit}-byte payload limit")
         if dry_run:
             return preview_result(action, judged)
         return await submit(

@@ -517,3 +517,13 @@ async def test_force_complete_a_failed_compensation_then_again(
     assert bytes(state.steps["charge_payment"].attempts[-1].output) == b'{"refund_id":"by-hand"}'
     with pytest.raises(ActionRefused, match="the saga has already ended \\(compensated\\)"):
         await admin.force_complete(saga_id, "charge_payment", {"refund_id": "again"}, reason="again")
+
+
+async def test_an_oversized_force_complete_is_refused_before_sending(
+    admin: SagaAdmin, scenario: Scenario, real_redis: bus.Redis
+) -> None:
+    saga_id = scenario.ids["dead_lettered"]
+    before = await inbox_and_history(real_redis, saga_id)
+    with pytest.raises(InvalidInput, match="over the 1048576-byte payload limit"):
+        await admin.force_complete(saga_id, "arrange_shipping", {"tracking": "x" * (1 << 20)}, reason="r")
+    assert await inbox_and_history(real_redis, saga_id) == before
