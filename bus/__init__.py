@@ -12,6 +12,9 @@ from bus._backoff import Backoff
 from bus._client import MEMORY_URL, URL_ENV, Redis, connect, is_embedded, resolve_url
 from bus._clock import Clock, FakeClock, SystemClock
 from bus._config import BusConfig, ClientConfig
+from bus._dead_letters import DeadLetter, LetterFilter, Requeued, dead_letter_sizes, dead_letters
+from bus._dead_letters import purge as purge_dead_letters
+from bus._dead_letters import requeue as requeue_dead_letters
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, decode_fields, message_type, new_envelope
 from bus._errors import (
@@ -45,6 +48,7 @@ __all__ = [
     "BusError",
     "ClientConfig",
     "Clock",
+    "DeadLetter",
     "DefinitionError",
     "Delivery",
     "Envelope",
@@ -54,6 +58,7 @@ __all__ = [
     "GroupStats",
     "HandlerFailure",
     "LeaseLost",
+    "LetterFilter",
     "MalformedEntry",
     "PayloadTooLarge",
     "PermanentError",
@@ -63,6 +68,7 @@ __all__ = [
     "RedisOutOfMemory",
     "RedisUnavailable",
     "Reply",
+    "Requeued",
     "Route",
     "Script",
     "ScriptCall",
@@ -73,12 +79,16 @@ __all__ = [
     "TransientError",
     "Worker",
     "connect",
+    "dead_letter_sizes",
+    "dead_letters",
     "decode_fields",
     "derived_id",
     "is_embedded",
     "message_type",
     "new_envelope",
+    "purge_dead_letters",
     "reply_to_command",
+    "requeue_dead_letters",
     "resolve_url",
     "run_batch",
     "stream_stats",

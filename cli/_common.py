@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import anyio
@@ -66,11 +66,26 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
 
 
-def emit_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print a plain aligned table (bold headers on a terminal)."""
+def emit_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    colours: Mapping[int, Callable[[str], str | None]] | None = None,
+) -> None:
+    """Print an aligned table with bold headers.
+
+    Cells of the ``colours`` columns are coloured by their value; click strips the styles
+    when stdout is not a terminal.
+    """
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    typer.secho(line, bold=sys.stdout.isatty())
+    typer.secho(line.rstrip(), bold=True)
+    colours = colours or {}
     for row in cells:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        out = []
+        for index, (cell, width) in enumerate(zip(row, widths, strict=True)):
+            padded = cell.ljust(width)
+            colour = colours[index](cell) if index in colours else None
+            out.append(typer.style(padded, fg=colour) if colour else padded)
+        typer.echo("  ".join(out).rstrip())

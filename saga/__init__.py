@@ -6,9 +6,13 @@ sagas with a :class:`SagaClient`. :mod:`saga.testing` runs sagas in-process with
 Versions of a definition run side by side; :class:`Versions` registers their shapes,
 drains and decommissions them, :func:`run_migration` moves sagas between them (see
 docs/versioning.md).
+Operate them with a :class:`SagaAdmin` (what the ``saga`` command line calls): inspect,
+list, replay, force-complete, cancel, retry, dead letters, traces and stats;
+:func:`replay_trace` replays an exported trace in CI.
 """
 
 from bus import PermanentError, TransientError
+from saga._admin import SagaAdmin
 from saga._app import App
 from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
@@ -17,6 +21,7 @@ from saga._config import EngineConfig
 from saga._decider import Decision, LocalCall, decide, start
 from saga._definition import LOCAL, Command, Compensation, Context, Retry, Saga, Step, StepContext, command
 from saga._errors import (
+    ActionRefused,
     ConcurrentUpdate,
     DefinitionError,
     IllegalTransition,
@@ -31,7 +36,9 @@ from saga._errors import (
     VersionError,
     VersionInUse,
 )
+from saga._inspect import Inspection, StepView, TimelineRow, TimerView
 from saga._keys import Partition, partition_of
+from saga._listing import SagaPage, SagaRow
 from saga._migrate import MigrationReport, MigrationResult, run_migration
 from saga._migration import KEEP, Instance, Migration, Plan, migration
 from saga._model import (
@@ -42,6 +49,7 @@ from saga._model import (
     HistoryEntry,
     Migrated,
     Note,
+    RedriveRequested,
     RetryRequested,
     SagaState,
     Started,
@@ -49,12 +57,16 @@ from saga._model import (
     StepState,
     TimerFired,
 )
+from saga._operator import ActionResult
 from saga._orchestrator import Orchestrator
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, StepSucceeded
 from saga._registry import Registry
+from saga._replay import Mismatch, ReplayReport
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
+from saga._stats import OutboxBacklog, SagaCount, Stats
+from saga._trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
 from saga._versions import (
     DrainNote,
     Registration,
@@ -74,6 +86,8 @@ __all__ = [
     "LOCAL",
     "SAGA_TRANSITIONS",
     "STEP_TRANSITIONS",
+    "ActionRefused",
+    "ActionResult",
     "App",
     "Attempt",
     "CancelRequested",
@@ -93,6 +107,7 @@ __all__ = [
     "HistoryEntry",
     "IllegalTransition",
     "IncompatibleChange",
+    "Inspection",
     "Instance",
     "InvalidInput",
     "LocalCall",
@@ -101,28 +116,37 @@ __all__ = [
     "MigrationRefused",
     "MigrationReport",
     "MigrationResult",
+    "Mismatch",
     "Note",
     "Orchestrator",
+    "OutboxBacklog",
     "Participant",
     "Partition",
     "PermanentError",
     "Plan",
+    "RedriveRequested",
     "Registration",
     "Registry",
     "RegistrySnapshot",
+    "ReplayReport",
     "Retry",
     "RetryRequested",
     "Rule",
     "Saga",
+    "SagaAdmin",
     "SagaClient",
+    "SagaCount",
     "SagaError",
     "SagaExists",
     "SagaNotFound",
+    "SagaPage",
+    "SagaRow",
     "SagaState",
     "SagaStatus",
     "SagaWorker",
     "Shape",
     "Started",
+    "Stats",
     "Step",
     "StepContext",
     "StepFailed",
@@ -131,8 +155,13 @@ __all__ = [
     "StepState",
     "StepStatus",
     "StepSucceeded",
+    "StepView",
     "Stranded",
+    "TimelineRow",
     "TimerFired",
+    "TimerView",
+    "Trace",
+    "TraceMismatch",
     "TransientError",
     "TypeShape",
     "UnknownDefinition",
@@ -146,8 +175,11 @@ __all__ = [
     "command",
     "compare_shapes",
     "decide",
+    "decode_trace",
+    "encode_trace",
     "migration",
     "partition_of",
+    "replay_trace",
     "run_migration",
     "shape_of",
     "start",

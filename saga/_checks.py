@@ -14,22 +14,18 @@ from typing import Any
 
 import msgspec
 
-from saga._decider import Decision, decide, start
 from saga._definition import Saga
-from saga._migration import migrate_state
 from saga._model import (
     Dispatch,
     ForceCompleted,
     HistoryEntry,
-    Migrated,
     Outcome,
     SagaState,
-    Started,
     StepReplied,
 )
 from saga._registry import Registry
+from saga._replay import Mismatch, replay_history
 from saga._states import SAGA_TRANSITIONS, SagaStatus, StepStatus
-from saga._store import encode_state
 
 _json = msgspec.json.Encoder()
 _history_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -196,17 +192,12 @@ def _reachable(status: SagaStatus) -> set[SagaStatus]:
 
 
 class ReplayMismatch(AssertionError):
-    """Replaying a history through the decider decided something else at ``index``."""
+    """Replaying a history through the decider decided something else (``mismatch`` says what)."""
 
-    def __init__(
-        self, index: int, entry: HistoryEntry, what: str, recorded: object, replayed: object
-    ) -> None:
-        super().__init__(
-            f"history entry {index} ({type(entry.event).__name__} {entry.event.id}): {what} differs\n"
-            f"  recorded: {recorded}\n  replayed: {replayed}"
-        )
-        self.index = index
-        self.entry = entry
+    def __init__(self, mismatch: Mismatch) -> None:
+        super().__init__(mismatch.message)
+        self.mismatch = mismatch
+        self.index = mismatch.index
 
 
 def replay(
@@ -218,89 +209,16 @@ def replay(
 ) -> SagaState:
     """Run a recorded history through the decider again and return the state it rebuilds.
 
-    Every entry's effects, resulting status, revision and ignore reason must come out the
-    same, or :class:`ReplayMismatch` names the first entry that differs: the regression test
-    for a definition change (replay yesterday's production traces against today's code).
-    ``history`` is what the store records (``LRANGE rs:{ctx:p}:hist:<id> 0 -1``, or a JSON
-    array of those entries).
-
-    ``definition`` is the definition the saga started on, or several versions (a
-    :class:`~saga.Registry` or a list): the history names the version it started on, and
-    replay decides with that one -- a v1 history replays on v1 even when v2 is newer -- and
-    switches to the target version at a recorded migration.
+    Every entry's effects, resulting status, revision and whether it was ignored must come
+    out the same, or :class:`ReplayMismatch` names the first entry that differs: the
+    regression test for a definition change (replay yesterday's production traces against
+    today's code). ``history`` is what the store records (``LRANGE rs:{ctx:p}:hist:<id> 0 -1``,
+    or a JSON array of those entries); versions and migrations are handled as
+    :func:`saga._replay.replay_history` says.
     """
-    entries = decode_history(history)
-    if not entries or not isinstance(entries[0].event, Started):
-        raise ValueError("a history starts with the saga's Started event")
-    first = entries[0].event
-    definitions = [definition] if isinstance(definition, Saga) else list(definition)
-    current = _started_on(definitions, first)
-    decision = start(current, saga_id, bytes(first.data), partition, first)
-    state = _check_entry(0, entries[0], decision, None)
-    for index, entry in enumerate(entries[1:], start=1):
-        event = entry.event
-        if isinstance(event, Started):
-            raise ReplayMismatch(index, entry, "event", "a second Started", "")
-        if isinstance(event, Migrated):
-            target = _version(
-                definitions, current.name, event.to_version, f"history entry {index} migrates to it"
-            )
-            migrated = migrate_state(current, target, state, event)
-            migrated.revision = state.revision + 1
-            current, state = target, migrated
-            _check_fields(
-                index, entry, status=state.status, revision=state.revision, ignored="", effects="[]"
-            )
-            continue
-        state = _check_entry(index, entry, decide(current, state, event), state)
-    return state
-
-
-def _started_on(definitions: list[Saga[Any]], first: Started) -> Saga[Any]:
-    if first.saga:
-        name, _, version = first.saga.rpartition("@")
-        return _version(definitions, name, int(version), "the history started on it")
-    if len(definitions) != 1:
-        raise ValueError("this history does not name the version it started on: give that one definition")
-    return definitions[0]
-
-
-def _version(definitions: list[Saga[Any]], name: str, version: int, why: str) -> Saga[Any]:
-    for definition in definitions:
-        if (definition.name, definition.version) == (name, version):
-            return definition
-    given = ", ".join(d.key for d in definitions)
-    raise ValueError(f"replay needs {name}@{version} ({why}); given: {given}")
-
-
-def _check_entry(index: int, entry: HistoryEntry, decision: Decision, before: SagaState | None) -> SagaState:
-    state = decision.state if decision.changed or before is None else before
-    revision = before.revision if before is not None else 0
-    if decision.changed:
-        old = encode_state(before) if before is not None else {}
-        if any(old.get(k) != v for k, v in encode_state(decision.state).items()):
-            revision += 1
-    state.revision = revision
-    _check_fields(
-        index,
-        entry,
-        status=decision.state.status,
-        revision=revision,
-        ignored=decision.ignored,
-        effects=_json.encode(decision.effects).decode(),
-    )
-    return state
-
-
-def _check_fields(
-    index: int, entry: HistoryEntry, *, status: SagaStatus, revision: int, ignored: str, effects: str
-) -> None:
-    checks = (
-        ("ignored", entry.ignored, ignored),
-        ("status", entry.status, status),
-        ("revision", entry.revision, revision),
-        ("effects", _json.encode(entry.effects).decode(), effects),
-    )
-    for what, recorded, replayed in checks:
-        if recorded != replayed:
-            raise ReplayMismatch(index, entry, what, recorded, replayed)
+    report = replay_history(definition, decode_history(history), saga_id=saga_id, partition=partition)
+    if report.mismatch is not None:
+        raise ReplayMismatch(report.mismatch)
+    if report.state is None:
+        raise ValueError("an empty history: a history starts with the saga's Started event")
+    return report.state

@@ -30,7 +30,9 @@ from saga._model import (
     ForceCompleted,
     Kind,
     Note,
+    OperatorEvent,
     Outcome,
+    RedriveRequested,
     RetryRequested,
     SagaState,
     Started,
@@ -39,6 +41,7 @@ from saga._model import (
     StepState,
     TimerFired,
 )
+from saga._redrive import fresh_generation, redrive_refusal
 from saga._states import SagaStatus, StepStatus, move_saga, move_step
 
 
@@ -98,6 +101,12 @@ def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
     if (definition.name, definition.version) != (state.name, state.version):
         raise DefinitionError(f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}")
     run = _Run(definition, _state_decoder.decode(_json.encode(state)), event.at_ms)
+    if isinstance(event, OperatorEvent) and event.expected_revision not in (0, state.revision):
+        run.ignore(
+            f"the saga moved on: the request was made at revision {event.expected_revision}, "
+            f"the saga is at revision {state.revision} ({state.status}); inspect it and decide again"
+        )
+        return run.decision()
     match event:
         case StepReplied():
             run.on_reply(event)
@@ -109,6 +118,8 @@ def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
             run.on_retry(event)
         case ForceCompleted():
             run.on_force(event)
+        case RedriveRequested():
+            run.on_redrive(event)
         case Started():
             run.ignore("the saga has already started")
     if run.ignored:  # nothing changes: hand back the input, not a half-edited working copy
@@ -293,6 +304,34 @@ class _Run:
         if self.state.status == SagaStatus.DEAD_LETTERED:
             self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
         self._succeeded(step, step_state, event.output)
+
+    def on_redrive(self, event: RedriveRequested) -> None:
+        refusal = redrive_refusal(self.definition, self.state, event.step)
+        if refusal:
+            self.ignore(refusal)
+            return
+        start = self.definition.step_named(event.step)
+        self.state.error = Note(
+            at_ms=event.at_ms, what="operator redrive", by=event.by, reason=event.reason, step=start.name
+        )
+        for step in self.definition.steps[start.index :]:
+            step_state = self.state.steps[step.name]
+            if step_state.status == StepStatus.PENDING:
+                continue
+            self._cancel_timer(step_state)
+            for attempt in step_state.attempts:
+                if attempt.outcome is None:
+                    attempt.outcome, attempt.ended_ms = "cancelled", event.at_ms
+            if fresh_generation(step_state):
+                step_state.generation += 1
+            step_state.status = move_step(step_state.status, StepStatus.PENDING)
+            step_state.output = msgspec.Raw(b"null")
+        self.state.completed = [
+            name for name in self.state.completed if self.definition.step_named(name).index < start.index
+        ]
+        self.state.cursor = start.index
+        self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
+        self.advance()
 
     # -- the forward path ------------------------------------------------------------------
 

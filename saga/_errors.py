@@ -10,6 +10,7 @@
     ├── SagaExists             the id is taken by a different saga definition
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
     ├── UnknownDefinition      no definition with this name and version is registered here
+    ├── ActionRefused          an operator action would not apply, or lost a race (says why)
     └── VersionError           a definition-version operation is refused (saga/_versions.py)
         ├── IncompatibleChange a registered version's shape changed incompatibly
         ├── VersionDrained     new sagas may not start on a drained version
@@ -108,7 +109,25 @@ class MigrationRefused(VersionError):
     """A migration cannot move an instance (the message says why); the instance is untouched."""
 
 
+class ActionRefused(SagaError):
+    """An operator action (cancel, retry, force-complete, redrive) did not apply.
+
+    Either the admin client saw that the decider would ignore it (nothing was sent,
+    ``request_id`` is empty), or the orchestrator recorded it and ignored it because the saga
+    had moved on (``request_id`` names the history entry). ``reason`` is the decider's.
+    """
+
+    def __init__(self, action: str, saga_id: str, reason: str, *, request_id: str = "") -> None:
+        when = "was ignored" if request_id else "would be ignored; nothing was sent"
+        super().__init__(f"{action} of saga {saga_id} {when}: {reason}")
+        self.action = action
+        self.saga_id = saga_id
+        self.reason = reason
+        self.request_id = request_id
+
+
 __all__ = [
+    "ActionRefused",
     "ConcurrentUpdate",
     "DefinitionError",
     "IllegalTransition",

@@ -1,7 +1,9 @@
 """Diagrams generated from code: a definition's steps and the lifecycle tables.
 
 ``saga graph`` prints these; the docs' state tables come from the same tables, so the
-pictures cannot drift from what the engine enforces.
+pictures cannot drift from what the engine enforces. ``saga inspect --graph`` draws one
+saga's path over its definition's diagram (:func:`path_graph`): steps coloured by status,
+the edges it took drawn thick.
 """
 
 from __future__ import annotations
@@ -9,15 +11,77 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from saga._definition import Saga
-from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS
+from saga._model import SagaState
+from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
 
 Format = Literal["mermaid", "dot"]
 
 
+Node = tuple[str, str, str]
+Edge = tuple[str, str, str, bool]
+
+_STYLES: dict[str, tuple[str, str]] = {
+    # class: (mermaid classDef, DOT fill colour)
+    "done": ("fill:#d4edda,stroke:#28a745", "#d4edda"),
+    "active": ("fill:#fff3cd,stroke:#e0a800,stroke-width:3px", "#fff3cd"),
+    "failed": ("fill:#f8d7da,stroke:#dc3545,stroke-width:3px", "#f8d7da"),
+    "undone": ("fill:#e2e3e5,stroke:#6c757d", "#e2e3e5"),
+}
+_STEP_STYLE = {
+    StepStatus.SCHEDULED: "active",
+    StepStatus.DISPATCHED: "active",
+    StepStatus.RETRYING: "active",
+    StepStatus.SUCCEEDED: "done",
+    StepStatus.FAILED: "failed",
+    StepStatus.COMPENSATING: "done",
+    StepStatus.COMPENSATION_RETRYING: "done",
+    StepStatus.COMPENSATED: "undone",
+    StepStatus.COMPENSATION_FAILED: "done",
+}
+_UNDO_STYLE = {
+    StepStatus.COMPENSATING: "active",
+    StepStatus.COMPENSATION_RETRYING: "active",
+    StepStatus.COMPENSATED: "done",
+    StepStatus.COMPENSATION_FAILED: "failed",
+}
+
+
 def definition_graph(definition: Saga[Any], fmt: Format = "mermaid") -> str:
     """The steps in order, each step's compensation, and the failure path through them."""
-    nodes: list[tuple[str, str, str]] = [("start", "start", "circle")]
-    edges: list[tuple[str, str, str, bool]] = []
+    nodes, edges = _definition_shape(definition)
+    return _render(f"{definition.key}", nodes, edges, fmt)
+
+
+def path_graph(definition: Saga[Any], state: SagaState, fmt: Format = "mermaid") -> str:
+    """:func:`definition_graph` with one saga's path drawn over it.
+
+    Steps are coloured by status (done, in progress, failed, undone), compensations by
+    theirs, the end the saga reached is marked, and the edges it took are drawn thick.
+    """
+    nodes, edges = _definition_shape(definition)
+    styles: dict[str, str] = {}
+    reached: set[str] = {"start"}
+    for step in definition.steps:
+        step_state = state.steps.get(step.name)
+        if step_state is None or not step_state.attempts:
+            continue
+        reached.add(step.name)
+        styles[step.name] = _STEP_STYLE.get(step_state.status, "active")
+        if step_state.count("undo"):
+            reached.add(f"undo_{step.name}")
+            styles[f"undo_{step.name}"] = _UNDO_STYLE.get(step_state.status, "done")
+    end = {SagaStatus.COMPLETED: "completed", SagaStatus.COMPENSATED: "compensated"}.get(state.status)
+    if end is not None:
+        reached.add(end)
+        styles[end] = "done"
+    taken = {i for i, (source, target, _, _) in enumerate(edges) if source in reached and target in reached}
+    title = f"{definition.key} saga {state.id}: {state.status}"
+    return _render(title, nodes, edges, fmt, styles=styles, taken=taken)
+
+
+def _definition_shape(definition: Saga[Any]) -> tuple[list[Node], list[Edge]]:
+    nodes: list[Node] = [("start", "start", "circle")]
+    edges: list[Edge] = []
     previous = "start"
     for step in definition.steps:
         target = (
@@ -40,7 +104,7 @@ def definition_graph(definition: Saga[Any], fmt: Format = "mermaid") -> str:
     if undone:
         nodes.append(("compensated", "compensated", "end"))
         edges.append((f"undo_{undone[0].name}", "compensated", "", True))
-    return _render(f"{definition.key}", nodes, edges, fmt)
+    return nodes, edges
 
 
 def lifecycle_graph(kind: Literal["saga", "step"] = "saga", fmt: Format = "mermaid") -> str:
@@ -75,8 +139,15 @@ def lifecycle_table(kind: Literal["saga", "step"] = "saga") -> str:
 
 
 def _render(
-    title: str, nodes: list[tuple[str, str, str]], edges: list[tuple[str, str, str, bool]], fmt: Format
+    title: str,
+    nodes: list[Node],
+    edges: list[Edge],
+    fmt: Format,
+    *,
+    styles: dict[str, str] | None = None,
+    taken: set[int] | None = None,
 ) -> str:
+    styles, taken = styles or {}, taken or set()
     if fmt == "mermaid":
         shapes = {"circle": "(({}))", "box": '["{}"]', "undo": '[/"{}"/]', "end": "(({}))"}
         lines = ["flowchart LR", f"    %% {title}"]
@@ -85,13 +156,20 @@ def _render(
         for source, target, label, dashed in edges:
             arrow = "-.->" if dashed else "-->"
             lines.append(f"    {source} {arrow}{'|' + label + '|' if label else ''} {target}")
+        for name in sorted(set(styles.values())):
+            lines.append(f"    classDef {name} {_STYLES[name][0]}")
+            lines.append(f"    class {','.join(n for n, c in styles.items() if c == name)} {name}")
+        if taken:
+            lines.append(f"    linkStyle {','.join(map(str, sorted(taken)))} stroke-width:3px")
         return "\n".join(lines)
     shapes = {"circle": "circle", "box": "box", "undo": "parallelogram", "end": "doublecircle"}
     lines = [f'digraph "{title}" {{', "  rankdir=LR;"]
     for node, label, shape in nodes:
-        lines.append(f'  "{node}" [label="{label}", shape={shapes[shape]}];')
-    for source, target, label, dashed in edges:
+        fill = f', style=filled, fillcolor="{_STYLES[styles[node]][1]}"' if node in styles else ""
+        lines.append(f'  "{node}" [label="{label}", shape={shapes[shape]}{fill}];')
+    for index, (source, target, label, dashed) in enumerate(edges):
         style = ", style=dashed" if dashed else ""
-        lines.append(f'  "{source}" -> "{target}" [label="{label}"{style}];')
+        width = ", penwidth=3" if index in taken else ""
+        lines.append(f'  "{source}" -> "{target}" [label="{label}"{style}{width}];')
     lines.append("}")
     return "\n".join(lines)

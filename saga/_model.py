@@ -45,6 +45,10 @@ class StepState(msgspec.Struct, kw_only=True, omit_defaults=True):
     attempts: list[Attempt] = msgspec.field(default_factory=list)
     output: msgspec.Raw = NULL
     timer: str | None = None
+    generation: int = 0
+    """Bumped when an operator redrive re-runs a step whose earlier attempts are known to
+    have had no effect: its commands then carry a fresh idempotency key (see
+    :func:`idempotency_key`), so a participant that remembered the failure runs again."""
 
     def current(self, kind: Kind) -> Attempt | None:
         """The latest attempt of ``kind``."""
@@ -145,6 +149,11 @@ class TimerFired(msgspec.Struct, tag="timer", kw_only=True):
     attempt: int
 
 
+# Operator requests carry ``expected_revision``: the revision the operator (or the admin
+# client) saw when deciding to act. When it is set and the saga has moved since, the request
+# is recorded and ignored, so an action judged on a stale picture never applies (0: no check).
+
+
 class CancelRequested(msgspec.Struct, tag="cancel", kw_only=True):
     """Someone asked to cancel the saga (completed steps are compensated)."""
 
@@ -152,6 +161,7 @@ class CancelRequested(msgspec.Struct, tag="cancel", kw_only=True):
     at_ms: int
     by: str = ""
     reason: str = ""
+    expected_revision: int = 0
 
 
 class RetryRequested(msgspec.Struct, tag="retry", kw_only=True):
@@ -161,6 +171,7 @@ class RetryRequested(msgspec.Struct, tag="retry", kw_only=True):
     at_ms: int
     by: str = ""
     reason: str = ""
+    expected_revision: int = 0
 
 
 class ForceCompleted(msgspec.Struct, tag="force_completed", kw_only=True):
@@ -172,9 +183,28 @@ class ForceCompleted(msgspec.Struct, tag="force_completed", kw_only=True):
     output: msgspec.Raw
     by: str
     reason: str
+    expected_revision: int = 0
 
 
-Event = Started | StepReplied | TimerFired | CancelRequested | RetryRequested | ForceCompleted
+class RedriveRequested(msgspec.Struct, tag="redrive", kw_only=True):
+    """An operator asked to re-run a stuck saga from ``step``, keeping earlier outputs.
+
+    Allowed while the saga runs, waits or is dead-lettered on a forward step, from a step
+    it has reached; see ``docs/operations.md`` (redrive) for the rules and why they are safe.
+    """
+
+    id: str
+    at_ms: int
+    step: str
+    by: str
+    reason: str
+    expected_revision: int = 0
+
+
+OperatorEvent = CancelRequested | RetryRequested | ForceCompleted | RedriveRequested
+Event = (
+    Started | StepReplied | TimerFired | CancelRequested | RetryRequested | ForceCompleted | RedriveRequested
+)
 
 
 class Migrated(msgspec.Struct, tag="migrated", kw_only=True, omit_defaults=True):
@@ -237,6 +267,16 @@ class CancelTimer(msgspec.Struct, tag="cancel_timer", kw_only=True):
 
 
 Effect = Dispatch | StartTimer | CancelTimer
+
+
+def idempotency_key(saga_id: str, step: str, kind: Kind, generation: int = 0) -> str:
+    """The key a step's commands carry: stable across retries and redeliveries.
+
+    ``<saga id>:<step>:<do|undo>``, with ``:g<n>`` appended once a redrive started a new
+    generation of the step (see :attr:`StepState.generation`).
+    """
+    key = f"{saga_id}:{step}:{kind}"
+    return f"{key}:g{generation}" if generation else key
 
 
 class HistoryEntry(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -19,6 +19,7 @@ from saga._model import (
     Event,
     ForceCompleted,
     Kind,
+    RedriveRequested,
     RetryRequested,
     StepReplied,
 )
@@ -40,17 +41,23 @@ class StepSucceeded(msgspec.Struct, tag="StepSucceeded", kw_only=True):
 
 
 class OperatorRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The payload of cancel, retry and force-complete requests sent to the inbox."""
+    """The payload of cancel, retry, force-complete and redrive requests sent to the inbox.
+
+    ``revision`` is the saga revision the request was judged against (0: no check); the
+    decider ignores the request if the saga has moved since.
+    """
 
     by: str = ""
     reason: str = ""
     step: str = ""
     output: msgspec.Raw = NULL
+    revision: int = 0
 
 
 CANCEL: Final = "CancelRequested"
 RETRY: Final = "RetryRequested"
 FORCE: Final = "ForceCompleted"
+REDRIVE: Final = "RedriveRequested"
 TIMER: Final = "TimerFired"
 FAILED: Final = "StepFailed"
 SUCCEEDED: Final = "StepSucceeded"
@@ -73,22 +80,8 @@ def _decode(envelope: Envelope) -> Event:
     at = envelope.created_at_ms
     if envelope.type == TIMER:
         return _timer.decode(envelope.payload).fired(envelope.id, at)
-    if envelope.type in (CANCEL, RETRY, FORCE):
-        request = _operator.decode(envelope.payload)
-        if envelope.type == CANCEL:
-            return CancelRequested(id=envelope.id, at_ms=at, by=request.by, reason=request.reason)
-        if envelope.type == RETRY:
-            return RetryRequested(id=envelope.id, at_ms=at, by=request.by, reason=request.reason)
-        if not request.step or not request.reason:
-            raise ValueError("force-complete needs a step and a reason")
-        return ForceCompleted(
-            id=envelope.id,
-            at_ms=at,
-            step=request.step,
-            output=request.output,
-            by=request.by,
-            reason=request.reason,
-        )
+    if envelope.type in (CANCEL, RETRY, FORCE, REDRIVE):
+        return operator_event(envelope.type, envelope.id, at, _operator.decode(envelope.payload))
     step, kind = envelope.headers.get("step"), envelope.headers.get("kind")
     if not step or kind not in ("do", "undo") or not envelope.causation_id:
         raise ValueError(f"a reply needs step and kind headers and a causation id (type {envelope.type!r})")
@@ -121,4 +114,28 @@ def _decode(envelope: Envelope) -> Event:
         worker=worker,
         ok=True,
         output=msgspec.Raw(bytes(output)),
+    )
+
+
+def operator_event(kind: str, event_id: str, at: int, request: OperatorRequest) -> Event:
+    """The decider event an operator request of ``kind`` becomes (``ValueError`` if incomplete)."""
+    by, reason, revision = request.by, request.reason, request.revision
+    if kind == CANCEL:
+        return CancelRequested(id=event_id, at_ms=at, by=by, reason=reason, expected_revision=revision)
+    if kind == RETRY:
+        return RetryRequested(id=event_id, at_ms=at, by=by, reason=reason, expected_revision=revision)
+    if not request.step or not reason:
+        raise ValueError(f"{kind} needs a step and a reason")
+    if kind == REDRIVE:
+        return RedriveRequested(
+            id=event_id, at_ms=at, step=request.step, by=by, reason=reason, expected_revision=revision
+        )
+    return ForceCompleted(
+        id=event_id,
+        at_ms=at,
+        step=request.step,
+        output=request.output,
+        by=by,
+        reason=reason,
+        expected_revision=revision,
     )

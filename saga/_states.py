@@ -46,6 +46,8 @@ class StepStatus(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"
 
 
+REDRIVE: Final = "an operator redrove the saga from this step or an earlier one"
+
 TERMINAL: Final = frozenset(
     {SagaStatus.COMPLETED, SagaStatus.FAILED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED}
 )
@@ -71,7 +73,7 @@ SAGA_TRANSITIONS: Final[dict[SagaStatus, dict[SagaStatus, str]]] = {
         SagaStatus.DEAD_LETTERED: "a compensation ran out of retries or failed permanently",
     },
     SagaStatus.DEAD_LETTERED: {
-        SagaStatus.RUNNING: "an operator retried the step or force-completed it",
+        SagaStatus.RUNNING: "an operator retried the step, force-completed it or redrove the saga",
         SagaStatus.COMPENSATING: "an operator retried the compensations, or cancelled",
         SagaStatus.CANCELLED: "an operator cancelled and nothing needed undoing",
         SagaStatus.COMPENSATED: "an operator force-completed the last compensation",
@@ -94,18 +96,22 @@ STEP_TRANSITIONS: Final[dict[StepStatus, dict[StepStatus, str]]] = {
         StepStatus.SUCCEEDED: "the participant replied with its output",
         StepStatus.RETRYING: "a transient failure or a timeout, attempts left",
         StepStatus.FAILED: "a permanent failure, or no attempts left",
+        StepStatus.PENDING: REDRIVE,
     },
     StepStatus.RETRYING: {
         StepStatus.DISPATCHED: "the back-off elapsed: the next attempt was sent",
         StepStatus.FAILED: "the saga was cancelled while waiting to retry",
+        StepStatus.PENDING: REDRIVE,
     },
     StepStatus.FAILED: {
         StepStatus.DISPATCHED: "an operator retried the step",
         StepStatus.SUCCEEDED: "an operator force-completed the step",
+        StepStatus.PENDING: REDRIVE,
     },
     StepStatus.SUCCEEDED: {
         StepStatus.COMPENSATING: "its compensation was sent",
         StepStatus.COMPENSATED: "it has no compensation: nothing to undo",
+        StepStatus.PENDING: REDRIVE,
     },
     StepStatus.COMPENSATING: {
         StepStatus.COMPENSATED: "the compensation succeeded",

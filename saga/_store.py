@@ -34,6 +34,7 @@ from saga._model import (
     StartTimer,
     StepState,
     TimerFired,
+    idempotency_key,
 )
 from saga._states import SagaStatus
 
@@ -172,7 +173,9 @@ def command_envelope(
         source=state.context,
         correlation_id=state.id,
         causation_id=cause,
-        idempotency_key=f"{state.id}:{dispatch.step}:{dispatch.kind}",
+        idempotency_key=idempotency_key(
+            state.id, dispatch.step, dispatch.kind, state.steps[dispatch.step].generation
+        ),
         reply_to=partition.inbox.key,
         created_at_ms=now_ms,
         attempt=dispatch.attempt,

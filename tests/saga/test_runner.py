@@ -1026,7 +1026,7 @@ def test_replay_reproduces_the_runner_history_and_catches_a_changed_definition()
     assert replay(define(), encoded, saga_id=saga_id).status == SagaStatus.COMPENSATED
 
     changed = define(hotel_retry=Retry(attempts=3, initial=5, jitter=0))
-    with pytest.raises(ReplayMismatch, match=r"history entry 2 .*effects differs"):
+    with pytest.raises(ReplayMismatch, match=r"history entry 2 .*effects differ"):
         replay(changed, history, saga_id=saga_id)
 
 

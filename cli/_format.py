@@ -1,0 +1,87 @@
+"""How operations output reads: times, durations, statuses in colour, and parsed durations.
+
+Colour is applied with click's styles, which click strips when stdout is not a terminal, so
+pipes, files and tests see plain text.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import typer
+
+from saga import SagaStatus, StepStatus
+from saga._inspect import human_ms
+
+_STATUS_COLOURS = {
+    SagaStatus.RUNNING: typer.colors.CYAN,
+    SagaStatus.SUSPENDED: typer.colors.CYAN,
+    SagaStatus.COMPENSATING: typer.colors.YELLOW,
+    SagaStatus.COMPLETED: typer.colors.GREEN,
+    SagaStatus.FAILED: typer.colors.RED,
+    SagaStatus.COMPENSATED: typer.colors.YELLOW,
+    SagaStatus.CANCELLED: typer.colors.YELLOW,
+    SagaStatus.DEAD_LETTERED: typer.colors.RED,
+    StepStatus.SUCCEEDED: typer.colors.GREEN,
+    StepStatus.FAILED: typer.colors.RED,
+    StepStatus.COMPENSATION_FAILED: typer.colors.RED,
+    StepStatus.DISPATCHED: typer.colors.CYAN,
+    StepStatus.RETRYING: typer.colors.YELLOW,
+    StepStatus.COMPENSATING: typer.colors.YELLOW,
+    StepStatus.COMPENSATED: typer.colors.YELLOW,
+}
+_OUTCOME_COLOURS = {
+    "ok": typer.colors.GREEN,
+    "forced": typer.colors.MAGENTA,
+    "transient": typer.colors.YELLOW,
+    "timeout": typer.colors.YELLOW,
+    "permanent": typer.colors.RED,
+    "cancelled": typer.colors.YELLOW,
+}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def status_colour(value: str) -> str | None:
+    """The colour of a saga or step status (``None``: plain)."""
+    for table in (SagaStatus, StepStatus):
+        try:
+            return _STATUS_COLOURS.get(table(value))
+        except ValueError:
+            continue
+    return None
+
+
+def outcome_colour(value: str) -> str | None:
+    """The colour of an attempt outcome."""
+    return _OUTCOME_COLOURS.get(value)
+
+
+def when(ms: int | None) -> str:
+    """A Unix-ms time as ``2026-11-29 12:01:03Z`` (UTC), or ``-``."""
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def ago(ms: int | None) -> str:
+    """A duration, or ``-``."""
+    return "-" if ms is None else human_ms(max(0, ms))
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``10m``, ``1h30m``, ``2d`` or plain seconds, in milliseconds (``ValueError`` if not)."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return int(float(text) * 1000)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration (like 90s, 10m, 1h30m, 2d)")
+    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+
+
+def clip(text: str, width: int = 80) -> str:
+    """``text`` on one line, cut to ``width`` characters."""
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= width else one_line[: width - 1] + "…"

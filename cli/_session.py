@@ -1,0 +1,108 @@
+"""What the operations commands share: the app option, a real Redis, and an admin session.
+
+Every operations command loads the app's definitions (``--app``, or ``$REDSAGA_APP``), talks
+to a real Redis (``--redis-url``, or ``$REDSAGA_REDIS_URL``; the embedded demo server holds no
+sagas worth operating) and runs one :class:`saga.SagaAdmin` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+import bus
+from bus._errors import redis_errors
+from cli._common import CommandError, run
+from cli._load import load_object
+from saga import App, Registry, SagaAdmin
+
+T = TypeVar("T")
+APP_ENV = "REDSAGA_APP"
+QUEUED_EXIT = 3
+"""Exit code of an action that was sent but not decided within ``--wait``."""
+
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar=bus.URL_ENV,
+        help="The Redis the sagas live in (redis://, rediss:// for TLS; env REDSAGA_REDIS_URL).",
+        show_default=False,
+    ),
+]
+AppRef = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        envvar=APP_ENV,
+        help="The App (or Registry) whose sagas to operate, as module:attribute (env REDSAGA_APP).",
+        show_default=False,
+    ),
+]
+ContextName = Annotated[
+    str | None,
+    typer.Option(
+        "--context", help="Only this bounded context (default: every context of the app).", show_default=False
+    ),
+]
+By = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        envvar="REDSAGA_OPERATOR",
+        help="Who is acting, recorded in the history (env REDSAGA_OPERATOR; default user@host).",
+        show_default=False,
+    ),
+]
+Wait = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        min=0,
+        help="Seconds to wait for the orchestrator to decide the action (0: send and return). "
+        f"Exit code {QUEUED_EXIT} if it is still queued.",
+    ),
+]
+Reason = Annotated[str, typer.Option("--reason", help="Why (recorded in the history with --by).")]
+
+
+def definitions(reference: str | None) -> App | Registry:
+    """The app named by ``--app`` (or ``$REDSAGA_APP``)."""
+    if not reference:
+        raise CommandError("name the app whose sagas to operate: --app module:attribute (or set REDSAGA_APP)")
+    loaded = load_object(reference)
+    if not isinstance(loaded, App | Registry):
+        raise CommandError(f"{reference} is a {type(loaded).__name__}, not a saga.App or saga.Registry")
+    return loaded
+
+
+def real_url(url: str | None) -> str:
+    """The Redis URL to operate on; the embedded demo server is refused."""
+    resolved = bus.resolve_url(url)
+    if resolved.startswith(bus.MEMORY_URL):
+        raise CommandError("operations need a Redis: pass --redis-url or set REDSAGA_REDIS_URL")
+    return resolved
+
+
+def with_admin(
+    redis_url: str | None,
+    app: str | None,
+    job: Callable[[SagaAdmin], Awaitable[T]],
+    *,
+    by: str | None = None,
+    wait_s: float = 10.0,
+) -> T:
+    """Run ``job`` with an admin client on a fresh connection, closed afterwards."""
+    loaded, url = definitions(app), real_url(redis_url)
+
+    async def main() -> T:
+        redis = bus.connect(url)
+        try:
+            with redis_errors():
+                return await job(SagaAdmin(redis, loaded, by=by, wait_s=wait_s))
+        finally:
+            await redis.aclose()
+
+    return run(main)
