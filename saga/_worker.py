@@ -12,7 +12,7 @@ from saga._app import App
 from saga._config import EngineConfig
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
-from saga._timers import fire_due, run_scheduler
+from saga._timers import fire_round, run_scheduler
 
 
 class SagaWorker:
@@ -86,9 +86,7 @@ class SagaWorker:
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
         """Handle everything due now (entries and timers), then return: for tests and demos."""
         for _ in range(max_rounds):
-            fired = 0
-            for partition in self.partitions:
-                fired += await fire_due(self.redis, partition, self.clock, self.config.timer_batch)
+            fired = (await fire_round(self.redis, self.partitions, self.clock, self.config.timer_batch)).fired
             await self.bus_worker.run_until_idle()
             if not fired:
                 return

@@ -3,8 +3,13 @@
 -- KEYS[1] timers zset    KEYS[2] timer data hash    KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
 --
--- One script per batch, so two schedulers never fire the same timer; the saga side ignores
--- a timer that is no longer current (by timer id). Returns the number fired.
+-- One script per batch, so two schedulers never fire the same timer and a scheduler killed
+-- between batches leaves every unfired timer in the set; the saga side ignores a firing
+-- that is no longer current (by timer id). "Due" is judged here, by one clock (Redis TIME,
+-- or the fake clock a test passes in), never by a worker's clock.
+--
+-- Returns {fired, now, next due time or -1}: the scheduler sleeps until the next due time
+-- (measured on this same clock) instead of polling blindly.
 local now = tonumber(ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
@@ -21,4 +26,5 @@ for _, timer_id in ipairs(due) do
   redis.call('ZREM', KEYS[1], timer_id)
   redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')
 end
-return #due
+local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {#due, now, next_due[2] or -1}
