@@ -26,21 +26,26 @@ from saga._model import (
     Attempt,
     CancelRequested,
     Event,
+    EventReceived,
     ForceCompleted,
     HistoryEntry,
     Note,
     RetryRequested,
     SagaState,
+    SignalReceived,
     Started,
     StepReplied,
     StepState,
     TimerFired,
+    Wait,
 )
 from saga._orchestrator import Orchestrator
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, StepSucceeded
+from saga._query import SagaQuery, WaitInfo
 from saga._registry import Registry
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
+from saga._tokens import InvalidToken, Signer
 from saga._worker import SagaWorker
 
 __all__ = [
@@ -59,10 +64,12 @@ __all__ = [
     "DefinitionError",
     "EngineConfig",
     "Event",
+    "EventReceived",
     "ForceCompleted",
     "HistoryEntry",
     "IllegalTransition",
     "InvalidInput",
+    "InvalidToken",
     "LocalCall",
     "Note",
     "Orchestrator",
@@ -77,9 +84,12 @@ __all__ = [
     "SagaError",
     "SagaExists",
     "SagaNotFound",
+    "SagaQuery",
     "SagaState",
     "SagaStatus",
     "SagaWorker",
+    "SignalReceived",
+    "Signer",
     "Started",
     "Step",
     "StepContext",
@@ -91,6 +101,8 @@ __all__ = [
     "TimerFired",
     "TransientError",
     "UnknownDefinition",
+    "Wait",
+    "WaitInfo",
     "command",
     "decide",
     "partition_of",

@@ -19,6 +19,7 @@ from saga._definition import Saga
 from saga._model import Dispatch, ForceCompleted, HistoryEntry, Outcome, SagaState, Started, StepReplied
 from saga._states import SAGA_TRANSITIONS, SagaStatus, StepStatus
 from saga._store import encode_state
+from saga._tokens import Signer
 
 _json = msgspec.json.Encoder()
 _history_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -204,12 +205,15 @@ def replay(
     *,
     saga_id: str,
     partition: int = 0,
+    signer: Signer | None = None,
 ) -> SagaState:
     """Run a recorded history through the decider again and return the state it rebuilds.
 
     Every entry's effects, resulting status, revision and ignore reason must come out the
     same, or :class:`ReplayMismatch` names the first entry that differs: the regression test
     for a definition change (replay yesterday's production traces against today's code).
+    Sagas whose builders put resume tokens in their commands need the context's ``signer``
+    (``Signer.from_secret(secret, context)``) to decide the same commands.
     ``history`` is what the store records (``LRANGE rs:{ctx:p}:hist:<id> 0 -1``, or a JSON
     array of those entries).
     """
@@ -217,12 +221,12 @@ def replay(
     if not entries or not isinstance(entries[0].event, Started):
         raise ValueError("a history starts with the saga's Started event")
     first = entries[0].event
-    decision = start(definition, saga_id, bytes(first.data), partition, first)
+    decision = start(definition, saga_id, bytes(first.data), partition, first, signer=signer)
     state = _check_entry(0, entries[0], decision, None)
     for index, entry in enumerate(entries[1:], start=1):
         if isinstance(entry.event, Started):
             raise ReplayMismatch(index, entry, "event", "a second Started", "")
-        state = _check_entry(index, entry, decide(definition, state, entry.event), state)
+        state = _check_entry(index, entry, decide(definition, state, entry.event, signer=signer), state)
     return state
 
 

@@ -19,8 +19,18 @@ class EngineConfig:
             revision on every commit, so a stale entry costs a retry, never a wrong state).
         max_conflicts: Times an event is re-decided after losing a concurrent update race
             before the entry is left for redelivery.
-        timer_poll_ms: How often each partition's due timers are moved to its inbox.
+        timer_poll_ms: Longest wait between two rounds of the timer scheduler (it wakes
+            sooner when the next timer is due sooner).
         timer_batch: Most timers fired by one script call.
+        signal_secret: The master secret resume tokens are signed with (never logged).
+            ``None``: the ``REDSAGA_SIGNAL_SECRET`` environment variable, else a secret
+            generated once per context and kept in Redis.
+        event_buffer_s: How long an event nobody waits for yet is kept for a wait that
+            registers later (the "event before wait" race).
+        event_buffer_cap: Most such events kept per correlation key.
+        schedule_poll_ms: How often due schedules are looked for.
+        schedule_recheck_ms: How soon a schedule with a buffered occurrence, or waiting for
+            a run to end, is looked at again.
 
     """
 
@@ -30,9 +40,21 @@ class EngineConfig:
     max_conflicts: int = 20
     timer_poll_ms: int = 50
     timer_batch: int = 500
+    signal_secret: str | bytes | None = field(default=None, repr=False)
+    event_buffer_s: int = 86_400
+    event_buffer_cap: int = 16
+    schedule_poll_ms: int = 500
+    schedule_recheck_ms: int = 1_000
 
     def __post_init__(self) -> None:
         if self.retention_s < 0 or self.cache_size < 0:
             raise ValueError("EngineConfig.retention_s and cache_size must be >= 0")
         if self.max_conflicts < 1 or self.timer_poll_ms <= 0 or self.timer_batch <= 0:
             raise ValueError("EngineConfig.max_conflicts, timer_poll_ms and timer_batch must be positive")
+        if (
+            min(self.event_buffer_s, self.event_buffer_cap, self.schedule_poll_ms, self.schedule_recheck_ms)
+            <= 0
+        ):
+            raise ValueError("EngineConfig event buffer and schedule settings must be positive")
+        if self.signal_secret is not None and len(self.signal_secret) < 16:
+            raise ValueError("EngineConfig.signal_secret must have at least 16 characters")

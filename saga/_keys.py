@@ -6,7 +6,8 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script::
     rs:{orders:0}:saga:<id>          hash: the saga's state (see saga/lua/transition.lua)
     rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event
     rs:{orders:0}:inbox              stream: replies, timer firings, operator requests
-    rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions)
+    rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions,
+                                     cmd:_waits: event-wait registrations)
     rs:{orders:0}:timers             zset: timer id -> due time (ms)
     rs:{orders:0}:timerdata          hash: timer id -> event, timer id + ':c' -> saga id
     rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status
@@ -19,8 +20,12 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Final
 
 from bus import Stream, tagged_key
+
+WAITS: Final = "_waits"
+"""The participant name of event-wait registrations (handled by the orchestrator)."""
 
 
 def partition_of(saga_id: str, partitions: int) -> int:

@@ -5,8 +5,13 @@ A saga hash holds small fields so that a transition rewrites only what changed::
     rev      the revision (optimistic concurrency; written by the script only)
     status   lifecycle status            name, version   the definition it runs
     created  creation time (ms)          updated         last change (ms)
-    data     the start data (JSON)       meta            cursor, completed steps, notes
+    data     the start data (JSON)       meta            cursor, completed steps, notes,
+                                                         the current wait, early signals
     s:<step> one step's state with every attempt (JSON)
+
+An event wait's registration (``WatchEvent``/``UnwatchEvent``) is a command on the
+partition's ``cmd:_waits`` stream, written by the same script: the context-wide index it
+updates lives in another slot (see ``saga/_event_waits.py``).
 
 Every change goes through ``saga/lua/transition.lua`` (documented at its top): revision
 check, lease check on the inbox entry, state, history, indexes, timers, commands and ack,
@@ -21,9 +26,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from bus import Delivery, Envelope, Script, ScriptCall
+from bus import Delivery, Envelope, Script, ScriptCall, derived_id
 from saga._decider import Decision
-from saga._keys import Partition
+from saga._keys import WAITS, Partition
 from saga._model import (
     CancelTimer,
     Dispatch,
@@ -34,6 +39,10 @@ from saga._model import (
     StartTimer,
     StepState,
     TimerFired,
+    TimerPurpose,
+    UnwatchEvent,
+    Wait,
+    WatchEvent,
 )
 from saga._states import SagaStatus
 
@@ -52,6 +61,21 @@ class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True):
     completed: list[str] = msgspec.field(default_factory=list)
     cancel: Note | None = None
     error: Note | None = None
+    wait: Wait | None = None
+    expired: Note | None = None
+    signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+
+
+class WatchRequest(msgspec.Struct, kw_only=True):
+    """The payload of a ``WatchEvent``/``UnwatchEvent`` command on ``cmd:_waits``."""
+
+    saga_id: str
+    partition: int
+    step: str
+    n: int
+    stream: str
+    message_type: str
+    key: str
 
 
 _meta_decoder = msgspec.json.Decoder(_Meta)
@@ -61,7 +85,7 @@ class TimerTemplate(msgspec.Struct, kw_only=True):
     """A timer's event as stored: a :class:`~saga._model.TimerFired` minus id and time."""
 
     timer_id: str
-    purpose: Literal["retry", "timeout"]
+    purpose: TimerPurpose
     step: str
     kind: Literal["do", "undo"]
     attempt: int
@@ -123,6 +147,9 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
                 completed=state.completed,
                 cancel=state.cancel,
                 error=state.error,
+                wait=state.wait,
+                expired=state.expired,
+                signals=state.signals,
             )
         ),
     }
@@ -153,6 +180,9 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         completed=meta.completed,
         cancel=meta.cancel,
         error=meta.error,
+        wait=meta.wait,
+        expired=meta.expired,
+        signals=meta.signals,
         revision=int(fields.get("rev", b"0")),
         created_ms=int(fields["created"]),
         updated_ms=int(fields["updated"]),
@@ -240,19 +270,48 @@ def commit_call(
     args.append(len(starts))
     for timer in starts:
         template = TimerTemplate.of(timer)
-        args += [timer.timer_id, timer.delay_ms, state.id, _json.encode(template)]
+        due = f"@{timer.at_ms}" if timer.at_ms is not None else timer.delay_ms
+        args += [timer.timer_id, due, state.id, _json.encode(template)]
     cancels = [e.timer_id for e in decision.effects if isinstance(e, CancelTimer)]
     args += [len(cancels), *cancels]
-    dispatches = [e for e in decision.effects if isinstance(e, Dispatch)]
-    args.append(len(dispatches))
     cause = getattr(event, "id", "")
-    for dispatch in dispatches:
-        keys.append(partition.commands(dispatch.participant).key)
-        envelope_fields = command_envelope(state, dispatch, partition, cause=cause, now_ms=now_ms).to_fields()
+    commands: list[tuple[str, Envelope]] = []
+    for effect in decision.effects:
+        if isinstance(effect, Dispatch):
+            envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
+            commands.append((partition.commands(effect.participant).key, envelope))
+        elif isinstance(effect, WatchEvent | UnwatchEvent):
+            commands.append((partition.commands(WAITS).key, watch_envelope(state, effect, now_ms=now_ms)))
+    args.append(len(commands))
+    for stream_key, envelope in commands:
+        keys.append(stream_key)
+        envelope_fields = envelope.to_fields()
         args.append(len(envelope_fields))
         for field_name, value in envelope_fields.items():
             args += [field_name, value]
     return TRANSITION.call(keys, args), new_fields
+
+
+def watch_envelope(state: SagaState, effect: WatchEvent | UnwatchEvent, *, now_ms: int) -> Envelope:
+    """The ``cmd:_waits`` command that (un)registers an event wait in the context's index."""
+    kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
+    request = WatchRequest(
+        saga_id=state.id,
+        partition=state.partition,
+        step=effect.step,
+        n=effect.n,
+        stream=effect.stream,
+        message_type=effect.message_type,
+        key=effect.key,
+    )
+    return Envelope(
+        id=derived_id(state.id, f"{effect.step}:{kind}:{effect.n}"),
+        type=kind,
+        payload=_json.encode(request),
+        source=state.context,
+        correlation_id=state.id,
+        created_at_ms=now_ms,
+    )
 
 
 def commit_result(reply: Any) -> CommitResult:
