@@ -1,14 +1,17 @@
 """redsaga's saga engine: definitions, the pure decider, the Redis store and the runtime.
 
-Declare a :class:`Saga` with steps and compensations, handle its commands with a
-:class:`Participant`, run both with a :class:`SagaWorker` (or ``saga worker``), and start
-sagas with a :class:`SagaClient`. :mod:`saga.testing` runs sagas in-process without Redis.
+Declare a :class:`Saga` with steps and compensations (and sleeps, signal and event waits,
+a deadline), handle its commands with a :class:`Participant`, run both with a
+:class:`SagaWorker` (or ``saga worker``), and start, query and signal sagas with a
+:class:`SagaClient`; start them on a calendar with a :class:`Schedule` and a
+:class:`ScheduleClient`. :mod:`saga.testing` runs sagas in-process without Redis.
 """
 
 from bus import PermanentError, TransientError
 from saga._app import App
 from saga._client import SagaClient
 from saga._config import EngineConfig
+from saga._cron import CronError
 from saga._decider import Decision, LocalCall, decide, start
 from saga._definition import LOCAL, Command, Compensation, Context, Retry, Saga, Step, StepContext, command
 from saga._errors import (
@@ -19,6 +22,8 @@ from saga._errors import (
     SagaError,
     SagaExists,
     SagaNotFound,
+    ScheduleExists,
+    ScheduleNotFound,
     UnknownDefinition,
 )
 from saga._keys import Partition, partition_of
@@ -44,6 +49,8 @@ from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, StepSucceeded
 from saga._query import SagaQuery, WaitInfo
 from saga._registry import Registry
+from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
+from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
 from saga._tokens import InvalidToken, Signer
 from saga._worker import SagaWorker
@@ -55,11 +62,13 @@ __all__ = [
     "App",
     "Attempt",
     "CancelRequested",
+    "CatchUp",
     "Command",
     "CommandContext",
     "Compensation",
     "ConcurrentUpdate",
     "Context",
+    "CronError",
     "Decision",
     "DefinitionError",
     "EngineConfig",
@@ -73,6 +82,7 @@ __all__ = [
     "LocalCall",
     "Note",
     "Orchestrator",
+    "Overlap",
     "Participant",
     "Partition",
     "PermanentError",
@@ -88,6 +98,12 @@ __all__ = [
     "SagaState",
     "SagaStatus",
     "SagaWorker",
+    "Schedule",
+    "ScheduleClient",
+    "ScheduleExists",
+    "ScheduleInfo",
+    "ScheduleNotFound",
+    "ScheduleState",
     "SignalReceived",
     "Signer",
     "Started",

@@ -9,7 +9,10 @@
     ├── SagaNotFound           no saga has this id
     ├── SagaExists             the id is taken by a different saga definition
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
-    └── UnknownDefinition      no definition with this name and version is registered here
+    ├── UnknownDefinition      no definition with this name and version is registered here
+    ├── InvalidToken           a resume token is malformed, forged or tampered with
+    ├── ScheduleNotFound       no schedule has this id (in this context)
+    └── ScheduleExists         a schedule with this id exists already
 
 Participants signal step failures with :class:`bus.TransientError` (the step's retry
 policy applies) and :class:`bus.PermanentError` (compensate); any other exception counts as
@@ -66,6 +69,18 @@ class UnknownDefinition(SagaError):
     """No definition with this name and version is registered with this worker or client."""
 
 
+class ScheduleNotFound(SagaError):
+    """No schedule has this id in this context."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"no schedule with id {schedule_id!r}")
+        self.schedule_id = schedule_id
+
+
+class ScheduleExists(SagaError):
+    """A schedule with this id exists already (pass ``replace=True`` to replace it)."""
+
+
 __all__ = [
     "ConcurrentUpdate",
     "DefinitionError",
@@ -75,6 +90,8 @@ __all__ = [
     "SagaError",
     "SagaExists",
     "SagaNotFound",
+    "ScheduleExists",
+    "ScheduleNotFound",
     "TransientError",
     "UnknownDefinition",
 ]

@@ -61,6 +61,7 @@ from saga._outcome import reply_for
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, to_event
 from saga._registry import Registry
+from saga._runner_schedules import RunnerSchedules
 from saga._runner_waits import Published, RunnerWaits, Watch
 from saga._states import SagaStatus
 from saga._store import TimerTemplate, WatchRequest, command_envelope, encode_state
@@ -126,7 +127,7 @@ class _Held:
     command_id: str
 
 
-class SagaRunner(RunnerWaits):
+class SagaRunner(RunnerWaits, RunnerSchedules):
     """Runs sagas in-process and synchronously: no Redis, no real time, the real decider.
 
     Example::
@@ -181,6 +182,7 @@ class SagaRunner(RunnerWaits):
         self._misuse: RunnerError | None = None
         self._loop: asyncio.Runner | None = None
         self._signers = {}
+        self._schedules = {}
         self._indexes = {}
         self._delivered = set()
         self._locals: dict[str, Orchestrator] = {}
@@ -314,9 +316,13 @@ class SagaRunner(RunnerWaits):
             raise ValueError("time only moves forward")
         target = self.now_ms + int(total.total_seconds() * 1000)
 
+        def next_due() -> int | None:
+            due = [t for t in (self._next_due(), self._next_schedule_due()) if t is not None]
+            return min(due, default=None)
+
         def body() -> None:
             self._settle_now()
-            while (due := self._next_due()) is not None and due <= target:
+            while (due := next_due()) is not None and due <= target:
                 self.clock.set(max(due, self.now_ms))
                 self._settle_now()
             self.clock.set(target)
@@ -489,7 +495,7 @@ class SagaRunner(RunnerWaits):
     def _settle_now(self) -> None:
         while True:
             self._drain()
-            if not self._fire_due():
+            if not self._fire_due() + self._fire_schedules():
                 return
 
     def _drain(self) -> None:

@@ -12,11 +12,12 @@ from saga._app import App
 from saga._config import EngineConfig
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
+from saga._scheduler import Scheduler, run_schedules
 from saga._timers import fire_round, run_scheduler
 
 
 class SagaWorker:
-    """Runs everything an :class:`App` declares on one bus worker, plus the timer scheduler.
+    """Runs everything an :class:`App` declares on one bus worker, plus timers and schedules.
 
     Bounded concurrency, leases, dead letters, graceful shutdown and reconnects come from
     the bus worker; :meth:`stop` stops both.
@@ -37,6 +38,10 @@ class SagaWorker:
         self.redis = redis
         self.orchestrators = [
             Orchestrator(redis, app.registry, context, clock=self.clock, config=self.config)
+            for context in app.registry.contexts.values()
+        ]
+        self.schedulers = [
+            Scheduler(redis, app.registry, context, clock=self.clock, config=self.config)
             for context in app.registry.contexts.values()
         ]
         bus = Bus(app.name)
@@ -77,6 +82,7 @@ class SagaWorker:
             async with anyio.create_task_group() as tg:
                 if self.orchestrators:
                     tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
+                    tg.start_soon(run_schedules, self.schedulers, self.clock, self.config)
                 await self.bus_worker.run()
                 tg.cancel_scope.cancel()
         finally:
@@ -84,9 +90,11 @@ class SagaWorker:
                 await hook()
 
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
-        """Handle everything due now (entries and timers), then return: for tests and demos."""
+        """Handle everything due now (entries, timers, schedules), then return: for tests and demos."""
         for _ in range(max_rounds):
             fired = (await fire_round(self.redis, self.partitions, self.clock, self.config.timer_batch)).fired
+            for scheduler in self.schedulers:
+                fired += await scheduler.tick()
             await self.bus_worker.run_until_idle()
             if not fired:
                 return
