@@ -270,16 +270,8 @@ class WaitRules:
     def on_event(self, event: EventReceived) -> None:
         """Another context's event matched a wait: resume it once."""
         wait = self.state.wait
-        if (
-            self.state.status.terminal
-            or wait is None
-            or (wait.step, wait.n, wait.kind)
-            != (
-                event.step,
-                event.n,
-                "event",
-            )
-        ):
+        current = wait is not None and (wait.step, wait.n, wait.kind) == (event.step, event.n, "event")
+        if self.state.status.terminal or not current:
             self.ignore(f"event {event.event_id} for {event.step}:{event.n} is late or duplicate")
             return
         self.resume(self.definition.step_named(event.step), self.state.steps[event.step], event.payload)
