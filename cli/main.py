@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import _graph, _run
+from cli import _graph, _run, _time
 from cli._common import reporting_errors
 from cli._relay import relay_app
 
@@ -16,10 +16,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for command in (_run.worker, _run.demo, _graph.graph):
+for command in (_run.worker, _run.demo, _graph.graph, _time.signal):
     app.command()(reporting_errors(command))
 
 app.add_typer(relay_app, name="relay")
+app.add_typer(_time.schedule_app, name="schedule")
 
 
 def main() -> None:
