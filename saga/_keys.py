@@ -9,7 +9,7 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script::
     rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions,
                                      cmd:_waits: event-wait registrations)
     rs:{orders:0}:timers             zset: timer id -> due time (ms)
-    rs:{orders:0}:timerdata          hash: timer id -> event, timer id + ':c' -> saga id
+    rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'
     rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status
     rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only)
     rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas

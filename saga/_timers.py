@@ -11,7 +11,8 @@ removes them, so any number of schedulers can run without firing a timer twice, 
 scheduler killed mid-round loses nothing (unfired timers stay in the set; a batch is all or
 nothing). The saga ignores a firing that is no longer current. Every round fires all
 partitions in one pipelined round trip and then waits until the soonest next timer (as the
-script measured it on the timer clock), at most ``EngineConfig.timer_poll_ms``.
+script measured it on the timer clock), at least ``timer_min_wait_ms`` (so a steady stream
+of timers is fired in batches) and at most ``timer_poll_ms`` (to see timers started since).
 """
 
 from __future__ import annotations
@@ -79,4 +80,4 @@ async def run_scheduler(redis: Any, partitions: list[Partition], clock: Clock, c
         wait_ms = (
             config.timer_poll_ms if result.wait_ms is None else min(result.wait_ms, config.timer_poll_ms)
         )
-        await clock.sleep(max(wait_ms, 1) / 1000)
+        await clock.sleep(max(wait_ms, config.timer_min_wait_ms, 1) / 1000)

@@ -1,6 +1,7 @@
 -- Move due timers into the partition's inbox, atomically: read due, XADD, remove.
 --
--- KEYS[1] timers zset    KEYS[2] timer data hash    KEYS[3] inbox stream
+-- KEYS[1] timers zset    KEYS[2] timer data hash: timer id -> '<len>:<saga id><event JSON>'
+-- KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
 --
 -- One script per batch, so two schedulers never fire the same timer and a scheduler killed
@@ -17,11 +18,20 @@ if now < 0 then
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, timer_id in ipairs(due) do
-  local data = redis.call('HGET', KEYS[2], timer_id)
-  local saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c')
-  if data then
+  local stored = redis.call('HGET', KEYS[2], timer_id)
+  if stored then
+    local saga_id, data
+    local length = string.match(stored, '^(%d+):')
+    if length then  -- '<len>:<saga id><event JSON>'
+      local from = #length + 2
+      saga_id = string.sub(stored, from, from + tonumber(length) - 1)
+      data = string.sub(stored, from + tonumber(length))
+    else  -- the first layout: the event here, the saga id in '<timer id>:c'
+      saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c') or ''
+      data = stored
+    end
     redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
-      'corr', saga_id or '', 'data', data)
+      'corr', saga_id, 'data', data)
   end
   redis.call('ZREM', KEYS[1], timer_id)
   redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')

@@ -16,8 +16,9 @@
 -- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
 -- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (JSON)
 -- then: n, n × (field, value)              the saga hash fields that changed
--- then: n, n × (timer id, due, saga id, event JSON)   timers to start; due is a delay in
---       ms from now, or '@' followed by an absolute time in ms (both judged by one clock)
+-- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
+--       now, or '@' followed by an absolute time in ms (both judged by one clock); the
+--       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
 -- then: n, n × timer id                    timers to cancel
 -- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
 --
@@ -80,7 +81,7 @@ end
 
 local nstart = tonumber(ARGV[i])
 for t = 1, nstart do
-  local base = i + (t - 1) * 4
+  local base = i + (t - 1) * 3
   local timer_id = ARGV[base + 1]
   local due = ARGV[base + 2]
   if string.sub(due, 1, 1) == '@' then
@@ -89,9 +90,9 @@ for t = 1, nstart do
     due = now + tonumber(due)
   end
   redis.call('ZADD', KEYS[4], due, timer_id)
-  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 4], timer_id .. ':c', ARGV[base + 3])
+  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 3])
 end
-i = i + nstart * 4 + 1
+i = i + nstart * 3 + 1
 local ncancel = tonumber(ARGV[i])
 for t = 1, ncancel do
   redis.call('ZREM', KEYS[4], ARGV[i + t])

@@ -24,6 +24,7 @@ from saga import (
     SagaWorker,
     SignalReceived,
     Signer,
+    TimerFired,
 )
 from saga._keys import Partition
 from saga.testing import decode_history, invariant_violations, replay
@@ -299,3 +300,24 @@ async def test_the_index_scripts_meet_in_either_order(redis: bus.Redis) -> None:
     ]
     await waits.unwatch(redis, LENDING, request)
     assert await waits.route(redis, LENDING, stream, later, "k2", ttl_ms=60_000, cap=4) == []
+
+
+async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) -> None:
+    # before one-field timers: the event with the timer id inside, the saga id in '<id>:c'
+    from saga._timers import fire_due
+
+    partition = Partition("old", 0)
+    timer_id = "s1:step:do:1:retry"
+    event = b'{"timer_id":"s1:step:do:1:retry","purpose":"retry","step":"step","kind":"do","attempt":1}'
+    await redis.zadd(partition.timers, {timer_id: 1})
+    await redis.hset(partition.timer_data, mapping={timer_id: event, f"{timer_id}:c": "s1"})
+    assert await fire_due(redis, partition, FakeClock(), 10) == 1
+    [(_, fields)] = await redis.xrange(partition.inbox.key)
+    assert fields[b"corr"] == b"s1"
+    assert fields[b"data"] == event
+    assert await redis.hlen(partition.timer_data) == 0
+    from saga._protocol import to_event
+
+    fired = to_event(bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32))
+    assert isinstance(fired, TimerFired)
+    assert fired.timer_id == timer_id
