@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from saga._definition import Saga, Step
-from saga._wait_steps import EventWait
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS
+from saga._wait_steps import EventWait
 
 Format = Literal["mermaid", "dot"]
 
