@@ -142,9 +142,10 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
     :class:`~saga.Participant` objects (their handlers run in-process; see
     :meth:`participant` for what they received). Local actions run for real.
 
-    Adding work (:meth:`start`, :meth:`cancel`, :meth:`retry`, :meth:`force_complete`)
-    decides or enqueues it and returns; :meth:`run_until_idle`, :meth:`advance` and
-    :meth:`run_until_settled` deliver and decide. ``reorder`` (a seeded
+    Adding work (:meth:`start`, :meth:`cancel`, :meth:`retry`, :meth:`force_complete`,
+    :meth:`signal`, :meth:`publish`, :meth:`add_schedule`) decides or enqueues it and
+    returns; :meth:`run_until_idle`, :meth:`advance` and :meth:`run_until_settled` deliver
+    and decide. ``reorder`` (a seeded
     :class:`random.Random`) takes the queued commands and events in random order instead of
     first-in first-out, as concurrent workers may. ``start_time`` is the virtual clock's
     initial time.
