@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from cli import _graph, _ops, _run
+from cli import _graph, _ops, _run, _time
 from cli._common import reporting_errors
 from cli._dlq import dlq_app
 from cli._relay import relay_app
@@ -23,7 +23,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="markdown",  # docstring paragraphs are reflowed, not broken where the source wraps
 )
-for command in (_run.worker, _run.demo, _graph.graph):
+for command in (_run.worker, _run.demo, _graph.graph, _time.signal):
     app.command()(reporting_errors(command))
 operations: tuple[tuple[str, Callable[..., None]], ...] = (
     ("start", _ops.start),
@@ -42,6 +42,7 @@ for name, operation in operations:
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(relay_app, name="relay")
 app.add_typer(versions_app, name="versions")
+app.add_typer(_time.schedule_app, name="schedule")
 
 
 def main() -> None:

@@ -1,14 +1,15 @@
 """redsaga's saga engine: definitions, the pure decider, the Redis store and the runtime.
 
-Declare a :class:`Saga` with steps and compensations, handle its commands with a
-:class:`Participant`, run both with a :class:`SagaWorker` (or ``saga worker``), and start
-sagas with a :class:`SagaClient`. :mod:`saga.testing` runs sagas in-process without Redis.
+Declare a :class:`Saga` with steps and compensations (and sleeps, signal and event waits,
+a deadline), handle its commands with a :class:`Participant`, run both with a
+:class:`SagaWorker` (or ``saga worker``), and start, query and signal sagas with a
+:class:`SagaClient`; start them on a calendar with a :class:`Schedule` and a
+:class:`ScheduleClient`. :mod:`saga.testing` runs sagas in-process without Redis.
 Versions of a definition run side by side; :class:`Versions` registers their shapes,
 drains and decommissions them, :func:`run_migration` moves sagas between them (see
-docs/versioning.md).
-Operate them with a :class:`SagaAdmin` (what the ``saga`` command line calls): inspect,
-list, replay, force-complete, cancel, retry, dead letters, traces and stats;
-:func:`replay_trace` replays an exported trace in CI.
+docs/versioning.md). Operate sagas with a :class:`SagaAdmin` (what the ``saga`` command
+line calls): inspect, list, replay, force-complete, cancel, retry, dead letters, traces and
+stats; :func:`replay_trace` replays an exported trace in CI.
 """
 
 from bus import PermanentError, TransientError
@@ -18,6 +19,7 @@ from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
 from saga._compat import Change, Rule, compare_shapes
 from saga._config import EngineConfig
+from saga._cron import CronError
 from saga._decider import Decision, LocalCall, decide, start
 from saga._definition import LOCAL, Command, Compensation, Context, Retry, Saga, Step, StepContext, command
 from saga._errors import (
@@ -31,6 +33,8 @@ from saga._errors import (
     SagaError,
     SagaExists,
     SagaNotFound,
+    ScheduleExists,
+    ScheduleNotFound,
     UnknownDefinition,
     VersionDrained,
     VersionError,
@@ -45,6 +49,7 @@ from saga._model import (
     Attempt,
     CancelRequested,
     Event,
+    EventReceived,
     ForceCompleted,
     HistoryEntry,
     Migrated,
@@ -52,20 +57,26 @@ from saga._model import (
     RedriveRequested,
     RetryRequested,
     SagaState,
+    SignalReceived,
     Started,
     StepReplied,
     StepState,
     TimerFired,
+    Wait,
 )
 from saga._operator import ActionResult
 from saga._orchestrator import Orchestrator
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, StepSucceeded
+from saga._query import SagaQuery, WaitInfo
 from saga._registry import Registry
 from saga._replay import Mismatch, ReplayReport
+from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
+from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
 from saga._stats import OutboxBacklog, SagaCount, Stats
+from saga._tokens import InvalidToken, Signer
 from saga._trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
 from saga._versions import (
     DrainNote,
@@ -91,6 +102,7 @@ __all__ = [
     "App",
     "Attempt",
     "CancelRequested",
+    "CatchUp",
     "Change",
     "Command",
     "CommandContext",
@@ -98,11 +110,13 @@ __all__ = [
     "CompensationShape",
     "ConcurrentUpdate",
     "Context",
+    "CronError",
     "Decision",
     "DefinitionError",
     "DrainNote",
     "EngineConfig",
     "Event",
+    "EventReceived",
     "ForceCompleted",
     "HistoryEntry",
     "IllegalTransition",
@@ -110,6 +124,7 @@ __all__ = [
     "Inspection",
     "Instance",
     "InvalidInput",
+    "InvalidToken",
     "LocalCall",
     "Migrated",
     "Migration",
@@ -120,6 +135,7 @@ __all__ = [
     "Note",
     "Orchestrator",
     "OutboxBacklog",
+    "Overlap",
     "Participant",
     "Partition",
     "PermanentError",
@@ -140,11 +156,20 @@ __all__ = [
     "SagaExists",
     "SagaNotFound",
     "SagaPage",
+    "SagaQuery",
     "SagaRow",
     "SagaState",
     "SagaStatus",
     "SagaWorker",
+    "Schedule",
+    "ScheduleClient",
+    "ScheduleExists",
+    "ScheduleInfo",
+    "ScheduleNotFound",
+    "ScheduleState",
     "Shape",
+    "SignalReceived",
+    "Signer",
     "Started",
     "Stats",
     "Step",
@@ -170,6 +195,8 @@ __all__ = [
     "VersionInUse",
     "VersionStatus",
     "Versions",
+    "Wait",
+    "WaitInfo",
     "WorkerInfo",
     "check_registry",
     "command",

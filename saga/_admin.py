@@ -62,7 +62,6 @@ from saga._store import TimerTemplate, decode_state
 from saga._trace import Trace
 
 OPERATOR_ENV = "REDSAGA_OPERATOR"
-_timer_decoder = msgspec.json.Decoder(TimerTemplate)
 _json = msgspec.json.Encoder()
 
 
@@ -451,7 +450,7 @@ class SagaAdmin:
                 data = await self.redis.hget(partition.timer_data, timer_id)
                 if data is None:
                     continue  # fired already: the event is in the inbox
-                template = _timer_decoder.decode(data)
+                _, template = TimerTemplate.parse(timer_id, data)
                 views.append(
                     TimerView(
                         timer_id=timer_id,

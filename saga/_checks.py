@@ -26,6 +26,7 @@ from saga._model import (
 from saga._registry import Registry
 from saga._replay import Mismatch, replay_history
 from saga._states import SAGA_TRANSITIONS, SagaStatus, StepStatus
+from saga._tokens import Signer
 
 _json = msgspec.json.Encoder()
 _history_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -206,6 +207,7 @@ def replay(
     *,
     saga_id: str,
     partition: int = 0,
+    signer: Signer | None = None,
 ) -> SagaState:
     """Run a recorded history through the decider again and return the state it rebuilds.
 
@@ -214,9 +216,12 @@ def replay(
     regression test for a definition change (replay yesterday's production traces against
     today's code). ``history`` is what the store records (``LRANGE rs:{ctx:p}:hist:<id> 0 -1``,
     or a JSON array of those entries); versions and migrations are handled as
-    :func:`saga._replay.replay_history` says.
+    :func:`saga._replay.replay_history` says. Sagas whose builders put resume tokens in their
+    commands need the context's ``signer`` (``Signer.from_secret(secret, context)``).
     """
-    report = replay_history(definition, decode_history(history), saga_id=saga_id, partition=partition)
+    report = replay_history(
+        definition, decode_history(history), saga_id=saga_id, partition=partition, signer=signer
+    )
     if report.mismatch is not None:
         raise ReplayMismatch(report.mismatch)
     if report.state is None:

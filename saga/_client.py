@@ -1,9 +1,9 @@
-"""The client: start sagas, read them, cancel them, list them by status.
+"""The client: start sagas, read and query them, signal them, cancel them, list them.
 
 Starting is one script call that creates the saga and dispatches its first step; it is
 idempotent by saga id (give an id derived from a business key, and a second start returns
-the existing saga). Reads disturb nothing. Cancel goes through the saga's inbox, so it is
-decided in order with the replies racing it.
+the existing saga). Reads and queries disturb nothing. Cancel and signals go through the
+saga's inbox, so they are decided in order with the replies racing them.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from bus._errors import redis_errors
 from saga._config import EngineConfig
 from saga._decider import start as decide_start
 from saga._definition import Saga
-from saga._errors import InvalidInput, SagaExists, SagaNotFound, VersionDrained
+from saga._errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinition, VersionDrained
 from saga._keys import Partition, partition_of
 from saga._model import SagaState, Started
-from saga._protocol import CANCEL, OperatorRequest
+from saga._protocol import CANCEL, SIGNAL, OperatorRequest, SignalDelivery
+from saga._query import SagaQuery, describe, timer_ids
 from saga._registry import Registry
 from saga._states import SagaStatus
 from saga._store import commit_call, commit_result, decode_state
+from saga._tokens import Signer, load_signer, peek
 
 _json = msgspec.json.Encoder()
 
@@ -46,6 +48,13 @@ class SagaClient:
         self.config = config or EngineConfig()
         self.source = source
         self._publisher = Publisher(redis, source=source, config=self.config.bus)
+        self._signers: dict[str, Signer] = {}
+
+    async def signer(self, context: str) -> Signer:
+        """The resume-token signer of ``context`` (its secret is loaded once)."""
+        if context not in self._signers:
+            self._signers[context] = await load_signer(self.redis, context, self.config.signal_secret)
+        return self._signers[context]
 
     async def start(
         self,
@@ -54,6 +63,7 @@ class SagaClient:
         *,
         version: int | None = None,
         saga_id: str | None = None,
+        by: str = "",
     ) -> str:
         """Start a saga with ``data``; return its id.
 
@@ -75,11 +85,12 @@ class SagaClient:
             id=uuid7(),
             at_ms=now,
             data=msgspec.Raw(encoded),
-            by=self.source,
+            by=by or self.source,
             saga=definition.key,
             steps=[s.name for s in definition.steps],
         )
-        decision = decide_start(definition, saga_id, encoded, partition.index, event)
+        signer = await self.signer(definition.context.name) if definition.takes_signals else None
+        decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         call, _ = commit_call(
             partition,
             None,
@@ -112,6 +123,54 @@ class SagaClient:
         if not raw:
             raise SagaNotFound(saga_id)
         return decode_state(saga_id, raw).state
+
+    async def query(self, saga_id: str, *, context: str | None = None) -> SagaQuery:
+        """The saga's status, current step, what it waits for (until when) and its deadline.
+
+        For a signal wait the answer carries the resume token. Nothing is written.
+        """
+        state = await self.get(saga_id, context=context)
+        partition = Partition(state.context, state.partition)
+        ids = timer_ids(state)
+        with redis_errors():
+            scores = await self.redis.zmscore(partition.timers, ids)
+        due = {i: int(score) for i, score in zip(ids, scores, strict=True) if score is not None}
+        try:
+            steps = [s.name for s in self.registry.get(state.name, state.version).steps]
+        except UnknownDefinition:
+            steps = list(state.steps)
+        waits_for_signal = state.wait is not None and state.wait.kind == "signal"
+        signer = await self.signer(state.context) if waits_for_signal else None
+        return describe(state, due, signer, steps)
+
+    async def signal(self, token: str, data: object = None, *, by: str = "") -> str:
+        """Deliver a resume token with ``data``; return the id of the inbox entry.
+
+        The token is checked first: a forged, tampered or malformed one raises
+        :class:`~saga.InvalidToken` and nothing is written. When this client knows the
+        saga's definition, ``data`` is checked against the step's output type
+        (:class:`InvalidInput`); the orchestrator checks it again either way. The saga
+        resumes once: a repeat, or a delivery after the wait ended (timed out, cancelled),
+        is recorded in its history and changes nothing.
+        """
+        ref = (await self.signer(peek(token).context)).verify(token)
+        partition = Partition(ref.context, ref.partition)
+        with redis_errors():
+            name, version = await self.redis.hmget(partition.saga(ref.saga_id), ["name", "version"])
+        if name is None or version is None:
+            raise SagaNotFound(ref.saga_id)
+        encoded = encode_signal(self.registry, name.decode(), int(version), ref.step, data)
+        delivery = SignalDelivery(step=ref.step, n=ref.n, data=msgspec.Raw(encoded), by=by or self.source)
+        envelope = Envelope(
+            id=uuid7(),
+            type=SIGNAL,
+            payload=_json.encode(delivery),
+            source=self.source,
+            correlation_id=ref.saga_id,
+            created_at_ms=self.clock.now_ms(),
+        )
+        await self._publisher.publish_envelope(partition.inbox, envelope)
+        return envelope.id
 
     async def cancel(
         self, saga_id: str, *, context: str | None = None, reason: str = "", by: str = ""
@@ -176,6 +235,22 @@ class SagaClient:
     def _partition(self, context: str, saga_id: str) -> Partition:
         ctx = self.registry.context(context)
         return Partition(ctx.name, partition_of(saga_id, ctx.partitions))
+
+
+def encode_signal(registry: Registry, name: str, version: int, step_name: str, data: object) -> bytes:
+    """Encode a signal's data, checked against the step's output type when it is known here."""
+    try:
+        encoded = _json.encode(data)
+    except (TypeError, msgspec.EncodeError) as error:
+        raise InvalidInput(f"signal data is not encodable: {error}") from error
+    try:
+        step = registry.get(name, version).step_named(step_name)
+    except (UnknownDefinition, KeyError):
+        return encoded  # the orchestrator checks it
+    if step.kind != "signal":
+        raise InvalidInput(f"{name}@{version}.{step_name} does not wait for a signal")
+    step.decode_output(encoded)
+    return encoded
 
 
 def _request_envelope(

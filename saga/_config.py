@@ -19,7 +19,11 @@ class EngineConfig:
             revision on every commit, so a stale entry costs a retry, never a wrong state).
         max_conflicts: Times an event is re-decided after losing a concurrent update race
             before the entry is left for redelivery.
-        timer_poll_ms: How often each partition's due timers are moved to its inbox.
+        timer_poll_ms: Longest wait between two rounds of the timer scheduler (it wakes
+            sooner when the next timer is due sooner).
+        timer_min_wait_ms: Shortest wait between two rounds: under a steady stream of due
+            timers the scheduler fires them in batches this far apart instead of waking for
+            each one (firing lag up to about this much, for far less CPU per timer).
         timer_batch: Most timers fired by one script call.
         heartbeat_ms: How often a worker renews its registration of the definition
             versions it serves (``saga/_versions.py``).
@@ -27,6 +31,15 @@ class EngineConfig:
             counts as gone: the versions only it served are reported stranded.
         stranded_check_ms: How often a worker looks for stranded sagas (versions in flight
             that no live worker serves) and logs them as errors.
+        signal_secret: The master secret resume tokens are signed with (never logged).
+            ``None``: the ``REDSAGA_SIGNAL_SECRET`` environment variable, else a secret
+            generated once per context and kept in Redis.
+        event_buffer_s: How long an event nobody waits for yet is kept for a wait that
+            registers later (the "event before wait" race).
+        event_buffer_cap: Most such events kept per correlation key.
+        schedule_poll_ms: How often due schedules are looked for.
+        schedule_recheck_ms: How soon a schedule with a buffered occurrence, or waiting for
+            a run to end, is looked at again.
 
     """
 
@@ -35,17 +48,32 @@ class EngineConfig:
     cache_size: int = 10_000
     max_conflicts: int = 20
     timer_poll_ms: int = 50
+    timer_min_wait_ms: int = 10
     timer_batch: int = 500
     heartbeat_ms: int = 10_000
     registration_ttl_ms: int = 30_000
     stranded_check_ms: int = 60_000
+    signal_secret: str | bytes | None = field(default=None, repr=False)
+    event_buffer_s: int = 86_400
+    event_buffer_cap: int = 16
+    schedule_poll_ms: int = 500
+    schedule_recheck_ms: int = 1_000
 
     def __post_init__(self) -> None:
         if self.retention_s < 0 or self.cache_size < 0:
             raise ValueError("EngineConfig.retention_s and cache_size must be >= 0")
+        if not 0 <= self.timer_min_wait_ms <= self.timer_poll_ms:
+            raise ValueError("EngineConfig.timer_min_wait_ms must be between 0 and timer_poll_ms")
         if self.max_conflicts < 1 or self.timer_poll_ms <= 0 or self.timer_batch <= 0:
             raise ValueError("EngineConfig.max_conflicts, timer_poll_ms and timer_batch must be positive")
         if self.heartbeat_ms <= 0 or self.stranded_check_ms <= 0:
             raise ValueError("EngineConfig.heartbeat_ms and stranded_check_ms must be positive")
         if self.registration_ttl_ms <= self.heartbeat_ms:
             raise ValueError("EngineConfig.registration_ttl_ms must be longer than heartbeat_ms")
+        if (
+            min(self.event_buffer_s, self.event_buffer_cap, self.schedule_poll_ms, self.schedule_recheck_ms)
+            <= 0
+        ):
+            raise ValueError("EngineConfig event buffer and schedule settings must be positive")
+        if self.signal_secret is not None and len(self.signal_secret) < 16:
+            raise ValueError("EngineConfig.signal_secret must have at least 16 characters")

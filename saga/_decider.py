@@ -7,7 +7,12 @@ what replay checks is what production runs.
 
 A stale, duplicate or out-of-order event changes nothing: the decision says why it was
 ignored and the history records it. Every status change goes through the lifecycle tables
-(``saga/_states.py``), so an illegal transition raises instead of being applied.
+(``saga/_states.py``), so an illegal transition raises instead of being applied. Waiting
+steps (sleep, signal, event) and the deadline follow the rules in ``saga/_decide_waits.py``.
+
+A :class:`~saga._tokens.Signer` may be passed in so that builders can put resume tokens in
+their commands (``ctx.resume_token``): tokens are a pure function of the context's key and
+the wait, so replay with the same key decides the same.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import msgspec
 
 from bus import derived_id, message_type
+from saga._decide_waits import WaitRules
 from saga._definition import LOCAL, Command, Retry, Saga, Step, StepContext, invoke
 from saga._errors import DefinitionError
 from saga._model import (
@@ -27,6 +33,7 @@ from saga._model import (
     Dispatch,
     Effect,
     Event,
+    EventReceived,
     ForceCompleted,
     Kind,
     Note,
@@ -35,6 +42,7 @@ from saga._model import (
     RedriveRequested,
     RetryRequested,
     SagaState,
+    SignalReceived,
     Started,
     StartTimer,
     StepReplied,
@@ -43,13 +51,19 @@ from saga._model import (
 )
 from saga._redrive import fresh_generation, redrive_refusal
 from saga._states import SagaStatus, StepStatus, move_saga, move_step
+from saga._tokens import Signer
 
 
-class LocalCall(msgspec.Struct, tag=True, kw_only=True):
-    """The input of a local action attempt: the saga's data and the outputs so far."""
+class LocalCall(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
+    """The input of a local action attempt: the saga's data and the outputs so far.
+
+    ``waits`` gives the wait number of each signal step, so the action's
+    ``ctx.resume_token`` can be made by the worker (the token itself is never recorded).
+    """
 
     data: msgspec.Raw
     outputs: dict[str, msgspec.Raw]
+    waits: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -70,8 +84,16 @@ _json = msgspec.json.Encoder()
 _state_decoder = msgspec.json.Decoder(SagaState)
 
 
-def start(definition: Saga[Any], saga_id: str, data: bytes, partition: int, event: Started) -> Decision:
-    """Decide a new saga: record its data and dispatch the first step."""
+def start(
+    definition: Saga[Any],
+    saga_id: str,
+    data: bytes,
+    partition: int,
+    event: Started,
+    *,
+    signer: Signer | None = None,
+) -> Decision:
+    """Decide a new saga: record its data, start its deadline and begin the first step."""
     if event.saga and event.saga != definition.key:
         raise DefinitionError(f"saga {saga_id} started on {event.saga}, not {definition.key}")
     names = [s.name for s in definition.steps]
@@ -91,22 +113,25 @@ def start(definition: Saga[Any], saga_id: str, data: bytes, partition: int, even
         created_ms=event.at_ms,
         updated_ms=event.at_ms,
     )
-    run = _Run(definition, state, event.at_ms)
+    run = _Run(definition, state, event.at_ms, signer, started=True)
     run.advance()
     return run.decision()
 
 
-def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
+def decide(
+    definition: Saga[Any], state: SagaState, event: Event, *, signer: Signer | None = None
+) -> Decision:
     """Decide ``event`` for a saga in ``state``; ``state`` itself is not modified."""
     if (definition.name, definition.version) != (state.name, state.version):
         raise DefinitionError(f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}")
-    run = _Run(definition, _state_decoder.decode(_json.encode(state)), event.at_ms)
+    run = _Run(definition, _state_decoder.decode(_json.encode(state)), event.at_ms, signer)
     if isinstance(event, OperatorEvent) and event.expected_revision not in (0, state.revision):
-        run.ignore(
+        return Decision(
+            state,
+            [],
             f"the saga moved on: the request was made at revision {event.expected_revision}, "
-            f"the saga is at revision {state.revision} ({state.status}); inspect it and decide again"
+            f"the saga is at revision {state.revision} ({state.status}); inspect it and decide again",
         )
-        return run.decision()
     match event:
         case StepReplied():
             run.on_reply(event)
@@ -120,6 +145,10 @@ def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
             run.on_force(event)
         case RedriveRequested():
             run.on_redrive(event)
+        case SignalReceived():
+            run.on_signal(event)
+        case EventReceived():
+            run.on_event(event)
         case Started():
             run.ignore("the saga has already started")
     if run.ignored:  # nothing changes: hand back the input, not a half-edited working copy
@@ -127,19 +156,33 @@ def decide(definition: Saga[Any], state: SagaState, event: Event) -> Decision:
     return run.decision()
 
 
-class _Run:
+class _Run(WaitRules):
     """One decision in progress (a mutable working copy of the state)."""
 
-    def __init__(self, definition: Saga[Any], state: SagaState, now_ms: int) -> None:
+    def __init__(
+        self,
+        definition: Saga[Any],
+        state: SagaState,
+        now_ms: int,
+        signer: Signer | None,
+        *,
+        started: bool = False,
+    ) -> None:
         self.definition = definition
         self.state = state
         self.now_ms = now_ms
+        self.signer = signer
         self.effects: list[Effect] = []
         self.ignored = ""
+        self.started = started
+        self.was_terminal = state.status.terminal
 
     def decision(self) -> Decision:
         if not self.ignored:
             self.state.updated_ms = max(self.state.updated_ms, self.now_ms)
+            self.deadline_effects(started=self.started, was_terminal=self.was_terminal)
+            if self.state.status.terminal:
+                self.state.signals.clear()
         return Decision(self.state, self.effects, self.ignored)
 
     def ignore(self, reason: str) -> None:
@@ -166,6 +209,9 @@ class _Run:
             )
             return
         step = self.definition.step_named(event.step)
+        if step.waits:
+            self.ignore(f"step {event.step!r} waits; nobody replies to it")
+            return
         attempt.ended_ms = event.at_ms
         attempt.worker = event.worker or None
         self._cancel_timer(step_state)
@@ -184,6 +230,9 @@ class _Run:
         self._failed(step, step_state, attempt, error, "permanent" if permanent else "transient")
 
     def on_timer(self, event: TimerFired) -> None:
+        if event.purpose == "deadline":
+            self.on_deadline(event)
+            return
         step_state = self.state.steps.get(event.step)
         if step_state is None or step_state.timer != event.timer_id:
             self.ignore(f"stale timer {event.timer_id}")
@@ -194,8 +243,11 @@ class _Run:
         if attempt is None or attempt.n != event.attempt:
             self.ignore(f"timer {event.timer_id} is for an attempt that is no longer current")
             return
+        if step.waits:
+            self.on_wait_timer(step, step_state, attempt)
+            return
         if event.purpose == "retry":
-            if self.state.cancel is not None and event.kind == "do" and attempt.outcome != "timeout":
+            if self.stopping and event.kind == "do" and attempt.outcome != "timeout":
                 step_state.status = move_step(step_state.status, StepStatus.FAILED)
                 self._begin_compensation()
                 return
@@ -216,27 +268,42 @@ class _Run:
             self.ignore("cancel was already requested")
             return
         self.state.cancel = Note(at_ms=event.at_ms, what="cancel requested", by=event.by, reason=event.reason)
+        self.stop()
+
+    def stop(self) -> None:
+        """After a cancel or the deadline: undo what completed, as soon as it is safe."""
+        status = self.state.status
         if status == SagaStatus.COMPENSATING:
             return  # already undoing; it ends as compensated, the failure came first
-        current = self._current_forward()
         if status == SagaStatus.DEAD_LETTERED:
             failed_undo = self._failed_compensation()
             if failed_undo is not None:
                 self.state.status = move_saga(status, SagaStatus.COMPENSATING)
                 self._dispatch(failed_undo, "undo")
-            else:
+            elif self.state.cancel is not None or not self._outcome_unknown():
                 self._begin_compensation()
+            # else: the deadline passed on a step whose outcome is unknown; an operator decides
             return
+        current = self._current_forward()
         if current is None:
             return
-        step_state = current[1]
+        step, step_state = current
         last = step_state.current("do")
+        if step_state.status == StepStatus.WAITING and last is not None:
+            reason = "cancel requested" if self.state.cancel is not None else "deadline exceeded"
+            self.wait_failed(step, step_state, last, "cancelled", reason, note=False)
+            return
         if step_state.status == StepStatus.RETRYING and not (last and last.outcome == "timeout"):
             self._cancel_timer(step_state)
             step_state.status = move_step(step_state.status, StepStatus.FAILED)
             self._begin_compensation()
         # DISPATCHED, or retrying after a timeout: the step may take (or have taken) effect;
         # its outcome decides, then the compensation runs.
+
+    def _outcome_unknown(self) -> bool:
+        current = self._current_forward()
+        last = current[1].current("do") if current is not None else None
+        return last is not None and last.outcome == "timeout"
 
     def on_retry(self, event: RetryRequested) -> None:
         if self.state.status != SagaStatus.DEAD_LETTERED:
@@ -254,7 +321,7 @@ class _Run:
             self.ignore("no failed step to retry")
             return
         self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
-        self._dispatch(current[0], "do")
+        self._begin_step(current[0])
 
     def on_force(self, event: ForceCompleted) -> None:
         step_state = self.state.steps.get(event.step)
@@ -298,10 +365,12 @@ class _Run:
         for attempt in step_state.attempts:
             if attempt.outcome is None:
                 attempt.outcome, attempt.ended_ms = "cancelled", event.at_ms
+        if self.state.wait is not None:
+            self.release_wait(step_state)
         if step_state.status in (StepStatus.DISPATCHED, StepStatus.RETRYING):
             step_state.status = move_step(step_state.status, StepStatus.FAILED)
         step_state.attempts.append(forced)
-        if self.state.status == SagaStatus.DEAD_LETTERED:
+        if self.state.status in (SagaStatus.DEAD_LETTERED, SagaStatus.SUSPENDED):
             self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
         self._succeeded(step, step_state, event.output)
 
@@ -336,13 +405,13 @@ class _Run:
     # -- the forward path ------------------------------------------------------------------
 
     def advance(self) -> None:
-        """Dispatch the next step, or complete the saga after the last one.
+        """Begin the next step, or complete the saga after the last one.
 
         A saga runs the steps it started with (its ``steps`` record): a step appended to its
         definition version later is past its end, so it completes without it (the safe
         change of ``saga/_compat.py``; replay of its history stays exact).
         """
-        if self.state.cancel is not None:
+        if self.stopping:
             self._begin_compensation()
             return
         current = self._current_forward()
@@ -351,7 +420,13 @@ class _Run:
             return
         step, step_state = current
         step_state.status = move_step(step_state.status, StepStatus.SCHEDULED)
-        self._dispatch(step, "do")
+        self._begin_step(step)
+
+    def _begin_step(self, step: Step[Any, Any]) -> None:
+        if step.waits:
+            self.begin_wait(step)
+        else:
+            self._dispatch(step, "do")
 
     def _succeeded(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
         step_state.status = move_step(step_state.status, StepStatus.SUCCEEDED)
@@ -374,7 +449,7 @@ class _Run:
         # even when cancelling (the retry learns the outcome from the participant's dedupe) and,
         # when attempts run out, the saga is parked for an operator, never compensated blind.
         unknown = outcome == "timeout"
-        cancelling = self.state.cancel is not None and kind == "do" and not unknown
+        cancelling = self.stopping and kind == "do" and not unknown
         if outcome != "permanent" and attempt.n < policy.attempts and not cancelling:
             target = StepStatus.RETRYING if kind == "do" else StepStatus.COMPENSATION_RETRYING
             step_state.status = move_step(step_state.status, target)
@@ -494,9 +569,12 @@ class _Run:
         assert target is not None  # noqa: S101 - undo attempts exist only for compensated steps
         outputs = self.state.outputs()
         if target.local:
-            call = LocalCall(data=self.state.data, outputs={k: msgspec.Raw(v) for k, v in outputs.items()})
+            waits = {s.name: self.wait_number(s.name) for s in self.definition.steps if s.kind == "signal"}
+            call = LocalCall(
+                data=self.state.data, outputs={k: msgspec.Raw(v) for k, v in outputs.items()}, waits=waits
+            )
             return LOCAL, message_type(LocalCall), _json.encode(call)
-        context = StepContext(self.state.id, step.name, n, outputs)
+        context = StepContext(self.state.id, step.name, n, outputs, self.tokens())
         built = invoke(target, self.definition.decode_data(self.state.data), context)
         if not isinstance(built, Command):
             raise DefinitionError(

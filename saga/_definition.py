@@ -20,8 +20,17 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from bus import message_type
-from saga._errors import DefinitionError, InvalidInput
+from bus import Stream, message_type
+from saga._errors import DefinitionError, InvalidInput, SagaError
+from saga._wait_steps import (
+    Duration,
+    EventWait,
+    SignalWait,
+    Sleep,
+    WaitSpec,
+    check_duration,
+    check_one_argument,
+)
 
 D = TypeVar("D")
 O = TypeVar("O")  # noqa: E741 - the conventional name for an output type variable
@@ -30,6 +39,9 @@ LOCAL: typing.Final = "_local"
 """The participant name of steps run by the orchestrator's own worker (actions)."""
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+StepKind = Literal["command", "action", "sleep", "signal", "event"]
+"""What a step does: send a command, run a local action, or wait (sleep, signal, event)."""
+WAIT_KINDS: typing.Final = frozenset({"sleep", "signal", "event"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +113,31 @@ def command(participant: str, message: object) -> Command:
 class StepContext:
     """What a step's builder or action can read besides the saga's data."""
 
-    def __init__(self, saga_id: str, step: str, attempt: int, outputs: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        saga_id: str,
+        step: str,
+        attempt: int,
+        outputs: dict[str, bytes],
+        tokens: Callable[[str], str] | None = None,
+    ) -> None:
         self.saga_id = saga_id
         self.step = step
         self.attempt = attempt
         self._outputs = outputs
+        self._tokens = tokens
+
+    def resume_token(self, step: Step[Any, Any] | str) -> str:
+        """The resume token of signal step ``step``'s next (or current) wait.
+
+        Send it out (an approval e-mail, a payment provider's callback URL) from a step that
+        runs before the wait; whoever holds it can resume the saga once, through
+        ``SagaClient.signal`` or ``saga signal``. It is derived from the context's signal
+        secret, so the same saga, step and wait always get the same token.
+        """
+        if self._tokens is None:
+            raise SagaError("no signal secret here: resume tokens are made by the engine's decider")
+        return self._tokens(step if isinstance(step, str) else step.name)
 
     def output(self, step: Step[Any, O]) -> O:
         """The output of an earlier step that succeeded, decoded as that step's output type."""
@@ -147,13 +179,24 @@ class Step(Generic[D, O]):
     name: str
     index: int
     function: Builder
-    local: bool
+    kind: StepKind
     takes_context: bool
     output_type: type[O] | None
     compensate: str | None
     retry: Retry
     timeout_s: float | None
     _definition: Saga[D] = field(repr=False)
+    wait: WaitSpec | None = None
+
+    @property
+    def local(self) -> bool:
+        """Whether the step is a local action (run by the orchestrator's worker)."""
+        return self.kind == "action"
+
+    @property
+    def waits(self) -> bool:
+        """Whether the step waits (sleep, signal or event) instead of sending a command."""
+        return self.kind in WAIT_KINDS
 
     def decode_output(self, raw: bytes) -> O:
         """Decode a recorded output (``InvalidInput`` when it does not match the type)."""
@@ -217,6 +260,7 @@ class Saga(Generic[D]):
         data: type[D],
         version: int = 1,
         context: str | Context = "default",
+        deadline: timedelta | None = None,
     ) -> None:
         if not _NAME.match(name) or "@" in name:
             raise DefinitionError(f"invalid saga name {name!r} (letters, digits, _ . -)")
@@ -226,6 +270,8 @@ class Saga(Generic[D]):
         self.version = version
         self.context = context if isinstance(context, Context) else Context(context)
         self.data_type = data
+        self.deadline_s = _seconds(deadline, f"saga {name!r} deadline")
+        """Seconds from the start after which an unfinished saga is compensated (``None``: never)."""
         self.steps: list[Step[D, Any]] = []
         self.compensations: dict[str, Compensation] = {}
         self._encoder = msgspec.json.Encoder()
@@ -263,7 +309,7 @@ class Saga(Generic[D]):
             return self._add_step(
                 step_name,
                 function,
-                local=False,
+                kind="command",
                 output_type=reply,
                 compensate=compensate,
                 retry=retry,
@@ -293,7 +339,7 @@ class Saga(Generic[D]):
             return self._add_step(
                 step_name,
                 function,
-                local=True,
+                kind="action",
                 output_type=output,
                 compensate=compensate,
                 retry=retry,
@@ -301,6 +347,81 @@ class Saga(Generic[D]):
             )
 
         return register
+
+    def sleep(self, name: str, duration: Duration | Callable[[D], Duration]) -> Step[D, None]:
+        """Add a durable sleep step: the saga is suspended for a while or until a time.
+
+        ``duration`` is a ``timedelta``, an aware ``datetime``, or a function of the saga's
+        data returning either. The wake-up is a durable timer judged by the timer clock
+        (Redis ``TIME``), so worker restarts and worker clock jumps change nothing.
+        """
+        check_duration(duration, f"{self.name}.{name}")
+        return self._add_step(
+            name,
+            _no_builder,
+            kind="sleep",
+            output_type=None,
+            compensate=None,
+            retry=NO_RETRY,
+            timeout=None,
+            wait=Sleep(duration),
+        )
+
+    def wait_signal(
+        self, name: str, *, output: type[O] | None = None, timeout: float | timedelta | None = None
+    ) -> Step[D, O]:
+        """Add a step that waits for a signal (a person's approval, a webhook).
+
+        The saga is suspended until its resume token is delivered with data of type
+        ``output`` (the step's output), or until ``timeout``, which fails the step and
+        compensates the saga. Get the token with ``ctx.resume_token(step)`` in an earlier
+        step, or from ``SagaClient.query``.
+        """
+        return self._add_step(
+            name,
+            _no_builder,
+            kind="signal",
+            output_type=output,
+            compensate=None,
+            retry=NO_RETRY,
+            timeout=timeout,
+            wait=SignalWait(),
+        )
+
+    def wait_event(
+        self,
+        name: str,
+        *,
+        stream: str | Stream,
+        message: type[O],
+        key: Callable[[O], object],
+        match: Callable[[D], object],
+        timeout: float | timedelta | None = None,
+    ) -> Step[D, O]:
+        """Add a step that waits for another context's event (choreography).
+
+        The saga is suspended until an event of type ``message`` appears on ``stream`` with
+        ``key(event) == match(data)`` (compared as strings), or until ``timeout``, which
+        fails the step and compensates the saga. The event is the step's output. An event
+        that comes before the saga starts waiting is kept for ``EngineConfig.event_buffer_s``
+        and matched when the wait begins.
+        """
+        where = f"{self.name}.{name}"
+        check_one_argument(key, where, "key")
+        check_one_argument(match, where, "match")
+        if not isinstance(message, type) or not issubclass(message, msgspec.Struct):
+            raise DefinitionError(f"{where}: message must be a msgspec Struct type, not {message!r}")
+        target = stream if isinstance(stream, Stream) else Stream.named(stream)
+        return self._add_step(
+            name,
+            _no_builder,
+            kind="event",
+            output_type=message,
+            compensate=None,
+            retry=NO_RETRY,
+            timeout=timeout,
+            wait=EventWait(stream=target, message=message, key=key, match=match),
+        )
 
     def compensation(
         self,
@@ -341,11 +462,12 @@ class Saga(Generic[D]):
         step_name: str,
         function: Builder,
         *,
-        local: bool,
+        kind: StepKind,
         output_type: type[Any] | None,
         compensate: str | None,
         retry: Retry,
         timeout: float | timedelta | None,
+        wait: WaitSpec | None = None,
     ) -> Step[D, Any]:
         where = f"{self.name}.{step_name}"
         _check_name(step_name, where)
@@ -359,13 +481,14 @@ class Saga(Generic[D]):
             name=step_name,
             index=len(self.steps),
             function=function,
-            local=local,
+            kind=kind,
             takes_context=_takes_context(function, where),
             output_type=output_type,
             compensate=compensate,
             retry=retry,
             timeout_s=_seconds(timeout, where),
             _definition=self,
+            wait=wait,
         )
         self.steps.append(step)
         return step
@@ -387,6 +510,11 @@ class Saga(Generic[D]):
         unused = set(self.compensations) - used
         if unused:
             raise DefinitionError(f"saga {self.name!r}: compensations {sorted(unused)} undo no step")
+
+    @property
+    def takes_signals(self) -> bool:
+        """Whether any step waits for a signal (then builders may make resume tokens)."""
+        return any(step.kind == "signal" for step in self.steps)
 
     def step_named(self, name: str) -> Step[D, Any]:
         """The step called ``name`` (``KeyError`` naming the saga when there is none)."""
@@ -417,6 +545,10 @@ class Saga(Generic[D]):
 def reply_type_name(message_class: type[Any]) -> str:
     """The wire type name a participant's reply of this class carries."""
     return message_type(message_class)
+
+
+def _no_builder(data: object) -> None:
+    """The ``function`` of a waiting step: it builds nothing."""
 
 
 def _check_name(name: str, where: str) -> None:

@@ -11,6 +11,9 @@
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
     ├── UnknownDefinition      no definition with this name and version is registered here
     ├── ActionRefused          an operator action would not apply, or lost a race (says why)
+    ├── InvalidToken           a resume token is malformed, forged or tampered with
+    ├── ScheduleNotFound       no schedule has this id (in this context)
+    ├── ScheduleExists         a schedule with this id exists already
     └── VersionError           a definition-version operation is refused (saga/_versions.py)
         ├── IncompatibleChange a registered version's shape changed incompatibly
         ├── VersionDrained     new sagas may not start on a drained version
@@ -126,6 +129,18 @@ class ActionRefused(SagaError):
         self.request_id = request_id
 
 
+class ScheduleNotFound(SagaError):
+    """No schedule has this id in this context."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"no schedule with id {schedule_id!r}")
+        self.schedule_id = schedule_id
+
+
+class ScheduleExists(SagaError):
+    """A schedule with this id exists already (pass ``replace=True`` to replace it)."""
+
+
 __all__ = [
     "ActionRefused",
     "ConcurrentUpdate",
@@ -138,6 +153,8 @@ __all__ = [
     "SagaError",
     "SagaExists",
     "SagaNotFound",
+    "ScheduleExists",
+    "ScheduleNotFound",
     "TransientError",
     "UnknownDefinition",
     "VersionDrained",

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from saga._definition import Saga
+from saga._definition import Saga, Step
 from saga._model import SagaState
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
+from saga._wait_steps import EventWait
 
 Format = Literal["mermaid", "dot"]
 
@@ -31,6 +32,7 @@ _STEP_STYLE = {
     StepStatus.SCHEDULED: "active",
     StepStatus.DISPATCHED: "active",
     StepStatus.RETRYING: "active",
+    StepStatus.WAITING: "active",
     StepStatus.SUCCEEDED: "done",
     StepStatus.FAILED: "failed",
     StepStatus.COMPENSATING: "done",
@@ -44,6 +46,19 @@ _UNDO_STYLE = {
     StepStatus.COMPENSATED: "done",
     StepStatus.COMPENSATION_FAILED: "failed",
 }
+
+
+def _what(step: Step[Any, Any]) -> str:
+    """A step's second label line: what it sends, runs or waits for."""
+    if step.local:
+        return "local action"
+    if isinstance(step.wait, EventWait):
+        return f"waits for {step.wait.message_type} on {step.wait.stream.key}"
+    if step.kind == "sleep":
+        return "sleeps"
+    if step.kind == "signal":
+        return f"waits for a signal ({step.output_type.__name__ if step.output_type else '-'})"
+    return f"reply {step.output_type.__name__ if step.output_type else '-'}"
 
 
 def definition_graph(definition: Saga[Any], fmt: Format = "mermaid") -> str:
@@ -84,11 +99,7 @@ def _definition_shape(definition: Saga[Any]) -> tuple[list[Node], list[Edge]]:
     edges: list[Edge] = []
     previous = "start"
     for step in definition.steps:
-        target = (
-            "local action"
-            if step.local
-            else f"reply {step.output_type.__name__ if step.output_type else '-'}"
-        )
+        target = _what(step)
         nodes.append((step.name, f"{step.name}\\n{target}", "box"))
         edges.append((previous, step.name, "", False))
         previous = step.name

@@ -6,9 +6,10 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script::
     rs:{orders:0}:saga:<id>          hash: the saga's state (see saga/lua/transition.lua)
     rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event
     rs:{orders:0}:inbox              stream: replies, timer firings, operator requests
-    rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions)
+    rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions,
+                                     cmd:_waits: event-wait registrations)
     rs:{orders:0}:timers             zset: timer id -> due time (ms)
-    rs:{orders:0}:timerdata          hash: timer id -> event, timer id + ':c' -> saga id
+    rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'
     rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status
     rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only)
     rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas
@@ -37,6 +38,8 @@ from bus import Stream, tagged_key
 
 CONTEXTS: Final = tagged_key("redsaga", "contexts")
 """The set of every context with a version registry (``saga versions list`` starts here)."""
+WAITS: Final = "_waits"
+"""The participant name of event-wait registrations (handled by the orchestrator)."""
 
 
 def partition_of(saga_id: str, partitions: int) -> int:

@@ -19,6 +19,10 @@ NULL = msgspec.Raw(b"null")
 """JSON ``null`` as a raw value: the default of optional raw fields (msgspec cannot decode
 ``Raw | None``)."""
 Outcome = Literal["ok", "transient", "permanent", "timeout", "cancelled", "forced"]
+TimerPurpose = Literal["retry", "timeout", "wake", "deadline"]
+"""Why a timer exists: a retry back-off, an attempt's or a wait's timeout, the end of a sleep,
+or the saga's deadline."""
+WaitKind = Literal["sleep", "signal", "event"]
 
 
 class Attempt(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -72,6 +76,22 @@ class Note(msgspec.Struct, kw_only=True, omit_defaults=True):
     step: str = ""
 
 
+class Wait(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a suspended saga waits for: wait ``n`` of step ``step``.
+
+    When it ends (the timer, signal or event came, it timed out, or the saga was cancelled)
+    is judged by the timer clock; the due time lives in the timers set, not here.
+    """
+
+    step: str
+    kind: WaitKind
+    n: int
+    since_ms: int
+    stream: str = ""
+    message_type: str = ""
+    key: str = ""
+
+
 class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything the engine knows about one saga.
 
@@ -94,6 +114,10 @@ class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
     revision: int = 0
     created_ms: int = 0
     updated_ms: int = 0
+    wait: Wait | None = None
+    expired: Note | None = None
+    signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    """Signals that came before their wait began, by ``<step>:<wait number>``."""
 
     def outputs(self) -> dict[str, bytes]:
         """Raw outputs of the steps that succeeded (even if undone since), by step name."""
@@ -138,12 +162,15 @@ class StepReplied(msgspec.Struct, tag="replied", kw_only=True, omit_defaults=Tru
 
 
 class TimerFired(msgspec.Struct, tag="timer", kw_only=True):
-    """A durable timer came due: a retry back-off elapsed or an attempt timed out."""
+    """A durable timer came due.
+
+    A back-off elapsed, an attempt or a wait timed out, a sleep ended, or the deadline passed.
+    """
 
     id: str
     at_ms: int
     timer_id: str
-    purpose: Literal["retry", "timeout"]
+    purpose: TimerPurpose
     step: str
     kind: Kind
     attempt: int
@@ -201,9 +228,40 @@ class RedriveRequested(msgspec.Struct, tag="redrive", kw_only=True):
     expected_revision: int = 0
 
 
+class SignalReceived(msgspec.Struct, tag="signal", kw_only=True, omit_defaults=True):
+    """Someone delivered a resume token for wait ``n`` of a signal step, with its data."""
+
+    id: str
+    at_ms: int
+    step: str
+    n: int
+    data: msgspec.Raw = NULL
+    by: str = ""
+
+
+class EventReceived(msgspec.Struct, tag="event", kw_only=True):
+    """Another context's event matched wait ``n`` of an event step."""
+
+    id: str
+    at_ms: int
+    step: str
+    n: int
+    event_id: str
+    message_type: str
+    payload: msgspec.Raw
+
+
 OperatorEvent = CancelRequested | RetryRequested | ForceCompleted | RedriveRequested
 Event = (
-    Started | StepReplied | TimerFired | CancelRequested | RetryRequested | ForceCompleted | RedriveRequested
+    Started
+    | StepReplied
+    | TimerFired
+    | CancelRequested
+    | RetryRequested
+    | ForceCompleted
+    | RedriveRequested
+    | SignalReceived
+    | EventReceived
 )
 
 
@@ -249,15 +307,21 @@ class Dispatch(msgspec.Struct, tag="dispatch", kw_only=True):
     timeout_ms: int | None = None
 
 
-class StartTimer(msgspec.Struct, tag="start_timer", kw_only=True):
-    """Schedule a durable timer ``delay_ms`` from the commit (by the timer clock)."""
+class StartTimer(msgspec.Struct, tag="start_timer", kw_only=True, omit_defaults=True):
+    """Schedule a durable timer ``delay_ms`` from the commit, or at ``at_ms`` (Unix ms).
+
+    Both are judged by the timer clock (Redis ``TIME``; the fake clock in tests): the delay
+    is added to that clock's time at the commit, and an absolute time is compared with it
+    when firing, so no worker's clock decides when a timer is due.
+    """
 
     timer_id: str
     delay_ms: int
-    purpose: Literal["retry", "timeout"]
+    purpose: TimerPurpose
     step: str
     kind: Kind
     attempt: int
+    at_ms: int | None = None
 
 
 class CancelTimer(msgspec.Struct, tag="cancel_timer", kw_only=True):
@@ -266,7 +330,27 @@ class CancelTimer(msgspec.Struct, tag="cancel_timer", kw_only=True):
     timer_id: str
 
 
-Effect = Dispatch | StartTimer | CancelTimer
+class WatchEvent(msgspec.Struct, tag="watch_event", kw_only=True):
+    """Register wait ``n`` of ``step`` for events of ``message_type`` on ``stream`` with ``key``."""
+
+    step: str
+    n: int
+    stream: str
+    message_type: str
+    key: str
+
+
+class UnwatchEvent(msgspec.Struct, tag="unwatch_event", kw_only=True):
+    """Remove the registration of an event wait that ended."""
+
+    step: str
+    n: int
+    stream: str
+    message_type: str
+    key: str
+
+
+Effect = Dispatch | StartTimer | CancelTimer | WatchEvent | UnwatchEvent
 
 
 def idempotency_key(saga_id: str, step: str, kind: Kind, generation: int = 0) -> str:

@@ -4,8 +4,12 @@ For every inbox entry: decode the event, load the saga (from a revision-checked 
 Redis), decide, and commit the decision with the transition script, which also
 acknowledges the entry. A commit that loses a race (another worker moved the saga) is
 re-decided on fresh state; one whose lease was taken over is dropped (the new holder decides
-it). Replies that do not match their step's declared output type, entries for unknown
-sagas and malformed entries are dead-lettered by the bus with the reason.
+it). Replies and signals that do not match their step's declared output type, entries for
+unknown sagas and malformed entries are dead-lettered by the bus with the reason.
+
+It also keeps the context's index of event waits (``saga/_event_waits.py``): it handles the
+``cmd:_waits`` registrations its transitions write, and subscribes to every stream an event
+wait names to route the events to the waiting sagas.
 """
 
 from __future__ import annotations
@@ -16,18 +20,31 @@ from typing import Any
 
 import msgspec
 
-from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, TransientError, message_type
+from bus import (
+    Bus,
+    Clock,
+    Delivery,
+    Envelope,
+    LeaseLost,
+    PermanentError,
+    Publisher,
+    Stream,
+    TransientError,
+    message_type,
+)
 from bus._log import get_logger
+from saga import _event_waits as waits
 from saga._config import EngineConfig
 from saga._decider import LocalCall, decide
 from saga._definition import LOCAL, Context, Saga, StepContext, invoke
 from saga._errors import UnknownDefinition
-from saga._keys import Partition
-from saga._model import SagaState, StepReplied
+from saga._keys import WAITS, Partition
+from saga._model import SagaState, SignalReceived, StepReplied
 from saga._outcome import reply_for
 from saga._protocol import to_event
 from saga._registry import Registry
-from saga._store import Loaded, commit_call, commit_result, decode_state
+from saga._store import Loaded, WatchRequest, commit_call, commit_result, decode_state
+from saga._tokens import Signer, load_signer
 
 GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
@@ -50,6 +67,16 @@ class Orchestrator:
         self.config = config
         self.observers: list[Callable[[SagaState], None]] = []
         self._cache: OrderedDict[str, Loaded] = OrderedDict()
+        self._signer: Signer | None = None
+        self._publisher = Publisher(redis, source=context.name, config=config.bus)
+        definitions = [d for d in registry if d.context.name == context.name]
+        self._event_waits = waits.event_waits(definitions)
+
+    async def signer(self) -> Signer:
+        """The context's resume-token signer (loaded once)."""
+        if self._signer is None:
+            self._signer = await load_signer(self.redis, self.context.name, self.config.signal_secret)
+        return self._signer
 
     @property
     def partitions(self) -> list[Partition]:
@@ -61,6 +88,11 @@ class Orchestrator:
         for partition in self.partitions:
             bus.handler(partition.inbox, None, group=GROUP, idempotent=False)(self.on_inbox)
             bus.handler(partition.commands(LOCAL), LocalCall, group=LOCAL)(self.on_local)
+            if self._event_waits:
+                bus.handler(partition.commands(WAITS), None, group=WAITS, idempotent=False)(self.on_waits)
+        for stream in self._event_waits:
+            group = f"{self.context.name}.waits"
+            bus.subscribe(stream, group=group, idempotent=False)(self.on_event)
 
     async def load(self, partition: Partition, saga_id: str) -> Loaded | None:
         """The saga as cached, else as stored (``None`` if there is no such saga)."""
@@ -102,7 +134,10 @@ class Orchestrator:
                 raise TransientError(f"{error}; a worker serving it must take this entry") from error
             if isinstance(event, StepReplied):
                 _check_output(definition, event, envelope)
-            decision = decide(definition, loaded.state, event)
+            elif isinstance(event, SignalReceived):
+                check_signal(definition, event)
+            signer = await self.signer() if definition.takes_signals else None
+            decision = decide(definition, loaded.state, event, signer=signer)
             call, fields = commit_call(
                 partition,
                 loaded,
@@ -143,14 +178,83 @@ class Orchestrator:
         target = step if headers.get("kind") == "do" else step.compensation
         if target is None:
             raise PermanentError(f"{definition.key}.{step.name} has no local compensation")
+        saga_id = delivery.envelope.correlation_id
+        signer = await self.signer() if call.waits else None
+        partition = int(delivery.stream.tag.rsplit(":", 1)[1])
+
+        def token(name: str) -> str:
+            if signer is None or name not in call.waits:
+                raise KeyError(f"{definition.key}.{name} does not wait for a signal")
+            return signer.token(partition, saga_id, name, call.waits[name])
+
         context = StepContext(
-            delivery.envelope.correlation_id,
+            saga_id,
             step.name,
             delivery.envelope.attempt,
             {k: bytes(v) for k, v in call.outputs.items()},
+            token,
         )
         data = definition.decode_data(call.data)
         return await reply_for(invoke(target, data, context), wrap=True)
+
+    async def on_waits(self, envelope: Envelope, _delivery: Delivery) -> None:
+        """Register (or remove) an event wait; deliver an event that came before it."""
+        try:
+            request = msgspec.json.decode(envelope.payload, type=WatchRequest)
+        except msgspec.DecodeError as error:
+            raise PermanentError(f"invalid event-wait registration: {error}") from error
+        if envelope.type == "UnwatchEvent":
+            await waits.unwatch(self.redis, self.context.name, request)
+            return
+        if envelope.type != "WatchEvent":
+            raise PermanentError(f"unknown event-wait command {envelope.type!r}")
+        early = await waits.watch(self.redis, self.context.name, request)
+        if early is not None:
+            waiter = waits.Waiter(
+                saga_id=request.saga_id, partition=request.partition, step=request.step, n=request.n
+            )
+            await self._deliver_event([waiter], early)
+
+    async def on_event(self, envelope: Envelope, delivery: Delivery) -> None:
+        """Route another context's event to the sagas waiting for it (or buffer it)."""
+        stream = delivery.stream
+        event = waits.BufferedEvent(id=envelope.id, type=envelope.type, payload=msgspec.Raw(envelope.payload))
+        for key in waits.keys_of(self._event_waits.get(stream, []), envelope):
+            found = await waits.route(
+                self.redis,
+                self.context.name,
+                stream,
+                event,
+                key,
+                ttl_ms=self.config.event_buffer_s * 1000,
+                cap=self.config.event_buffer_cap,
+            )
+            await self._deliver_event(found, event)
+
+    async def _deliver_event(self, waiters: list[waits.Waiter], event: waits.BufferedEvent) -> None:
+        if not waiters:
+            return
+        now = self.clock.now_ms()
+        items: list[tuple[Stream, Envelope]] = [
+            waits.delivery(self.context.name, w, event, source=self.context.name, now_ms=now) for w in waiters
+        ]
+        await self._publisher.publish_many(items)
+
+
+def check_signal(definition: Saga[Any], event: SignalReceived) -> None:
+    """Dead-letter a signal for a step that takes none, or with data of the wrong type."""
+    try:
+        step = definition.step_named(event.step)
+    except KeyError:
+        return  # the decider records it as ignored
+    if step.kind != "signal" or step.output_type is None:
+        return
+    try:
+        msgspec.json.decode(bytes(event.data), type=step.output_type)
+    except msgspec.DecodeError as error:
+        raise PermanentError(
+            f"{definition.key}.{step.name}: signal data is not a valid {step.output_type.__name__}: {error}"
+        ) from error
 
 
 def _check_output(definition: Saga[Any], event: StepReplied, envelope: Envelope) -> None:

@@ -2,8 +2,8 @@
 
 Replies are the participant's output message itself (its type is the step's ``reply``
 type), or :class:`StepFailed`; a reply is matched to its attempt by the command id it names
-as its cause and by the ``step``/``kind`` headers the command carried. Timer firings and
-operator requests are the engine's own message types.
+as its cause and by the ``step``/``kind`` headers the command carried. Timer firings,
+operator requests, signals and matched events are the engine's own message types.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from saga._model import (
     NULL,
     CancelRequested,
     Event,
+    EventReceived,
     ForceCompleted,
     Kind,
     RedriveRequested,
     RetryRequested,
+    SignalReceived,
     StepReplied,
 )
 from saga._store import TimerTemplate
@@ -54,6 +56,41 @@ class OperatorRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     revision: int = 0
 
 
+class SignalDelivery(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The payload of a ``SignalReceived`` inbox entry: which wait, and the signal's data."""
+
+    step: str
+    n: int
+    data: msgspec.Raw = NULL
+    by: str = ""
+
+    def received(self, event_id: str, at_ms: int) -> SignalReceived:
+        """The decider's event for this delivery."""
+        return SignalReceived(id=event_id, at_ms=at_ms, step=self.step, n=self.n, data=self.data, by=self.by)
+
+
+class EventDelivery(msgspec.Struct, kw_only=True):
+    """The payload of an ``EventReceived`` inbox entry: which wait, and the matched event."""
+
+    step: str
+    n: int
+    event_id: str
+    message_type: str
+    payload: msgspec.Raw
+
+    def received(self, event_id: str, at_ms: int) -> EventReceived:
+        """The decider's event for this delivery."""
+        return EventReceived(
+            id=event_id,
+            at_ms=at_ms,
+            step=self.step,
+            n=self.n,
+            event_id=self.event_id,
+            message_type=self.message_type,
+            payload=self.payload,
+        )
+
+
 CANCEL: Final = "CancelRequested"
 RETRY: Final = "RetryRequested"
 FORCE: Final = "ForceCompleted"
@@ -61,11 +98,15 @@ REDRIVE: Final = "RedriveRequested"
 TIMER: Final = "TimerFired"
 FAILED: Final = "StepFailed"
 SUCCEEDED: Final = "StepSucceeded"
+SIGNAL: Final = "SignalReceived"
+EVENT: Final = "EventReceived"
 
 _timer = msgspec.json.Decoder(TimerTemplate)
 _operator = msgspec.json.Decoder(OperatorRequest)
 _failed = msgspec.json.Decoder(StepFailed)
 _succeeded = msgspec.json.Decoder(StepSucceeded)
+_signal = msgspec.json.Decoder(SignalDelivery)
+_event = msgspec.json.Decoder(EventDelivery)
 
 
 def to_event(envelope: Envelope) -> Event:
@@ -80,8 +121,17 @@ def _decode(envelope: Envelope) -> Event:
     at = envelope.created_at_ms
     if envelope.type == TIMER:
         return _timer.decode(envelope.payload).fired(envelope.id, at)
+    if envelope.type == SIGNAL:
+        return _signal.decode(envelope.payload).received(envelope.id, at)
+    if envelope.type == EVENT:
+        return _event.decode(envelope.payload).received(envelope.id, at)
     if envelope.type in (CANCEL, RETRY, FORCE, REDRIVE):
         return operator_event(envelope.type, envelope.id, at, _operator.decode(envelope.payload))
+    return _reply_event(envelope)
+
+
+def _reply_event(envelope: Envelope) -> Event:
+    at = envelope.created_at_ms
     step, kind = envelope.headers.get("step"), envelope.headers.get("kind")
     if not step or kind not in ("do", "undo") or not envelope.causation_id:
         raise ValueError(f"a reply needs step and kind headers and a causation id (type {envelope.type!r})")

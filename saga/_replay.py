@@ -36,6 +36,7 @@ from saga._model import (
 )
 from saga._registry import Registry
 from saga._store import encode_state
+from saga._tokens import Signer
 
 _json = msgspec.json.Encoder()
 _entry_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -111,6 +112,7 @@ def replay_history(
     *,
     saga_id: str,
     partition: int = 0,
+    signer: Signer | None = None,
 ) -> ReplayReport:
     """Replay ``history`` through the decider; report the first decision that differs.
 
@@ -143,7 +145,7 @@ def replay_history(
             if isinstance(entry.event, Migrated):
                 decision = _migrate(migrating, current, state, entry.event)
             else:
-                decision = _decide(current, state, entry.event, saga_id, partition)
+                decision = _decide(current, state, entry.event, saga_id, partition=partition, signer=signer)
         except Exception as error:  # noqa: BLE001 - whatever today's code raises is the finding
             failure = ("error", "a decision", f"{type(error).__name__}: {error}", "")
             report.mismatch = _mismatch(index, entry, failure, state)
@@ -188,15 +190,21 @@ def _migrate(source: Saga[Any], target: Saga[Any], state: SagaState | None, even
 
 
 def _decide(
-    definition: Saga[Any], state: SagaState | None, event: Event, saga_id: str, partition: int
+    definition: Saga[Any],
+    state: SagaState | None,
+    event: Event,
+    saga_id: str,
+    *,
+    partition: int,
+    signer: Signer | None,
 ) -> Decision:
     if state is None:
         if not isinstance(event, Started):
             raise ValueError(f"a history starts with the saga's start, not {type(event).__name__}")
-        return start(definition, saga_id, bytes(event.data), partition, event)
+        return start(definition, saga_id, bytes(event.data), partition, event, signer=signer)
     if isinstance(event, Started):
         raise ValueError("a second start in one history")  # noqa: TRY004 - bad data, not a bad call
-    return decide(definition, state, event)
+    return decide(definition, state, event, signer=signer)
 
 
 def _revision(before: SagaState | None, decision: Decision) -> int:

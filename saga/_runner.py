@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -53,14 +53,19 @@ from saga._model import (
     Started,
     StartTimer,
     StepReplied,
+    TimerPurpose,
+    UnwatchEvent,
+    WatchEvent,
 )
 from saga._orchestrator import Orchestrator, _check_output
 from saga._outcome import reply_for
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, to_event
 from saga._registry import Registry
+from saga._runner_schedules import RunnerSchedules
+from saga._runner_waits import Published, RunnerWaits, Watch
 from saga._states import SagaStatus
-from saga._store import TimerTemplate, command_envelope, encode_state
+from saga._store import TimerTemplate, WatchRequest, command_envelope, encode_state
 
 T = TypeVar("T")
 CONSUMER = "saga-runner"
@@ -85,7 +90,7 @@ class PendingTimer:
     saga_id: str
     timer_id: str
     due_ms: int
-    purpose: Literal["retry", "timeout"]
+    purpose: TimerPurpose
     step: str
     kind: Kind
     attempt: int
@@ -123,7 +128,7 @@ class _Held:
     command_id: str
 
 
-class SagaRunner:
+class SagaRunner(RunnerWaits, RunnerSchedules):
     """Runs sagas in-process and synchronously: no Redis, no real time, the real decider.
 
     Example::
@@ -138,9 +143,10 @@ class SagaRunner:
     :class:`~saga.Participant` objects (their handlers run in-process; see
     :meth:`participant` for what they received). Local actions run for real.
 
-    Adding work (:meth:`start`, :meth:`cancel`, :meth:`retry`, :meth:`force_complete`)
-    decides or enqueues it and returns; :meth:`run_until_idle`, :meth:`advance` and
-    :meth:`run_until_settled` deliver and decide. ``reorder`` (a seeded
+    Adding work (:meth:`start`, :meth:`cancel`, :meth:`retry`, :meth:`force_complete`,
+    :meth:`signal`, :meth:`publish`, :meth:`add_schedule`) decides or enqueues it and
+    returns; :meth:`run_until_idle`, :meth:`advance` and :meth:`run_until_settled` deliver
+    and decide. ``reorder`` (a seeded
     :class:`random.Random`) takes the queued commands and events in random order instead of
     first-in first-out, as concurrent workers may. ``start_time`` is the virtual clock's
     initial time.
@@ -168,7 +174,7 @@ class SagaRunner:
         self._reorder = reorder
         self._max_deliveries = max_deliveries
         self._sagas: dict[str, _Saga] = {}
-        self._queue: list[_Command | _Event] = []
+        self._queue: list[_Command | _Event | Watch | Published] = []
         self._held: list[_Held] = []
         self._timers: dict[str, tuple[int, int, str, StartTimer]] = {}
         self._dedupe: dict[tuple[str, str], tuple[bytes, int]] = {}
@@ -177,8 +183,15 @@ class SagaRunner:
         self._busy = False
         self._misuse: RunnerError | None = None
         self._loop: asyncio.Runner | None = None
-        first = next(iter(self.registry))
-        self._local = Orchestrator(None, self.registry, first.context, clock=self.clock, config=self.config)
+        self._signers = {}
+        self._schedules = {}
+        self._indexes = {}
+        self._delivered = set()
+        self._locals: dict[str, Orchestrator] = {}
+        for context in self.registry.contexts.values():
+            local = Orchestrator(None, self.registry, context, clock=self.clock, config=self.config)
+            local._signer = self.signer(context.name)
+            self._locals[context.name] = local
 
     # -- time ------------------------------------------------------------------------------
 
@@ -219,7 +232,9 @@ class SagaRunner:
             saga=definition.key,
             steps=[s.name for s in definition.steps],
         )
-        decision = decide_start(definition, saga_id, encoded, partition.index, event)
+        decision = decide_start(
+            definition, saga_id, encoded, partition.index, event, signer=self._signer_for(definition)
+        )
         record = _Saga(definition, partition, decision.state, {}, [])
         self._sagas[saga_id] = record
         self._commit(record, decision, event)
@@ -311,9 +326,13 @@ class SagaRunner:
             raise ValueError("time only moves forward")
         target = self.now_ms + int(total.total_seconds() * 1000)
 
+        def next_due() -> int | None:
+            due = [t for t in (self._next_due(), self._next_schedule_due()) if t is not None]
+            return min(due, default=None)
+
         def body() -> None:
             self._settle_now()
-            while (due := self._next_due()) is not None and due <= target:
+            while (due := next_due()) is not None and due <= target:
                 self.clock.set(max(due, self.now_ms))
                 self._settle_now()
             self.clock.set(target)
@@ -393,7 +412,13 @@ class SagaRunner:
     def replay(self, saga_id: str) -> SagaState:
         """Replay the saga's history through the decider (see :func:`saga.testing.replay`)."""
         record = self._saga(saga_id)
-        return replay(self.registry, record.history, saga_id=saga_id, partition=record.partition.index)
+        return replay(
+            self.registry,
+            record.history,
+            saga_id=saga_id,
+            partition=record.partition.index,
+            signer=self._signer_for(record.definition),
+        )
 
     def migrate(self, migration: Migration, saga_id: str | None = None) -> dict[str, MigrationDecision]:
         """Move in-flight sagas of ``migration.source`` to its target, as ``saga versions migrate`` does.
@@ -469,6 +494,19 @@ class SagaRunner:
         self._saga(saga_id)
         self._queue.append(_Event(saga_id, event))
 
+    def _enqueue(self, item: object) -> None:
+        assert isinstance(item, _Command | _Event | Watch | Published)  # noqa: S101 - internal use
+        self._queue.append(item)
+
+    def _enqueue_event(self, saga_id: str, event: Event) -> None:
+        self._request(saga_id, event)
+
+    def _has_saga(self, saga_id: str) -> bool:
+        return saga_id in self._sagas
+
+    def _definition_of(self, saga_id: str) -> Saga[Any]:
+        return self._saga(saga_id).definition
+
     def _session(self, body: Callable[[], None]) -> None:
         """Run ``body`` with an event loop for handlers and actions; from async code, on a thread."""
         if self._busy:
@@ -501,7 +539,7 @@ class SagaRunner:
     def _settle_now(self) -> None:
         while True:
             self._drain()
-            if not self._fire_due():
+            if not self._fire_due() + self._fire_schedules():
                 return
 
     def _drain(self) -> None:
@@ -512,6 +550,10 @@ class SagaRunner:
             item = self._queue.pop(index)
             if isinstance(item, _Command):
                 self._deliver(item)
+            elif isinstance(item, Watch):
+                self._handle_watch(item)
+            elif isinstance(item, Published):
+                self._handle_published(item)
             else:
                 self._decide(item)
             if self._misuse is not None:
@@ -540,7 +582,8 @@ class SagaRunner:
                 _check_output(record.definition, event, item.envelope)
             except PermanentError as error:
                 raise RunnerError(f"participant {item.envelope.source!r} replied wrongly: {error}") from error
-        self._commit(record, decide(record.definition, record.state, event), event)
+        signer = self._signer_for(record.definition)
+        self._commit(record, decide(record.definition, record.state, event, signer=signer), event)
         self._release_late(record)
 
     def _commit(self, record: _Saga, decision: Decision, event: Event) -> None:
@@ -565,12 +608,8 @@ class SagaRunner:
         saga_id = record.state.id
         for effect in decision.effects:
             if isinstance(effect, StartTimer):
-                self._timers[effect.timer_id] = (
-                    self.now_ms + effect.delay_ms,
-                    next(self._ids),
-                    saga_id,
-                    effect,
-                )
+                due = effect.at_ms if effect.at_ms is not None else self.now_ms + effect.delay_ms
+                self._timers[effect.timer_id] = (due, next(self._ids), saga_id, effect)
         for effect in decision.effects:
             if isinstance(effect, CancelTimer):
                 self._timers.pop(effect.timer_id, None)
@@ -581,6 +620,18 @@ class SagaRunner:
                 )
                 self.dispatched.append((saga_id, effect))
                 self._queue.append(_Command(saga_id, record.partition, effect.participant, envelope))
+            elif isinstance(effect, WatchEvent | UnwatchEvent):
+                request = WatchRequest(
+                    saga_id=saga_id,
+                    partition=record.partition.index,
+                    step=effect.step,
+                    n=effect.n,
+                    stream=effect.stream,
+                    message_type=effect.message_type,
+                    key=effect.key,
+                )
+                kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
+                self._queue.append(Watch(record.partition.context, kind, request))
 
     def _deliver(self, command: _Command) -> None:
         self._await(self._handle(command))
@@ -604,7 +655,8 @@ class SagaRunner:
         if name == LOCAL:
             first = self._first_result(key)
             if first is None:
-                reply = await self._local.on_local(envelope.decode(LocalCall), delivery)
+                local = self._locals[command.partition.context]
+                reply = await local.on_local(envelope.decode(LocalCall), delivery)
                 first = self._result(key, reply, idempotent=True)
             self._reply(command, LOCAL, first, Response(None))
             return

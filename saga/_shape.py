@@ -27,6 +27,7 @@ import msgspec
 
 from bus import message_type
 from saga._definition import Compensation, Saga
+from saga._wait_steps import EventWait, SignalWait, Sleep
 
 SHAPE_FORMAT: Final = 1
 """The format of stored shapes; a reader refuses a shape of a newer format."""
@@ -118,12 +119,24 @@ def step_shape(step: Any) -> StepShape:
             else None
         ),
         output=type_shape(step.output_type) if step.output_type is not None else None,
-        waits=tuple(sorted(str(w) for w in getattr(step, "waits", ()))),
+        waits=_waits(step),
         branches={
             str(name): tuple(step_shape(s) for s in steps)
             for name, steps in dict(getattr(step, "branches", {})).items()
         },
     )
+
+
+def _waits(step: Any) -> tuple[str, ...]:
+    """What a waiting step waits for, as stable text (a sleep's duration may change freely)."""
+    wait = getattr(step, "wait", None)
+    if isinstance(wait, EventWait):
+        return (f"event {wait.message_type} on {wait.stream.key}",)
+    if isinstance(wait, SignalWait):
+        return ("signal",)
+    if isinstance(wait, Sleep):
+        return ("sleep",)
+    return ()
 
 
 def type_shape(type_: Any) -> TypeShape:

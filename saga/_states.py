@@ -37,6 +37,7 @@ class StepStatus(StrEnum):
     PENDING = "pending"
     SCHEDULED = "scheduled"
     DISPATCHED = "dispatched"
+    WAITING = "waiting"
     RETRYING = "retrying"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -63,9 +64,9 @@ SAGA_TRANSITIONS: Final[dict[SagaStatus, dict[SagaStatus, str]]] = {
     },
     SagaStatus.SUSPENDED: {
         SagaStatus.RUNNING: "the wait ended",
-        SagaStatus.COMPENSATING: "cancel or deadline, after steps completed",
+        SagaStatus.COMPENSATING: "cancel, deadline or a wait timed out, after steps completed",
         SagaStatus.CANCELLED: "cancel requested and nothing needed undoing",
-        SagaStatus.FAILED: "the wait timed out and nothing needed undoing",
+        SagaStatus.FAILED: "deadline or a wait timed out, and nothing needed undoing",
     },
     SagaStatus.COMPENSATING: {
         SagaStatus.COMPENSATED: "every completed step was undone after a failure",
@@ -77,6 +78,7 @@ SAGA_TRANSITIONS: Final[dict[SagaStatus, dict[SagaStatus, str]]] = {
         SagaStatus.COMPENSATING: "an operator retried the compensations, or cancelled",
         SagaStatus.CANCELLED: "an operator cancelled and nothing needed undoing",
         SagaStatus.COMPENSATED: "an operator force-completed the last compensation",
+        SagaStatus.FAILED: "the deadline passed and nothing needed undoing",
     },
     SagaStatus.COMPLETED: {},
     SagaStatus.FAILED: {},
@@ -90,6 +92,7 @@ STEP_TRANSITIONS: Final[dict[StepStatus, dict[StepStatus, str]]] = {
     },
     StepStatus.SCHEDULED: {
         StepStatus.DISPATCHED: "its command was sent (compensation registered first)",
+        StepStatus.WAITING: "it waits: a sleep, a signal or another context's event",
         StepStatus.FAILED: "the saga was cancelled before dispatch",
     },
     StepStatus.DISPATCHED: {
@@ -97,6 +100,10 @@ STEP_TRANSITIONS: Final[dict[StepStatus, dict[StepStatus, str]]] = {
         StepStatus.RETRYING: "a transient failure or a timeout, attempts left",
         StepStatus.FAILED: "a permanent failure, or no attempts left",
         StepStatus.PENDING: REDRIVE,
+    },
+    StepStatus.WAITING: {
+        StepStatus.SUCCEEDED: "the wait ended: the timer fired, the signal or the event came",
+        StepStatus.FAILED: "the wait timed out, or the saga was cancelled or ran past its deadline",
     },
     StepStatus.RETRYING: {
         StepStatus.DISPATCHED: "the back-off elapsed: the next attempt was sent",

@@ -5,8 +5,13 @@ A saga hash holds small fields so that a transition rewrites only what changed::
     rev      the revision (optimistic concurrency; written by the script only)
     status   lifecycle status            name, version   the definition it runs
     created  creation time (ms)          updated         last change (ms)
-    data     the start data (JSON)       meta            cursor, completed steps, notes
+    data     the start data (JSON)       meta            cursor, completed steps, notes,
+                                                         the current wait, early signals
     s:<step> one step's state with every attempt (JSON)
+
+An event wait's registration (``WatchEvent``/``UnwatchEvent``) is a command on the
+partition's ``cmd:_waits`` stream, written by the same script: the context-wide index it
+updates lives in another slot (see ``saga/_event_waits.py``).
 
 Every change goes through ``saga/lua/transition.lua`` (documented at its top): revision
 check, lease check on the inbox entry, state, history, indexes, timers, commands and ack,
@@ -21,9 +26,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from bus import Delivery, Envelope, Script, ScriptCall
+from bus import Delivery, Envelope, Script, ScriptCall, derived_id
 from saga._decider import Decision
-from saga._keys import Partition
+from saga._keys import WAITS, Partition
 from saga._model import (
     CancelTimer,
     Dispatch,
@@ -34,6 +39,10 @@ from saga._model import (
     StartTimer,
     StepState,
     TimerFired,
+    TimerPurpose,
+    UnwatchEvent,
+    Wait,
+    WatchEvent,
     idempotency_key,
 )
 from saga._states import SagaStatus
@@ -53,16 +62,38 @@ class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True):
     completed: list[str] = msgspec.field(default_factory=list)
     cancel: Note | None = None
     error: Note | None = None
+    wait: Wait | None = None
+    expired: Note | None = None
+    signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+
+
+class WatchRequest(msgspec.Struct, kw_only=True):
+    """The payload of a ``WatchEvent``/``UnwatchEvent`` command on ``cmd:_waits``."""
+
+    saga_id: str
+    partition: int
+    step: str
+    n: int
+    stream: str
+    message_type: str
+    key: str
 
 
 _meta_decoder = msgspec.json.Decoder(_Meta)
 
 
-class TimerTemplate(msgspec.Struct, kw_only=True):
-    """A timer's event as stored: a :class:`~saga._model.TimerFired` minus id and time."""
+class TimerTemplate(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A timer's event as stored: a :class:`~saga._model.TimerFired` minus id and time.
 
-    timer_id: str
-    purpose: Literal["retry", "timeout"]
+    Stored in ``timerdata`` under the timer id as ``<byte length of the saga id>:<saga id>``
+    followed by this JSON without the timer id (the hash field and the fired entry's id
+    carry it): one field per timer, about 380 bytes of Redis memory less than the first
+    layout (event with the id inside, plus a ``<timer id>:c`` field for the saga id),
+    which the scripts still read.
+    """
+
+    timer_id: str = ""
+    purpose: TimerPurpose
     step: str
     kind: Literal["do", "undo"]
     attempt: int
@@ -78,17 +109,36 @@ class TimerTemplate(msgspec.Struct, kw_only=True):
             attempt=timer.attempt,
         )
 
+    def stored(self, saga_id: str) -> bytes:
+        """The ``timerdata`` value: the saga id, length-prefixed, then the event (no timer id)."""
+        owner = saga_id.encode()
+        event = _json.encode(msgspec.structs.replace(self, timer_id=""))
+        return str(len(owner)).encode() + b":" + owner + event
+
+    @classmethod
+    def parse(cls, timer_id: str, stored: bytes) -> tuple[str, TimerTemplate]:
+        """Read a ``timerdata`` value back: ``(saga id, event)`` (the inverse of :meth:`stored`)."""
+        length, _, rest = stored.partition(b":")
+        if not length.isdigit():  # the first layout: the bare event, saga id in another field
+            return "", msgspec.structs.replace(_template_decoder.decode(stored), timer_id=timer_id)
+        size = int(length)
+        template = _template_decoder.decode(rest[size:])
+        return rest[:size].decode(), msgspec.structs.replace(template, timer_id=timer_id)
+
     def fired(self, event_id: str, at_ms: int) -> TimerFired:
-        """The event the saga sees when this timer fires."""
+        """The event the saga sees when this timer fires (the entry's id is the timer id)."""
         return TimerFired(
             id=event_id,
             at_ms=at_ms,
-            timer_id=self.timer_id,
+            timer_id=self.timer_id or event_id,
             purpose=self.purpose,
             step=self.step,
             kind=self.kind,
             attempt=self.attempt,
         )
+
+
+_template_decoder = msgspec.json.Decoder(TimerTemplate)
 
 
 @dataclass(slots=True)
@@ -124,6 +174,9 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
                 completed=state.completed,
                 cancel=state.cancel,
                 error=state.error,
+                wait=state.wait,
+                expired=state.expired,
+                signals=state.signals,
             )
         ),
     }
@@ -154,6 +207,9 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         completed=meta.completed,
         cancel=meta.cancel,
         error=meta.error,
+        wait=meta.wait,
+        expired=meta.expired,
+        signals=meta.signals,
         revision=int(fields.get("rev", b"0")),
         created_ms=int(fields["created"]),
         updated_ms=int(fields["updated"]),
@@ -243,20 +299,48 @@ def commit_call(
     starts = [e for e in decision.effects if isinstance(e, StartTimer)]
     args.append(len(starts))
     for timer in starts:
-        template = TimerTemplate.of(timer)
-        args += [timer.timer_id, timer.delay_ms, state.id, _json.encode(template)]
+        due = f"@{timer.at_ms}" if timer.at_ms is not None else timer.delay_ms
+        args += [timer.timer_id, due, TimerTemplate.of(timer).stored(state.id)]
     cancels = [e.timer_id for e in decision.effects if isinstance(e, CancelTimer)]
     args += [len(cancels), *cancels]
-    dispatches = [e for e in decision.effects if isinstance(e, Dispatch)]
-    args.append(len(dispatches))
     cause = getattr(event, "id", "")
-    for dispatch in dispatches:
-        keys.append(partition.commands(dispatch.participant).key)
-        envelope_fields = command_envelope(state, dispatch, partition, cause=cause, now_ms=now_ms).to_fields()
+    commands: list[tuple[str, Envelope]] = []
+    for effect in decision.effects:
+        if isinstance(effect, Dispatch):
+            envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
+            commands.append((partition.commands(effect.participant).key, envelope))
+        elif isinstance(effect, WatchEvent | UnwatchEvent):
+            commands.append((partition.commands(WAITS).key, watch_envelope(state, effect, now_ms=now_ms)))
+    args.append(len(commands))
+    for stream_key, envelope in commands:
+        keys.append(stream_key)
+        envelope_fields = envelope.to_fields()
         args.append(len(envelope_fields))
         for field_name, value in envelope_fields.items():
             args += [field_name, value]
     return TRANSITION.call(keys, args), new_fields
+
+
+def watch_envelope(state: SagaState, effect: WatchEvent | UnwatchEvent, *, now_ms: int) -> Envelope:
+    """The ``cmd:_waits`` command that (un)registers an event wait in the context's index."""
+    kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
+    request = WatchRequest(
+        saga_id=state.id,
+        partition=state.partition,
+        step=effect.step,
+        n=effect.n,
+        stream=effect.stream,
+        message_type=effect.message_type,
+        key=effect.key,
+    )
+    return Envelope(
+        id=derived_id(state.id, f"{effect.step}:{kind}:{effect.n}"),
+        type=kind,
+        payload=_json.encode(request),
+        source=state.context,
+        correlation_id=state.id,
+        created_at_ms=now_ms,
+    )
 
 
 def commit_result(reply: Any) -> CommitResult:

@@ -20,14 +20,15 @@ from saga._app import App
 from saga._config import EngineConfig
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
-from saga._timers import fire_due, run_scheduler
+from saga._scheduler import Scheduler, run_schedules
+from saga._timers import fire_round, run_scheduler
 from saga._versions import Registration, Stranded, Versions, worker_info
 
 _log = get_logger("redsaga.saga")
 
 
 class SagaWorker:
-    """Runs everything an :class:`App` declares on one bus worker, plus the timer scheduler.
+    """Runs everything an :class:`App` declares on one bus worker, plus timers and schedules.
 
     Bounded concurrency, leases, dead letters, graceful shutdown and reconnects come from
     the bus worker; :meth:`stop` stops both.
@@ -48,6 +49,10 @@ class SagaWorker:
         self.redis = redis
         self.orchestrators = [
             Orchestrator(redis, app.registry, context, clock=self.clock, config=self.config)
+            for context in app.registry.contexts.values()
+        ]
+        self.schedulers = [
+            Scheduler(redis, app.registry, context, clock=self.clock, config=self.config)
             for context in app.registry.contexts.values()
         ]
         bus = Bus(app.name)
@@ -146,6 +151,7 @@ class SagaWorker:
                     tg.start_soon(
                         self._every, self.config.stranded_check_ms, "stranded check", self.check_stranded
                     )
+                    tg.start_soon(run_schedules, self.schedulers, self.clock, self.config)
                 await self.bus_worker.run()
                 tg.cancel_scope.cancel()
         finally:
@@ -171,11 +177,11 @@ class SagaWorker:
                     _log.warning("could not withdraw the worker registration", error=str(error))
 
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
-        """Handle everything due now (entries and timers), then return: for tests and demos."""
+        """Handle everything due now (entries, timers, schedules), then return: for tests and demos."""
         for _ in range(max_rounds):
-            fired = 0
-            for partition in self.partitions:
-                fired += await fire_due(self.redis, partition, self.clock, self.config.timer_batch)
+            fired = (await fire_round(self.redis, self.partitions, self.clock, self.config.timer_batch)).fired
+            for scheduler in self.schedulers:
+                fired += await scheduler.tick()
             await self.bus_worker.run_until_idle()
             if not fired:
                 return

@@ -25,9 +25,13 @@ attempt. Real participants plug in directly (``participants=[payments]``) or wra
 inject faults around their handlers (``FakeParticipant.of(payments).on(ChargeCard,
 fail_transiently(times=2))``). Local actions always run for real.
 
-Time: :meth:`SagaRunner.advance` fires exactly the timers that fall due (retry back-offs
-and step timeouts), in order; :meth:`SagaRunner.run_until_settled` skips from timer to
-timer until the saga ends or is dead-lettered.
+Time: :meth:`SagaRunner.advance` fires exactly the timers that fall due (retry back-offs,
+step and wait timeouts, sleeps, deadlines) and the schedule occurrences
+(:meth:`SagaRunner.add_schedule`), in order; :meth:`SagaRunner.run_until_settled` skips
+from timer to timer until the saga ends or is dead-lettered. Waits:
+:meth:`SagaRunner.signal` delivers a resume token (:meth:`SagaRunner.resume_token`,
+:meth:`SagaRunner.query`), :meth:`SagaRunner.publish` another context's event, with the
+checks and matching rules Redis applies (see ``docs/time.md``).
 
 Regression tests from production: :func:`replay` runs a recorded history (``saga
 export``, or the Redis history list) through the decider and fails at the first decision

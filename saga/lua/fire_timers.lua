@@ -1,10 +1,16 @@
 -- Move due timers into the partition's inbox, atomically: read due, XADD, remove.
 --
--- KEYS[1] timers zset    KEYS[2] timer data hash    KEYS[3] inbox stream
+-- KEYS[1] timers zset    KEYS[2] timer data hash: timer id -> '<len>:<saga id><event JSON>'
+-- KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
 --
--- One script per batch, so two schedulers never fire the same timer; the saga side ignores
--- a timer that is no longer current (by timer id). Returns the number fired.
+-- One script per batch, so two schedulers never fire the same timer and a scheduler killed
+-- between batches leaves every unfired timer in the set; the saga side ignores a firing
+-- that is no longer current (by timer id). "Due" is judged here, by one clock (Redis TIME,
+-- or the fake clock a test passes in), never by a worker's clock.
+--
+-- Returns {fired, now, next due time or -1}: the scheduler sleeps until the next due time
+-- (measured on this same clock) instead of polling blindly.
 local now = tonumber(ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
@@ -12,13 +18,23 @@ if now < 0 then
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, timer_id in ipairs(due) do
-  local data = redis.call('HGET', KEYS[2], timer_id)
-  local saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c')
-  if data then
+  local stored = redis.call('HGET', KEYS[2], timer_id)
+  if stored then
+    local saga_id, data
+    local length = string.match(stored, '^(%d+):')
+    if length then  -- '<len>:<saga id><event JSON>'
+      local from = #length + 2
+      saga_id = string.sub(stored, from, from + tonumber(length) - 1)
+      data = string.sub(stored, from + tonumber(length))
+    else  -- the first layout: the event here, the saga id in '<timer id>:c'
+      saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c') or ''
+      data = stored
+    end
     redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
-      'corr', saga_id or '', 'data', data)
+      'corr', saga_id, 'data', data)
   end
   redis.call('ZREM', KEYS[1], timer_id)
   redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')
 end
-return #due
+local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {#due, now, next_due[2] or -1}

@@ -17,7 +17,9 @@
 -- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
 -- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (JSON)
 -- then: n, n × (field, value)              the saga hash fields that changed
--- then: n, n × (timer id, delay ms, saga id, event JSON)   timers to start
+-- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
+--       now, or '@' followed by an absolute time in ms (both judged by one clock); the
+--       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
 -- then: n, n × timer id                    timers to cancel
 -- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
 --
@@ -84,12 +86,18 @@ end
 
 local nstart = tonumber(ARGV[i])
 for t = 1, nstart do
-  local base = i + (t - 1) * 4
+  local base = i + (t - 1) * 3
   local timer_id = ARGV[base + 1]
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[base + 2]), timer_id)
-  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 4], timer_id .. ':c', ARGV[base + 3])
+  local due = ARGV[base + 2]
+  if string.sub(due, 1, 1) == '@' then
+    due = tonumber(string.sub(due, 2))
+  else
+    due = now + tonumber(due)
+  end
+  redis.call('ZADD', KEYS[4], due, timer_id)
+  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 3])
 end
-i = i + nstart * 4 + 1
+i = i + nstart * 3 + 1
 local ncancel = tonumber(ARGV[i])
 for t = 1, ncancel do
   redis.call('ZREM', KEYS[4], ARGV[i + t])

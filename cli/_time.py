@@ -1,0 +1,195 @@
+"""``saga signal`` and ``saga schedule …``: thin shells over ``SagaClient`` and ``ScheduleClient``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+import bus
+from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, run
+from cli._load import load_object
+from saga import App, Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo
+
+AppRef = Annotated[
+    str | None,
+    typer.Option("--app", help="module:attribute of the App, to check data against its definitions."),
+]
+ContextOption = Annotated[str, typer.Option("--context", "-c", help="The bounded context of the schedules.")]
+
+
+def _registry(app_ref: str | None) -> Registry:
+    if app_ref is None:
+        return Registry([])
+    app = load_object(app_ref)
+    if not isinstance(app, App):
+        raise CommandError(f"{app_ref} is a {type(app).__name__}, not a saga.App")
+    return app.registry
+
+
+def _json_data(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as error:
+        raise CommandError(f"--data is not JSON: {error}") from error
+
+
+def signal(
+    token: Annotated[str, typer.Argument(help="The resume token the waiting step gave out.")],
+    data: Annotated[str, typer.Option("--data", help="The signal's data as JSON.")] = "null",
+    by: Annotated[str, typer.Option(help="Who signals (recorded in the saga's history).")] = "cli",
+    app_ref: AppRef = None,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """Deliver a resume token: the waiting saga resumes once with DATA.
+
+    The token is checked before anything is written (a forged or altered token fails).
+    With --app the data is checked against the step's output type here; the worker checks
+    it either way. Delivering again, or after the wait ended, is recorded and changes nothing.
+    """
+    value = _json_data(data)
+    registry = _registry(app_ref)
+
+    async def main() -> str:
+        redis = bus.connect(redis_url)
+        try:
+            return await SagaClient(redis, registry, source=by).signal(token, value, by=by)
+        finally:
+            await redis.aclose()
+
+    entry = run(main)
+    if json_output:
+        emit_json({"delivered": entry})
+    else:
+        typer.echo(f"signal delivered ({entry})")
+
+
+schedule_app = typer.Typer(help="Schedules: start sagas on a cron expression or at a later time.")
+
+
+def _fmt(ms: int | None) -> str:
+    return "-" if ms is None else datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+
+
+def _with_client(redis_url: str | None, context: str, job: Any, registry: Registry | None = None) -> Any:
+    async def main() -> Any:
+        redis = bus.connect(redis_url)
+        try:
+            return await job(ScheduleClient(redis, context, registry=registry))
+        finally:
+            await redis.aclose()
+
+    return run(main)
+
+
+def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
+    if json_output:
+        emit_json(infos)
+        return
+    rows = [
+        [
+            i.schedule.id,
+            i.schedule.saga,
+            i.schedule.cron or "once",
+            i.schedule.timezone,
+            i.schedule.overlap,
+            "paused" if i.state.paused else "active",
+            _fmt(i.state.next_ms),
+            i.state.started,
+            i.state.skipped,
+            len(i.state.runs),
+        ]
+        for i in infos
+    ]
+    headers = ["id", "saga", "cron", "zone", "overlap", "state", "next", "started", "skipped", "running"]
+    emit_table(headers, rows)
+
+
+@schedule_app.command("list")
+@reporting_errors
+def list_schedules(context: ContextOption, redis_url: RedisUrl = None, json_output: Json = False) -> None:
+    """List the context's schedules: policy, state, next run, counts."""
+    _show(_with_client(redis_url, context, lambda c: c.list()), json_output)
+
+
+def _action(name: str, doc: str) -> None:
+    @reporting_errors
+    def command(
+        schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
+        context: ContextOption,
+        redis_url: RedisUrl = None,
+        json_output: Json = False,
+    ) -> None:
+        info = _with_client(redis_url, context, lambda c: getattr(c, name)(schedule_id))
+        _show([info], json_output)
+
+    command.__doc__ = doc
+    schedule_app.command(name)(command)
+
+
+_action("pause", "Pause a schedule: nothing starts; occurrences while paused are skipped.")
+_action("resume", "Resume a schedule from its next occurrence after now.")
+_action("trigger", "Run a schedule once now (its overlap policy applies).")
+
+
+@schedule_app.command("delete")
+@reporting_errors
+def delete(
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
+    context: ContextOption,
+    redis_url: RedisUrl = None,
+) -> None:
+    """Delete a schedule (the sagas it started are not touched)."""
+    _with_client(redis_url, context, lambda c: c.delete(schedule_id))
+    typer.echo(f"schedule {schedule_id} deleted")
+
+
+@schedule_app.command("create")
+@reporting_errors
+def create(
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id (unique in its context).")],
+    context: ContextOption,
+    saga: Annotated[str, typer.Option(help="The saga definition's name.")],
+    data: Annotated[str, typer.Option("--data", help="The saga's start data as JSON.")] = "null",
+    cron: Annotated[str, typer.Option(help="A 5-field cron expression, or @daily etc.")] = "",
+    start_at: Annotated[
+        datetime | None, typer.Option(help="Delayed start (ISO time with offset); once, without --cron.")
+    ] = None,
+    timezone: Annotated[str, typer.Option(help="IANA zone the cron and calendar are read in.")] = "UTC",
+    overlap: Annotated[str, typer.Option(help="skip, buffer_one, allow_all or cancel_previous.")] = "skip",
+    catch_up: Annotated[str, typer.Option(help="skip, run_once or run_all.")] = "skip",
+    skip_weekends: Annotated[bool, typer.Option(help="Skip Saturdays and Sundays.")] = False,
+    holiday: Annotated[list[str] | None, typer.Option(help="An ISO date to skip (repeatable).")] = None,
+    replace: Annotated[bool, typer.Option(help="Replace a schedule with this id.")] = False,
+    app_ref: AppRef = None,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """Create a schedule that starts SAGA with DATA on a cron expression or at a later time."""
+    if start_at is not None and start_at.tzinfo is None:
+        raise CommandError("--start-at needs a UTC offset (e.g. 2026-12-01T09:00:00+01:00)")
+    try:
+        spec = msgspec.convert(
+            {
+                "id": schedule_id,
+                "saga": saga,
+                "context": context,
+                "data": msgspec.Raw(msgspec.json.encode(_json_data(data))),
+                "cron": cron,
+                "start_at_ms": int(start_at.timestamp() * 1000) if start_at else None,
+                "timezone": timezone,
+                "skip_weekends": skip_weekends,
+                "holidays": tuple(holiday or ()),
+                "overlap": overlap,
+                "catch_up": catch_up,
+            },
+            type=Schedule,
+        )
+    except msgspec.ValidationError as error:
+        raise CommandError(str(error)) from error
+    registry = _registry(app_ref) if app_ref else None
+    info = _with_client(redis_url, context, lambda c: c.create(spec, replace=replace), registry)
+    _show([info], json_output)

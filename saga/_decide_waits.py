@@ -1,0 +1,322 @@
+"""The decider's rules for waiting: sleeps, signals, event waits and the saga's deadline.
+
+Part of the pure decider (``saga/_decider.py``): :class:`WaitRules` is the base of a
+decision in progress and owns everything about a suspended saga. A wait is one attempt of
+its step (input: what it waits for; output: the signal's data or the event), the saga is
+``suspended`` while it lasts, and it ends exactly once: the first of its timer, its signal
+or event, a cancel, the deadline, or an operator's force-complete wins, and whatever comes
+after is recorded and ignored. A signal that comes before its wait begins is kept in the
+state and consumed when the wait begins (an approval can beat the reply of the step that
+asked for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import msgspec
+
+from bus import derived_id
+from saga._definition import Saga, Step
+from saga._errors import DefinitionError
+from saga._model import (
+    NULL,
+    Attempt,
+    CancelTimer,
+    Effect,
+    EventReceived,
+    Note,
+    Outcome,
+    SagaState,
+    SignalReceived,
+    StartTimer,
+    StepState,
+    TimerFired,
+    UnwatchEvent,
+    Wait,
+    WaitKind,
+    WatchEvent,
+)
+from saga._states import SagaStatus, StepStatus, move_saga, move_step
+from saga._tokens import Signer
+from saga._wait_steps import EventWait, Sleep
+
+WAIT_PARTICIPANT = "_wait"
+"""The ``participant`` recorded on a wait's attempt (nobody is sent anything)."""
+_json = msgspec.json.Encoder()
+
+
+def deadline_timer_id(saga_id: str) -> str:
+    """The id of a saga's deadline timer."""
+    return f"{saga_id}:deadline"
+
+
+class WaitRules:
+    """Waits and the deadline, for a decision in progress (see :class:`saga._decider._Run`)."""
+
+    definition: Saga[Any]
+    state: SagaState
+    now_ms: int
+    effects: list[Effect]
+    signer: Signer | None
+
+    # -- provided by the decision ----------------------------------------------------------
+
+    def ignore(self, reason: str) -> None:
+        """Record the event as ignored."""
+        raise NotImplementedError
+
+    def _succeeded(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
+        raise NotImplementedError
+
+    def _begin_compensation(self) -> None:
+        raise NotImplementedError
+
+    def _cancel_timer(self, step_state: StepState) -> None:
+        raise NotImplementedError
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the saga goes no further forward: cancel requested or deadline passed."""
+        return self.state.cancel is not None or self.state.expired is not None
+
+    def wait_number(self, name: str) -> int:
+        """The current wait of step ``name``, or the next one if it is not waiting."""
+        wait = self.state.wait
+        if wait is not None and wait.step == name:
+            return wait.n
+        return self.state.steps[name].count("do") + 1
+
+    def tokens(self) -> Callable[[str], str] | None:
+        """What ``StepContext.resume_token`` calls (``None`` without a signer)."""
+        signer = self.signer
+        if signer is None:
+            return None
+
+        def token(name: str) -> str:
+            if self.definition.step_named(name).kind != "signal":
+                raise DefinitionError(f"{self.definition.key}.{name} does not wait for a signal")
+            return signer.token(self.state.partition, self.state.id, name, self.wait_number(name))
+
+        return token
+
+    # -- beginning a wait ------------------------------------------------------------------
+
+    def begin_wait(self, step: Step[Any, Any]) -> None:
+        """Suspend the saga on ``step`` (or go on at once when its signal came early)."""
+        step_state = self.state.steps[step.name]
+        n = step_state.count("do") + 1
+        step_state.status = move_step(step_state.status, StepStatus.WAITING)
+        attempt = Attempt(
+            n=n,
+            kind="do",
+            command_id=derived_id(self.state.id, f"{step.name}:wait:{n}"),
+            participant=WAIT_PARTICIPANT,
+            input_type=step.kind,
+            input=NULL,
+            dispatched_ms=self.now_ms,
+        )
+        step_state.attempts.append(attempt)
+        spec = step.wait
+        details: dict[str, object] = {}
+        delay_ms, at_ms = 0, None
+        try:
+            data = self.definition.decode_data(self.state.data)
+            if isinstance(spec, Sleep):
+                delay_ms, at_ms = spec.target(data)
+                details = {"at_ms": at_ms} if at_ms is not None else {"delay_ms": delay_ms}
+            elif isinstance(spec, EventWait):
+                details = {
+                    "stream": spec.stream.key,
+                    "message_type": spec.message_type,
+                    "key": spec.key_of_data(data),
+                }
+        except Exception as error:  # noqa: BLE001 - a user function's bug fails the step, not the worker
+            attempt.ended_ms = self.now_ms
+            reason = f"{step.kind} step raised {type(error).__name__}: {error}"
+            self.wait_failed(step, step_state, attempt, "permanent", reason)
+            return
+        if step.timeout_s:
+            details["timeout_ms"] = int(step.timeout_s * 1000)
+        attempt.input = msgspec.Raw(_json.encode(details))
+        early = self.state.signals.pop(f"{step.name}:{n}", None)
+        if early is not None:
+            attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.now_ms, early
+            self._succeeded(step, step_state, early)
+            return
+        self.state.status = move_saga(self.state.status, SagaStatus.SUSPENDED)
+        wait = Wait(step=step.name, kind=_wait_kind(step), n=n, since_ms=self.now_ms)
+        if isinstance(spec, EventWait):
+            wait.stream, wait.message_type, wait.key = spec.stream.key, spec.message_type, str(details["key"])
+            self.effects.append(
+                WatchEvent(
+                    step=step.name, n=n, stream=wait.stream, message_type=wait.message_type, key=wait.key
+                )
+            )
+        self.state.wait = wait
+        if isinstance(spec, Sleep):
+            self._start_wait_timer(step_state, step.name, n, "wake", delay_ms=delay_ms, at_ms=at_ms)
+        elif step.timeout_s:
+            self._start_wait_timer(
+                step_state, step.name, n, "timeout", delay_ms=int(step.timeout_s * 1000), at_ms=None
+            )
+
+    def _start_wait_timer(
+        self,
+        step_state: StepState,
+        step: str,
+        n: int,
+        purpose: Literal["wake", "timeout"],
+        *,
+        delay_ms: int,
+        at_ms: int | None,
+    ) -> None:
+        timer_id = f"{self.state.id}:{step}:wait:{n}:{purpose}"
+        step_state.timer = timer_id
+        self.effects.append(
+            StartTimer(
+                timer_id=timer_id,
+                delay_ms=delay_ms,
+                at_ms=at_ms,
+                purpose=purpose,
+                step=step,
+                kind="do",
+                attempt=n,
+            )
+        )
+
+    # -- ending a wait ---------------------------------------------------------------------
+
+    def release_wait(self, step_state: StepState) -> None:
+        """Forget the current wait: cancel its timer and its event registration."""
+        self._cancel_timer(step_state)
+        wait = self.state.wait
+        if wait is not None and wait.kind == "event":
+            self.effects.append(
+                UnwatchEvent(
+                    step=wait.step, n=wait.n, stream=wait.stream, message_type=wait.message_type, key=wait.key
+                )
+            )
+        self.state.wait = None
+
+    def resume(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
+        """The wait ended well: record ``output``, go on with the next step."""
+        attempt = step_state.current("do")
+        assert attempt is not None  # noqa: S101 - a waiting step has its wait's attempt
+        attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.now_ms, output
+        self.release_wait(step_state)
+        self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
+        self._succeeded(step, step_state, output)
+
+    def wait_failed(
+        self,
+        step: Step[Any, Any],
+        step_state: StepState,
+        attempt: Attempt,
+        outcome: Outcome,
+        reason: str,
+        *,
+        note: bool = True,
+    ) -> None:
+        """The wait failed (timeout, cancel, deadline, a bad key function): compensate.
+
+        ``note=False`` keeps the saga's note (the cancel or deadline that ended the wait).
+        """
+        attempt.outcome, attempt.error, attempt.ended_ms = outcome, reason, self.now_ms
+        self.release_wait(step_state)
+        step_state.status = move_step(step_state.status, StepStatus.FAILED)
+        if note:
+            self.state.error = Note(
+                at_ms=self.now_ms, what=f"wait {attempt.n} {outcome}", step=step.name, reason=reason
+            )
+        self._begin_compensation()
+
+    def on_wait_timer(self, step: Step[Any, Any], step_state: StepState, attempt: Attempt) -> None:
+        """A waiting step's timer fired: the sleep is over, or the wait timed out."""
+        if step.kind == "sleep":
+            self.resume(step, step_state, NULL)
+            return
+        what = "signal" if step.kind == "signal" else "matching event"
+        self.wait_failed(step, step_state, attempt, "timeout", f"no {what} within {step.timeout_s:g}s")
+
+    # -- events ----------------------------------------------------------------------------
+
+    def on_signal(self, event: SignalReceived) -> None:
+        """A resume token was delivered: resume the wait once, or keep an early signal."""
+        if self.state.status.terminal:
+            self.ignore(f"signal after the saga ended ({self.state.status})")
+            return
+        step_state = self.state.steps.get(event.step)
+        if step_state is None or self.definition.step_named(event.step).kind != "signal":
+            self.ignore(f"step {event.step!r} does not wait for signals")
+            return
+        wait = self.state.wait
+        if wait is not None and (wait.step, wait.n) == (event.step, event.n):
+            self.resume(self.definition.step_named(event.step), step_state, event.data)
+            return
+        slot = f"{event.step}:{event.n}"
+        upcoming = step_state.status == StepStatus.PENDING and event.n == step_state.count("do") + 1
+        if upcoming and not self.stopping and self.state.status != SagaStatus.COMPENSATING:
+            if slot in self.state.signals:
+                self.ignore(f"duplicate signal for {slot}: an earlier one is kept for the wait")
+                return
+            self.state.signals[slot] = event.data
+            return
+        self.ignore(f"signal for {slot} is late or duplicate: that wait is not current")
+
+    def on_event(self, event: EventReceived) -> None:
+        """Another context's event matched a wait: resume it once."""
+        wait = self.state.wait
+        current = wait is not None and (wait.step, wait.n, wait.kind) == (event.step, event.n, "event")
+        if self.state.status.terminal or not current:
+            self.ignore(f"event {event.event_id} for {event.step}:{event.n} is late or duplicate")
+            return
+        self.resume(self.definition.step_named(event.step), self.state.steps[event.step], event.payload)
+
+    def on_deadline(self, event: TimerFired) -> None:
+        """The saga's deadline passed: stop going forward and compensate."""
+        if self.state.status.terminal:
+            self.ignore(f"deadline after the saga ended ({self.state.status})")
+            return
+        if self.state.expired is not None or event.timer_id != deadline_timer_id(self.state.id):
+            self.ignore("the deadline has passed already")
+            return
+        seconds = self.definition.deadline_s or 0
+        note = Note(
+            at_ms=event.at_ms, what="deadline exceeded", reason=f"not finished {seconds:g}s after start"
+        )
+        self.state.expired = self.state.error = note
+        self.stop()
+
+    def stop(self) -> None:
+        """After a cancel or the deadline: undo what completed, as soon as it is safe."""
+        raise NotImplementedError
+
+    def deadline_effects(self, *, started: bool, was_terminal: bool) -> None:
+        """Start the deadline timer with the saga; cancel it when the saga ends before it."""
+        seconds = self.definition.deadline_s
+        if not seconds:
+            return
+        timer_id = deadline_timer_id(self.state.id)
+        if started and not self.state.status.terminal:
+            self.effects.append(
+                StartTimer(
+                    timer_id=timer_id,
+                    delay_ms=int(seconds * 1000),
+                    purpose="deadline",
+                    step="",
+                    kind="do",
+                    attempt=0,
+                )
+            )
+        elif not started and not was_terminal and self.state.status.terminal and self.state.expired is None:
+            self.effects.append(CancelTimer(timer_id=timer_id))
+
+
+def _wait_kind(step: Step[Any, Any]) -> WaitKind:
+    if step.kind == "sleep":
+        return "sleep"
+    return "signal" if step.kind == "signal" else "event"

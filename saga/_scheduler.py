@@ -1,0 +1,363 @@
+"""Schedules in Redis: the store, the client, and the scheduler that starts their sagas.
+
+Keys (one hash tag per context, so every write is one single-slot script,
+``saga/lua/schedule_write.lua``)::
+
+    rs:{<ctx>:sched}:specs   hash: schedule id -> Schedule
+    rs:{<ctx>:sched}:states  hash: schedule id -> ScheduleState
+    rs:{<ctx>:sched}:revs    hash: schedule id -> revision (compare-and-set)
+    rs:{<ctx>:sched}:due     zset: schedule id -> when to look at it next (Unix ms)
+
+Firing one due schedule, in three steps that are each safe to repeat:
+
+1. **claim**: read the schedule, plan it (``saga._schedule.plan``, pure) and write the new
+   state with a compare-and-set on its revision. Of several schedulers planning the same
+   occurrence one commits and the others do nothing. The claimed starts and cancels are
+   written into the state as *pending*.
+2. **act**: start each pending saga with an id derived from the schedule and the occurrence
+   (``SagaClient.start`` is idempotent by id) and send each pending cancel.
+3. **confirm**: remove what was done from the pending lists (compare-and-set again).
+
+A scheduler that dies between 1 and 3 leaves pending work that the next one (or itself)
+does first, with the same saga ids: no occurrence is lost and none starts twice. Starting
+the saga cannot join the claim in one script because the saga lives in another slot. "Now"
+is the timer clock's (Redis ``TIME``; the fake clock in tests), like every timer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from bus import Backoff, BusError, Clock, Script, SystemClock, tagged_key
+from bus._errors import redis_errors
+from bus._log import get_logger
+from saga._client import SagaClient
+from saga._config import EngineConfig
+from saga._definition import Context
+from saga._errors import (
+    InvalidInput,
+    ScheduleExists,
+    ScheduleNotFound,
+    UnknownDefinition,
+)
+from saga._keys import Partition, partition_of
+from saga._registry import Registry
+from saga._schedule import Schedule, ScheduleState, first_state, plan
+from saga._states import SagaStatus
+
+WRITE: Final = Script.load("saga", "schedule_write")
+_json = msgspec.json.Encoder()
+_spec_decoder = msgspec.json.Decoder(Schedule)
+_state_decoder = msgspec.json.Decoder(ScheduleState)
+_log = get_logger("redsaga.saga")
+_CAS_TRIES: Final = 20
+
+
+class ScheduleInfo(msgspec.Struct, kw_only=True):
+    """A stored schedule: what it is, what it has done, and when it is looked at next."""
+
+    schedule: Schedule
+    state: ScheduleState
+    revision: int
+    due_ms: int | None = None
+
+
+async def timer_now(redis: Any, clock: Clock) -> int:
+    """The timer clock's time: the fake clock's in tests, else Redis ``TIME``."""
+    now = clock.script_now_ms()
+    if now >= 0:
+        return now
+    with redis_errors():
+        seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _Store:
+    redis: Any
+    context: str
+
+    def keys(self) -> list[str]:
+        tag = f"{self.context}:sched"
+        return [tagged_key(tag, name) for name in ("specs", "states", "revs", "due")]
+
+    async def load(self, schedule_id: str) -> ScheduleInfo | None:
+        specs, states, revs, due = self.keys()
+        with redis_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hget(specs, schedule_id)
+                pipe.hget(states, schedule_id)
+                pipe.hget(revs, schedule_id)
+                pipe.zscore(due, schedule_id)
+                spec, state, revision, score = await pipe.execute()
+        if spec is None or state is None:
+            return None
+        return ScheduleInfo(
+            schedule=_spec_decoder.decode(spec),
+            state=_state_decoder.decode(state),
+            revision=int(revision or 0),
+            due_ms=None if score is None else int(score),
+        )
+
+    async def write(
+        self,
+        schedule_id: str,
+        expected: str,
+        spec: Schedule | None,
+        state: ScheduleState | None,
+        due: int | None,
+    ) -> tuple[str, int]:
+        args = [
+            schedule_id,
+            expected,
+            _json.encode(spec) if spec is not None else "",
+            _json.encode(state) if state is not None else "",
+            "" if due is None else due,
+        ]
+        outcome, revision = await WRITE(self.redis, self.keys(), args)
+        return outcome.decode(), int(revision or 0)
+
+    async def due(self, now_ms: int, limit: int) -> list[str]:
+        with redis_errors():
+            ids = await self.redis.zrangebyscore(self.keys()[3], "-inf", now_ms, start=0, num=limit)
+        return [i.decode() for i in ids]
+
+    async def ids(self) -> list[str]:
+        with redis_errors():
+            return sorted(i.decode() for i in await self.redis.hkeys(self.keys()[0]))
+
+
+class ScheduleClient:
+    """Create, read, pause, resume, trigger and delete the schedules of one context.
+
+    With a ``registry`` that knows the schedule's saga, :meth:`create` checks the data
+    against the definition; without one (the CLI) the scheduler checks when it starts.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        context: str,
+        *,
+        registry: Registry | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.context = context
+        self.registry = registry
+        self.clock = clock or SystemClock()
+        self._store = _Store(redis, context)
+        self._redis = redis
+
+    async def create(self, schedule: Schedule, *, replace: bool = False) -> ScheduleInfo:
+        """Store ``schedule`` (:class:`ScheduleExists` if its id is taken, unless ``replace``)."""
+        if schedule.context != self.context:
+            raise InvalidInput(
+                f"schedule {schedule.id!r} is for context {schedule.context!r}, not {self.context!r}"
+            )
+        if self.registry is not None:
+            try:
+                definition = self.registry.latest(schedule.saga)
+            except UnknownDefinition:
+                definition = None
+            if definition is not None:
+                definition.encode_data(schedule.data)
+        now = await timer_now(self._redis, self.clock)
+        state = first_state(schedule, now)
+        outcome, _ = await self._store.write(
+            schedule.id, "*" if replace else "", schedule, state, state.next_ms
+        )
+        if outcome == "exists":
+            raise ScheduleExists(f"schedule {schedule.id!r} exists in context {self.context!r}")
+        return await self.get(schedule.id)
+
+    async def get(self, schedule_id: str) -> ScheduleInfo:
+        """The schedule and its state (:class:`ScheduleNotFound` if there is none)."""
+        info = await self._store.load(schedule_id)
+        if info is None:
+            raise ScheduleNotFound(schedule_id)
+        return info
+
+    async def list(self) -> list[ScheduleInfo]:
+        """Every schedule of the context, by id."""
+        found = [await self._store.load(i) for i in await self._store.ids()]
+        return [info for info in found if info is not None]
+
+    async def pause(self, schedule_id: str) -> ScheduleInfo:
+        """Stop starting sagas; occurrences while paused are skipped (running sagas go on)."""
+
+        def change(state: ScheduleState, _now: int, info: ScheduleInfo) -> int | None:
+            state.paused = True
+            return info.due_ms if (state.pending or state.to_cancel) else None
+
+        return await self._update(schedule_id, change)
+
+    async def resume(self, schedule_id: str) -> ScheduleInfo:
+        """Start again from the next occurrence after now (missed ones are not caught up)."""
+
+        def change(state: ScheduleState, now: int, info: ScheduleInfo) -> int | None:
+            state.paused = False
+            state.next_ms = info.schedule.next_after(now)
+            return state.next_ms if not (state.pending or state.to_cancel) else now
+
+        return await self._update(schedule_id, change)
+
+    async def trigger(self, schedule_id: str) -> ScheduleInfo:
+        """Run once now, outside the calendar (the overlap policy still applies)."""
+
+        def change(state: ScheduleState, now: int, _info: ScheduleInfo) -> int | None:
+            state.triggers.append(now)
+            return now
+
+        return await self._update(schedule_id, change)
+
+    async def delete(self, schedule_id: str) -> None:
+        """Delete the schedule (sagas it started are not touched)."""
+        await self.get(schedule_id)
+        await self._store.write(schedule_id, "*", None, None, None)
+
+    async def _update(
+        self, schedule_id: str, change: Callable[[ScheduleState, int, ScheduleInfo], int | None]
+    ) -> ScheduleInfo:
+        for _ in range(_CAS_TRIES):
+            info = await self.get(schedule_id)
+            now = await timer_now(self._redis, self.clock)
+            due = change(info.state, now, info)
+            outcome, _ = await self._store.write(schedule_id, str(info.revision), None, info.state, due)
+            if outcome == "ok":
+                return await self.get(schedule_id)
+        raise BusError(f"schedule {schedule_id!r} kept changing; try again")
+
+
+class Scheduler:
+    """Fires the due schedules of one context (see the module docstring for the steps)."""
+
+    def __init__(
+        self, redis: Any, registry: Registry, context: Context, *, clock: Clock, config: EngineConfig
+    ) -> None:
+        self.redis = redis
+        self.registry = registry
+        self.context = context
+        self.clock = clock
+        self.config = config
+        self.client = SagaClient(redis, registry, clock=clock, config=config, source="scheduler")
+        self._store = _Store(redis, context.name)
+
+    async def tick(self, *, limit: int = 100) -> int:
+        """Fire every schedule due now; return how many sagas were started."""
+        now = await timer_now(self.redis, self.clock)
+        started = 0
+        for schedule_id in await self._store.due(now, limit):
+            started += await self.fire(schedule_id, now)
+        return started
+
+    async def fire(self, schedule_id: str, now_ms: int) -> int:
+        """Claim, act, confirm for one schedule; return how many sagas were started."""
+        info = await self._store.load(schedule_id)
+        if info is None:
+            return 0
+        if info.state.pending or info.state.to_cancel:  # left by a scheduler that stopped
+            if await self._act(info.schedule, info.state.pending, info.state.to_cancel) is None:
+                return 0
+            info = await self._confirm(schedule_id, info.state.pending, info.state.to_cancel)
+            if info is None:
+                return 0
+        ended = await self._ended(info.state.runs)
+        decided = plan(info.schedule, info.state, now_ms, ended, recheck_ms=self.config.schedule_recheck_ms)
+        outcome, _ = await self._store.write(
+            schedule_id, str(info.revision), None, decided.state, decided.due_ms
+        )
+        if outcome != "ok":
+            return 0  # another scheduler claimed it
+        for at in decided.skipped:
+            _log.info("schedule occurrence skipped", schedule=schedule_id, occurrence_ms=at)
+        started = await self._act(info.schedule, decided.start, decided.cancel)
+        if started is None:
+            return 0  # left pending for a worker that knows the saga
+        await self._confirm(schedule_id, decided.start, decided.cancel)
+        return started
+
+    async def _act(
+        self, schedule: Schedule, starts: Iterable[tuple[str, int]], cancels: Iterable[str]
+    ) -> int | None:
+        """Start and cancel (idempotent); ``None`` when this worker cannot (unknown saga)."""
+        starts, cancels = list(starts), list(cancels)
+        if not starts and not cancels:
+            return 0
+        try:
+            definition = self.registry.latest(schedule.saga)
+        except UnknownDefinition:
+            _log.error(
+                "schedule names a saga this worker does not know", schedule=schedule.id, saga=schedule.saga
+            )
+            return None
+        started = 0
+        for saga_id, _at in starts:
+            try:
+                await self.client.start(
+                    definition, schedule.data, saga_id=saga_id, by=f"schedule:{schedule.id}"
+                )
+                started += 1
+            except InvalidInput as error:  # stored data no longer fits the definition: never will
+                _log.error("schedule data is not valid for its saga", schedule=schedule.id, error=str(error))
+        for saga_id in cancels:
+            await self.client.cancel(
+                saga_id,
+                context=self.context.name,
+                reason="a newer occurrence is due",
+                by=f"schedule:{schedule.id}",
+            )
+        return started
+
+    async def _confirm(
+        self, schedule_id: str, starts: list[tuple[str, int]], cancels: list[str]
+    ) -> ScheduleInfo | None:
+        done = {saga_id for saga_id, _ in starts}
+        for _ in range(_CAS_TRIES):
+            info = await self._store.load(schedule_id)
+            if info is None:
+                return None
+            state = info.state
+            state.pending = [p for p in state.pending if p[0] not in done]
+            state.cancelled += [c for c in state.to_cancel if c in cancels]
+            state.to_cancel = [c for c in state.to_cancel if c not in cancels]
+            outcome, revision = await self._store.write(
+                schedule_id, str(info.revision), None, state, info.due_ms
+            )
+            if outcome == "ok":
+                info.revision = revision
+                return info
+        return None
+
+    async def _ended(self, runs: list[str]) -> set[str]:
+        if not runs:
+            return set()
+        keys = [Partition(self.context.name, partition_of(r, self.context.partitions)).saga(r) for r in runs]
+        with redis_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hget(key, "status")
+                statuses = await pipe.execute()
+        return {
+            run
+            for run, status in zip(runs, statuses, strict=True)
+            if status is None or SagaStatus(status.decode()).terminal
+        }
+
+
+async def run_schedules(schedulers: list[Scheduler], clock: Clock, config: EngineConfig) -> None:
+    """Fire due schedules every ``schedule_poll_ms`` until cancelled."""
+    backoff = Backoff(clock)
+    while True:
+        try:
+            for scheduler in schedulers:
+                await scheduler.tick()
+            backoff.reset()
+        except BusError as error:
+            _log.warning("schedule loop failed; backing off", error=str(error))
+            await backoff.wait()
+            continue
+        await clock.sleep(config.schedule_poll_ms / 1000)

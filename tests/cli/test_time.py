@@ -1,0 +1,121 @@
+"""``saga signal`` and ``saga schedule …`` against real Redis."""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+from typer.testing import CliRunner
+
+import bus
+from bus import FakeClock
+from cli.main import app
+from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
+from tests.saga.time_sagas import Loan, loan, participants
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+runner = CliRunner()
+
+
+def saga_cli(url: str, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, [*args, "--redis-url", url])
+    return result.exit_code, result.stdout + result.stderr
+
+
+async def saga_cli_async(url: str, *args: str) -> tuple[int, str]:
+    """The CLI runs its own event loop: from an async test, on a thread."""
+    return await anyio.to_thread.run_sync(lambda: saga_cli(url, *args))
+
+
+async def test_signal_from_the_command_line_resumes_once_and_refuses_forgeries(
+    real_redis: bus.Redis, real_redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REDSAGA_SIGNAL_SECRET", raising=False)  # the secret generated in Redis
+    tokens: list[str] = []
+    lending = App("lending", sagas=[loan], participants=participants([], tokens))
+    clock = FakeClock()
+    config = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
+    worker = SagaWorker(real_redis, lending, config=config, clock=clock)
+    client = SagaClient(real_redis, lending.registry, clock=clock, config=config)
+    await client.start(loan, Loan(id="L1", amount=1), saga_id="L1")
+    await worker.run_until_idle()
+
+    forged = tokens[0][:-3] + ("abc" if not tokens[0].endswith("abc") else "xyz")
+    code, output = await saga_cli_async(
+        real_redis_url, "signal", forged, "--data", '{"approved": true, "by": "x"}'
+    )
+    assert code == 1
+    assert "error: resume token is not valid" in output
+
+    code, output = await saga_cli_async(
+        real_redis_url,
+        "signal",
+        tokens[0],
+        "--data",
+        '{"approved": "maybe"}',
+        "--app",
+        "tests.cli.test_time:LENDING",
+    )
+    assert code == 1
+    assert "not a valid Approval" in output
+
+    code, output = await saga_cli_async(
+        real_redis_url, "signal", tokens[0], "--data", '{"approved": true, "by": "ann"}'
+    )
+    assert code == 0, output
+    assert output.startswith("signal delivered")
+    await worker.run_until_idle()
+    state = await client.get("L1")
+    assert state.steps["approval"].status == "succeeded"
+    assert state.status == SagaStatus.SUSPENDED  # cooling off
+
+
+LENDING = App("lending", sagas=[loan], participants=participants([], []))
+
+
+def test_schedules_from_the_command_line(real_redis_url: str) -> None:
+    code, output = saga_cli(
+        real_redis_url,
+        "schedule",
+        "create",
+        "nightly",
+        "--context",
+        "reports",
+        "--saga",
+        "report",
+        "--data",
+        '{"name": "n"}',
+        "--cron",
+        "30 2 * * mon-fri",
+        "--timezone",
+        "Europe/Berlin",
+        "--holiday",
+        "2026-12-25",
+        "--overlap",
+        "buffer_one",
+    )
+    assert code == 0, output
+    code, output = saga_cli(real_redis_url, "schedule", "list", "--context", "reports", "--json")
+    assert code == 0, output
+    [info] = msgspec.json.decode(output)
+    assert info["schedule"]["cron"] == "30 2 * * mon-fri"
+    assert info["schedule"]["holidays"] == ["2026-12-25"]
+    assert info["state"]["next_ms"] > 0
+
+    for action, check in (("pause", "paused"), ("resume", "active"), ("trigger", "active")):
+        code, output = saga_cli(real_redis_url, "schedule", action, "nightly", "--context", "reports")
+        assert code == 0, output
+        assert check in output
+    code, output = saga_cli(real_redis_url, "schedule", "list", "--context", "reports", "--json")
+    assert len(msgspec.json.decode(output)[0]["state"]["triggers"]) == 1
+
+    code, output = saga_cli(
+        real_redis_url, "schedule", "create", "bad", "-c", "reports", "--saga", "r", "--cron", "x"
+    )
+    assert code == 1
+    assert "expected 5 fields" in output
+    code, output = saga_cli(real_redis_url, "schedule", "delete", "nightly", "--context", "reports")
+    assert code == 0
+    code, output = saga_cli(real_redis_url, "schedule", "pause", "nightly", "--context", "reports")
+    assert code == 1
+    assert "no schedule with id 'nightly'" in output
