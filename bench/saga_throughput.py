@@ -35,12 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bus
 from bus._connection import FastConnection
-from saga import App, EngineConfig, SagaClient, SagaState, SagaWorker
+from saga import App, EngineConfig, SagaClient, SagaState, SagaStatus, SagaWorker
 from services_example.contracts import Line, Order
-from services_example.inventory import inventory
 from services_example.orders import order_fulfilment
-from services_example.payments import payments
-from services_example.shipping import shipping
+from services_example.stateless import inventory, payments, shipping
 
 # -- counting top-level commands in the client ---------------------------------------------
 
@@ -75,6 +73,7 @@ class Tracker:
     def __init__(self) -> None:
         self.started: dict[str, float] = {}
         self.latencies: list[float] = []
+        self.failures = 0
         self.waiters: dict[str, anyio.Event] = {}
 
     def begin(self, saga_id: str) -> anyio.Event:
@@ -119,7 +118,9 @@ async def run_redsaga(url: str, shape: str, count: int, procs: int, tag: str) ->
     worker = SagaWorker(redis, ALL_APP if procs == 1 else ORCHESTRATOR_APP, config=CONFIG)
 
     def observe(state: SagaState) -> None:
-        if state.status.terminal:
+        if state.status.terminal or state.status == SagaStatus.DEAD_LETTERED:
+            if state.status != SagaStatus.COMPLETED:
+                tracker.failures += 1
             tracker.done(state.id)
 
     worker.observe(observe)
@@ -266,6 +267,7 @@ async def measure(
         "commands": COMMANDS[0],
         "memory_before": memory_before,
         "sagas": count,
+        "failed": tracker.failures,
     }
 
 

@@ -20,8 +20,8 @@ from saga._keys import Partition
 from saga._store import commit_call, commit_result, decode_state
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
+from services_example.stateless import app
 from tests.helpers import dead_letters, pending
-from tests.saga.memory_services import app
 
 pytestmark = pytest.mark.anyio
 ORDER = Order(id="o1", customer="c1", lines=[Line(sku="s", quantity=1)], total_cents=100)
