@@ -36,6 +36,7 @@ from bus._keys import Stream, tagged_key
 from bus._outcomes import Reply, reply_to_command
 from bus._publisher import Publisher
 from bus._scripts import Script, ScriptCall, run_batch
+from bus._signals import serve
 from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
 
@@ -91,6 +92,7 @@ __all__ = [
     "requeue_dead_letters",
     "resolve_url",
     "run_batch",
+    "serve",
     "stream_stats",
     "tagged_key",
     "uuid7",

@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
-import structlog
 
-if TYPE_CHECKING:
-    from bus._worker import Worker
+from bus._log import get_logger
 
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
-_log = structlog.get_logger("redsaga.bus")
+_log = get_logger("redsaga.bus")
 
 
-async def serve(worker: Worker, signals: Sequence[signal.Signals] = DEFAULT_SIGNALS) -> None:
+class Stoppable(Protocol):
+    """What :func:`serve` runs: a bus :class:`~bus.Worker`, a ``saga.SagaWorker``, …."""
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`."""
+
+    def stop(self) -> None:
+        """Stop gracefully."""
+
+
+async def serve(worker: Stoppable, signals: Sequence[signal.Signals] = DEFAULT_SIGNALS) -> None:
     """Run ``worker`` until one of ``signals`` arrives, then drain it gracefully.
 
     The signal handlers are installed before the worker starts, so a signal that arrives

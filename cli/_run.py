@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 from typing import TYPE_CHECKING, Annotated
 
-import anyio
 import typer
 
 import bus
@@ -48,17 +46,7 @@ def worker(
             # A refusal (an incompatible change to a version with sagas in flight) is reported
             # as one error before anything runs; run() registers again, which is idempotent.
             await saga_worker.register()
-            async with anyio.create_task_group() as tg:
-
-                async def on_signal() -> None:
-                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                        async for _ in signals:
-                            saga_worker.stop()
-                            return
-
-                tg.start_soon(on_signal)
-                await saga_worker.run()
-                tg.cancel_scope.cancel()
+            await bus.serve(saga_worker)  # SIGTERM/SIGINT drain it; a second signal stops at once
         finally:
             await redis.aclose()
 

@@ -18,6 +18,7 @@ import json
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,17 +183,26 @@ async def eventually(check: Callable[[], object], timeout: float, what: str) -> 
 
 @pytest.fixture
 def pg_database(pg_dsn: str) -> Iterator[str]:
-    """The participant's database, created if missing, with empty tables."""
+    """The participant's database: a schema of its own (so concurrent runs never share
+    tables), created empty, reached through a DSN whose search_path points at it."""
     parsed = urlparse(pg_dsn)
     name = parsed.path.lstrip("/")
     admin = parsed._replace(path="/postgres").geturl()
     with psycopg.connect(admin, autocommit=True) as connection:
         if not connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             connection.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+    schema = f"faults_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_dsn, autocommit=True) as connection:
-        connection.execute("DROP TABLE IF EXISTS fault_effects, fault_attempts")
+        connection.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+    separator = "&" if parsed.query else ""
+    dsn = parsed._replace(query=f"{parsed.query}{separator}options=-csearch_path%3D{schema}").geturl()
+    with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(SCHEMA)  # type: ignore[arg-type]
-    yield pg_dsn
+    try:
+        yield dsn
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
 
 
 @pytest.fixture
