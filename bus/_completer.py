@@ -7,10 +7,9 @@ completions is one pipeline holding one script call rather than a hundred.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
-
-import anyio
 
 from bus._backoff import Backoff
 from bus._client import Redis
@@ -37,10 +36,12 @@ class Completer:
         self._redis = redis
         self._clock = clock
         self._queue: list[tuple[Call, Callback]] = []
-        self._wake = anyio.Event()
-        self._idle = anyio.Event()
+        # asyncio primitives, not anyio's: the bus runs on asyncio only (redis-py), and an
+        # anyio Event costs a backend lookup per construction, several per delivery here.
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
         self._idle.set()
-        self._sending = anyio.Lock()
+        self._sending = asyncio.Lock()
 
     def submit(self, call: Call, callback: Callback) -> None:
         """Queue ``call``; ``callback`` receives its result (or its :class:`BusError`).
@@ -48,23 +49,22 @@ class Completer:
         A :class:`~bus._scripts.BatchPart`'s result is its own element of the merged reply.
         """
         self._queue.append((call, callback))
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._idle.clear()
         self._wake.set()
 
     async def call(self, call: ScriptCall) -> Any:
         """Queue ``call``, wait for its batch, and return its result (raise its error)."""
-        done = anyio.Event()
-        box: list[Any] = []
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def finished(result: Any) -> None:
-            box.append(result)
-            done.set()
+            if not done.done():  # the caller may have been cancelled meanwhile
+                done.set_result(result)
 
         self.submit(call, finished)
-        await done.wait()
-        if isinstance(box[0], BusError):
-            raise box[0]
-        return box[0]
+        result = await done
+        if isinstance(result, BusError):
+            raise result
+        return result
 
     @property
     def pending(self) -> int:
@@ -79,7 +79,7 @@ class Completer:
         """Flush forever; cancel to stop (call :meth:`flush` first to send what is queued)."""
         while True:
             await self._wake.wait()
-            self._wake = anyio.Event()
+            self._wake.clear()
             await self.flush()
 
     async def flush(self) -> None:

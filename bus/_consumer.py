@@ -304,27 +304,28 @@ class GroupConsumer:
                 delivery=delivery.deliveries,
             )
 
-        with delivery.scope:
-            try:
-                reply = await route.handler(message, delivery)
-                result = encode_result(reply, self.rt.config)
-                remember = not isinstance(reply, Reply) or reply.remember
-            except LeaseLost:
-                delivery.scope.cancel()
-            except _PERMANENT as error:
-                log().warning("handler failed permanently", error=error_chain(error))
-                self._fail(delivery, error_chain(error), dead=True)
-                return
-            except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
-                log().info("handler failed; will retry", error=error_chain(error))
-                self._fail(delivery, error_chain(error), dead=False)
-                return
-            else:
-                if delivery.acked_by_handler:
-                    self._settled(delivery.entry_id, b"done", "completed by the handler")
+        with delivery.scope as scope:
+            if not scope.cancel_called:  # else the lease was lost before the handler started
+                try:
+                    reply = await route.handler(message, delivery)
+                    result = encode_result(reply, self.rt.config)
+                    remember = not isinstance(reply, Reply) or reply.remember
+                except LeaseLost:
+                    scope.cancel()
+                except _PERMANENT as error:
+                    log().warning("handler failed permanently", error=error_chain(error))
+                    self._fail(delivery, error_chain(error), dead=True)
+                    return
+                except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
+                    log().info("handler failed; will retry", error=error_chain(error))
+                    self._fail(delivery, error_chain(error), dead=False)
+                    return
                 else:
-                    self._complete(delivery, result, remember=remember)
-                return
+                    if delivery.acked_by_handler:
+                        self._settled(delivery.entry_id, b"done", "completed by the handler")
+                    else:
+                        self._complete(delivery, result, remember=remember)
+                    return
         log().warning("handler abandoned; the entry stays pending for another consumer")
         self._settled(delivery.entry_id, None, "abandoned")
 
