@@ -218,9 +218,12 @@ class GroupConsumer:
                 ready.append(prepared)
         deduped = [item for item in ready if item[0].dedupe_key]
         try:
+            # The claim rides in the completer's next pipeline (with other streams' claims and
+            # completions) instead of a round trip of its own; a failure is not retried there
+            # but raised here, as before.
             claims = (
-                await dedupe_claim_call([d for d, _, _ in deduped], self.rt.config.lease_ms).run(
-                    self.rt.redis
+                await self.rt.completer.call(
+                    dedupe_claim_call([d for d, _, _ in deduped], self.rt.config.lease_ms), retry=False
                 )
                 if deduped
                 else []

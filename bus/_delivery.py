@@ -15,7 +15,7 @@ from bus._keys import Stream
 
 if TYPE_CHECKING:
     from bus._publisher import Publisher
-    from bus._scripts import ScriptCall
+    from bus._scripts import CommandCall, ScriptCall
 
 
 class LeaseLost(BusError):
@@ -100,7 +100,7 @@ class Delivery:
     acked_by_handler: bool = False
     _beat: Callable[[Delivery], Awaitable[bool]] | None = None
     _publisher: Publisher | None = None
-    _call: Callable[[ScriptCall], Awaitable[Any]] | None = None
+    _call: Callable[..., Awaitable[Any]] | None = None
     _published: int = 0
 
     def mark_acked(self) -> None:
@@ -111,14 +111,17 @@ class Delivery:
         """
         self.acked_by_handler = True
 
-    async def call(self, call: ScriptCall) -> Any:
-        """Run a script call in the worker's next pipelined batch and return its result.
+    async def call(self, call: ScriptCall | CommandCall, *, retry: bool = True) -> Any:
+        """Run a script call (or a read) in the worker's next pipelined batch; return its result.
 
-        Concurrent handlers' calls share round trips; a per-call error is raised here.
+        Concurrent handlers' calls share round trips; a per-call error is raised here. A
+        call that cannot reach Redis is retried with back-off until it can (script calls
+        are idempotent), unless ``retry`` is false: then :class:`~bus.RedisUnavailable` is
+        raised at once.
         """
         if self._call is None:
             raise BusError("this delivery is not attached to a worker")
-        return await self._call(call)
+        return await self._call(call, retry=retry)
 
     async def heartbeat(self) -> None:
         """Extend the lease now; raise :class:`LeaseLost` if another consumer took it over.
