@@ -17,6 +17,7 @@ from typing import Any
 from redis import exceptions as rx
 
 from bus._client import Redis
+from bus._connection import send_batch
 from bus._errors import BusError, redis_errors, translate
 
 Arg = str | bytes | int | float
@@ -142,11 +143,11 @@ def _script_of(call: Call) -> Script:
 
 
 async def _pipeline(client: Redis, calls: Sequence[Call]) -> list[Any]:
+    commands = [
+        call.args
+        if isinstance(call, CommandCall)
+        else ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        for call in calls
+    ]
     with redis_errors():
-        async with client.pipeline(transaction=False) as pipe:
-            for call in calls:
-                if isinstance(call, CommandCall):
-                    pipe.execute_command(*call.args)
-                else:
-                    pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            return await pipe.execute(raise_on_error=False)
+        return await send_batch(client, commands)
