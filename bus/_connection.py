@@ -184,7 +184,13 @@ class FastPool(BlockingConnectionPool):
         await dispatcher.dispatch_async(_ReleasedEvent(connection))
 
 
-async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+def is_lean(client: Redis) -> bool:
+    """Whether ``client`` was built by :func:`bus.connect` for a real server (lean paths apply)."""
+    connection_class = client.connection_pool.connection_class
+    return isinstance(connection_class, type) and issubclass(connection_class, FastConnection)
+
+
+async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, parse: bool = True) -> list[Any]:
     """Send ``commands`` in one write and read every reply: a lean pipeline (no MULTI).
 
     A reply that is an error is returned in place (a redis-py ``ResponseError``); replies
@@ -195,14 +201,17 @@ async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]]) -> list
 
     redis-py's own pipeline costs much more per command (a command stack with per-command
     options, observability and HIMPORT bookkeeping on every call); this is the busiest path
-    of a worker. Clients not built by :func:`bus.connect` (fakeredis) get redis-py's pipeline.
+    of a worker. With ``parse=False`` the replies are raw RESP2 (lists and bytes); that
+    needs a lean client (:func:`is_lean`). Clients not built by :func:`bus.connect`
+    (fakeredis) get redis-py's pipeline.
     """
-    pool = client.connection_pool
-    connection_class = pool.connection_class
-    if not (isinstance(connection_class, type) and issubclass(connection_class, FastConnection)):
+    if not is_lean(client):
+        if not parse:
+            raise TypeError("raw replies need a client built by bus.connect for a real server")
         return await _redis_py_pipeline(client, commands)
+    pool = client.connection_pool
     connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-    callbacks = client.response_callbacks
+    callbacks = client.response_callbacks if parse else {}
     try:
         replies: list[Any] = await connection.retry.call_with_retry(
             lambda: _exchange(connection, commands, callbacks),

@@ -13,11 +13,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from bus._app import Route, Subscription
 from bus._client import Redis
 from bus._clock import Clock
 from bus._completer import Completer
 from bus._config import BusConfig
+from bus._connection import is_lean, send_batch
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, Fields, decode_fields
 from bus._errors import BusError, GroupExists, MalformedEntry, PayloadTooLarge, PermanentError, redis_errors
@@ -106,20 +109,32 @@ class GroupConsumer:
         wanted = await self.rt.slots.reserve(self.rt.read_share)
         try:
             with redis_errors():
-                reply: Any = await self.rt.redis.xreadgroup(
-                    self.sub.group,
-                    self.rt.consumer,
-                    {self.stream.key: ">"},
-                    count=wanted,
-                    block=block_ms,
-                )
+                entries = await self._read_new(wanted, block_ms)
         except BaseException:
             self.rt.slots.release(wanted)
             raise
-        entries: list[Entry] = [(i.decode(), f, 1) for _, batch in reply or () for i, f in batch]
         self.rt.slots.release(wanted - len(entries))
         await self._process(handlers, entries)
         return len(entries)
+
+    async def _read_new(self, count: int, block_ms: int | None) -> list[Entry]:
+        """XREADGROUP ``>``: the lean path on real Redis (raw reply, one read per loop turn)."""
+        redis = self.rt.redis
+        if not is_lean(redis):
+            reply: Any = await redis.xreadgroup(
+                self.sub.group, self.rt.consumer, {self.stream.key: ">"}, count=count, block=block_ms
+            )
+            return [(i.decode(), f, 1) for _, batch in reply or () for i, f in batch]
+        block = () if block_ms is None else ("BLOCK", block_ms)
+        command = ("XREADGROUP", "GROUP", self.sub.group, self.rt.consumer, "COUNT", count, *block)
+        [raw] = await send_batch(redis, [(*command, "STREAMS", self.stream.key, ">")], parse=False)
+        if isinstance(raw, ResponseError):
+            raise raw
+        return [
+            (i.decode(), None if f is None else dict(zip(f[::2], f[1::2], strict=True)), 1)
+            for _, batch in raw or ()
+            for i, f in batch
+        ]
 
     async def reclaim(self, handlers: HandlerPool) -> int:
         """Take over entries whose lease expired (XAUTOCLAIM) and handle them."""
