@@ -21,6 +21,10 @@ from bus._client import Redis
 from bus._errors import BusError
 from bus._scripts import Call, run_batch
 
+MAX_BATCH = 256
+"""Most calls in one pipeline: a burst of starts goes in several round trips, so no single
+one holds Redis (or this event loop) for long."""
+
 
 class Batcher:
     """Sends the calls made at the same time in one pipeline."""
@@ -45,7 +49,7 @@ class Batcher:
     async def _send(self) -> None:
         try:
             while self._queue:
-                batch, self._queue = self._queue, []
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 try:
                     results: list[Any] = await run_batch(self._redis, [call for call, _ in batch])
                 except BusError as error:

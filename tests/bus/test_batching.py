@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 import bus
+import bus._batcher as batcher_module
 from bus._batcher import Batcher
 from bus._clock import SystemClock
 from bus._completer import Completer
@@ -69,3 +70,30 @@ async def test_the_completer_fails_unretried_calls_when_redis_is_unreachable() -
             with pytest.raises(bus.RedisUnavailable):
                 await completer.call(CommandCall(("HGETALL", "k")), retry=False)
             group.cancel_scope.cancel()
+
+
+async def test_a_burst_is_split_into_bounded_pipelines(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    sizes: list[int] = []
+    run_batch = batcher_module.run_batch
+
+    async def counting(client: bus.Redis, calls: list[object]) -> list[object]:
+        sizes.append(len(calls))
+        return await run_batch(client, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batcher_module, "run_batch", counting)
+    batcher = Batcher(redis)
+    results: list[object] = []
+
+    async def one() -> None:
+        results.append(await batcher.call(CommandCall(("HGETALL", "k"))))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            for _ in range(batcher_module.MAX_BATCH + 10):
+                group.start_soon(one)
+    assert results == [{}] * (batcher_module.MAX_BATCH + 10)
+    assert max(sizes) <= batcher_module.MAX_BATCH
+    assert sum(sizes) == batcher_module.MAX_BATCH + 10
