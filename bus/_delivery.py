@@ -53,13 +53,25 @@ class HandlerScope:
         return self
 
     def cancel(self) -> None:
-        """Stop the handler at its current ``await`` (a handler not started yet is not run)."""
+        """Stop the handler at its current ``await`` (a handler not started yet is not run).
+
+        Called from the handler's own task (a heartbeat it made found the lease lost), the
+        cancellation is delivered once the handler next waits, like an anyio cancel scope's;
+        if the handler leaves the scope first, nothing is left pending on the task.
+        """
         if self.cancel_called:
             return
         self.cancel_called = True
         task = self._task
-        # From inside the handler itself the scope is being left anyway: nothing to deliver.
-        if task is not None and task is not asyncio.current_task():
+        if task is None:
+            return
+        if task is asyncio.current_task():
+            task.get_loop().call_soon(self._deliver, task)
+        else:
+            self._deliver(task)
+
+    def _deliver(self, task: asyncio.Task[Any]) -> None:
+        if self._task is task and not self._requested:  # still inside the scope
             self._requested = True
             task.cancel()
 

@@ -88,3 +88,16 @@ async def test_cancel_after_the_handler_finished_does_nothing() -> None:
     scope.cancel()
     await anyio.sleep(0)  # not cancelled
     assert scope.cancel_called
+
+
+async def test_cancel_from_inside_stops_the_handler_at_its_next_await() -> None:
+    scope = HandlerScope()
+    reached: list[str] = []
+    with anyio.fail_after(5):
+        with scope:
+            scope.cancel()  # a heartbeat made by the handler found the lease lost…
+            reached.append("goes on")  # …and the handler ignored the LeaseLost it raised
+            await anyio.sleep(1)
+            reached.append("not reached")
+        await anyio.sleep(0)  # the task itself is not cancelled afterwards
+    assert reached == ["goes on"]
