@@ -175,22 +175,22 @@ def floor_key(*parts: str) -> str:
 
 
 async def floor_participant(redis: bus.Redis, name: str, next_stream: str) -> None:
-    reply = redis.register_script(FLOOR_REPLY)
+    reply = await redis.script_load(FLOOR_REPLY)
     stream = floor_key("cmd", name)
     while True:
         batch = await redis.xreadgroup("p", "c", {stream: ">"}, count=100, block=1000)
         if not batch:
             continue
+        # evalsha on the pipeline: a redis-py Script object would add a SCRIPT EXISTS round
+        # trip to every pipeline (Pipeline.load_scripts), which a hand-written loop does not do
         async with redis.pipeline(transaction=False) as pipe:
             for entry_id, fields in batch[0][1]:
-                await reply(
-                    keys=[stream, next_stream], args=[entry_id, fields[b"saga"], fields[b"step"]], client=pipe
-                )
+                pipe.evalsha(reply, 2, stream, next_stream, entry_id, fields[b"saga"], fields[b"step"])
             await pipe.execute()
 
 
 async def floor_orchestrator(redis: bus.Redis, on_done: Callable[[str], None]) -> None:
-    transition = redis.register_script(FLOOR_TRANSITION)
+    transition = await redis.script_load(FLOOR_TRANSITION)
     inbox = floor_key("inbox")
     while True:
         batch = await redis.xreadgroup("o", "c", {inbox: ">"}, count=100, block=1000)
@@ -201,9 +201,7 @@ async def floor_orchestrator(redis: bus.Redis, on_done: Callable[[str], None]) -
             for entry_id, fields in entries:
                 saga, step = fields[b"saga"].decode(), int(fields[b"step"])
                 following = floor_key("cmd", FLOOR_STEPS[step]) if step < 3 else inbox
-                await transition(
-                    keys=[floor_key("saga", saga), inbox, following], args=[entry_id, saga, step], client=pipe
-                )
+                pipe.evalsha(transition, 3, floor_key("saga", saga), inbox, following, entry_id, saga, step)
             results = await pipe.execute()
         for (_, fields), step in zip(entries, results, strict=True):
             if step == 3:

@@ -35,7 +35,7 @@ from bus._ids import derived_id, uuid7
 from bus._keys import Stream, tagged_key
 from bus._outcomes import Reply, reply_to_command
 from bus._publisher import Publisher
-from bus._scripts import Script, ScriptCall, run_batch
+from bus._scripts import CommandCall, Script, ScriptCall, run_batch
 from bus._signals import serve
 from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
@@ -49,6 +49,7 @@ __all__ = [
     "BusError",
     "ClientConfig",
     "Clock",
+    "CommandCall",
     "DeadLetter",
     "DefinitionError",
     "Delivery",

@@ -16,7 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from bus._config import ClientConfig
-from bus._connection import FastConnection
+from bus._connection import FastConnection, FastPool
 
 URL_ENV: Final = "REDSAGA_REDIS_URL"
 MEMORY_URL: Final = "memory://"
@@ -47,7 +47,7 @@ def connect(url: str | None = None, config: ClientConfig | None = None) -> Redis
         "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), config.retries),
         "client_name": config.client_name,
     }
-    pool = redis.BlockingConnectionPool.from_url(url, connection_class=FastConnection, **options)
+    pool = FastPool.from_url(url, connection_class=FastConnection, **options)
     return redis.Redis.from_pool(pool)
 
 

@@ -7,20 +7,20 @@ completions is one pipeline holding one script call rather than a hundred.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
-
-import anyio
 
 from bus._backoff import Backoff
 from bus._client import Redis
 from bus._clock import Clock
 from bus._errors import BusError, RedisUnavailable
 from bus._log import get_logger
-from bus._scripts import BatchPart, ScriptCall, merge, run_batch
+from bus._scripts import BatchPart, CommandCall, ScriptCall, merge, run_batch
 
 Callback = Callable[[Any], None]
-Call = ScriptCall | BatchPart
+Call = ScriptCall | CommandCall | BatchPart
+_Queued = tuple[Call, Callback, bool]
 MAX_PARTS = 128
 _log = get_logger("redsaga.bus")
 
@@ -31,40 +31,43 @@ class Completer:
     While one pipeline is in flight, new calls queue up and go in the next one, so batches
     grow with load and a lone call is sent at once. A connection failure keeps the batch and
     retries it with back-off: every call is idempotent and fenced, so a repeat is harmless.
+    Calls queued with ``retry=False`` (reads, claims whose caller handles the failure) get
+    the :class:`~bus.RedisUnavailable` error instead.
     """
 
     def __init__(self, redis: Redis, clock: Clock) -> None:
         self._redis = redis
         self._clock = clock
-        self._queue: list[tuple[Call, Callback]] = []
-        self._wake = anyio.Event()
-        self._idle = anyio.Event()
+        self._queue: list[_Queued] = []
+        # asyncio primitives, not anyio's: the bus runs on asyncio only (redis-py), and an
+        # anyio Event costs a backend lookup per construction, several per delivery here.
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
         self._idle.set()
-        self._sending = anyio.Lock()
+        self._sending = asyncio.Lock()
 
-    def submit(self, call: Call, callback: Callback) -> None:
+    def submit(self, call: Call, callback: Callback, *, retry: bool = True) -> None:
         """Queue ``call``; ``callback`` receives its result (or its :class:`BusError`).
 
         A :class:`~bus._scripts.BatchPart`'s result is its own element of the merged reply.
         """
-        self._queue.append((call, callback))
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._queue.append((call, callback, retry))
+        self._idle.clear()
         self._wake.set()
 
-    async def call(self, call: ScriptCall) -> Any:
+    async def call(self, call: ScriptCall | CommandCall, *, retry: bool = True) -> Any:
         """Queue ``call``, wait for its batch, and return its result (raise its error)."""
-        done = anyio.Event()
-        box: list[Any] = []
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def finished(result: Any) -> None:
-            box.append(result)
-            done.set()
+            if not done.done():  # the caller may have been cancelled meanwhile
+                done.set_result(result)
 
-        self.submit(call, finished)
-        await done.wait()
-        if isinstance(box[0], BusError):
-            raise box[0]
-        return box[0]
+        self.submit(call, finished, retry=retry)
+        result = await done
+        if isinstance(result, BusError):
+            raise result
+        return result
 
     @property
     def pending(self) -> int:
@@ -79,7 +82,7 @@ class Completer:
         """Flush forever; cancel to stop (call :meth:`flush` first to send what is queued)."""
         while True:
             await self._wake.wait()
-            self._wake = anyio.Event()
+            self._wake.clear()
             await self.flush()
 
     async def flush(self) -> None:
@@ -95,9 +98,12 @@ class Completer:
             try:
                 replies = await run_batch(self._redis, calls)
             except RedisUnavailable as error:
-                _log.warning("completion batch not sent; retrying", error=str(error), calls=len(batch))
-                self._queue = batch + self._queue
-                await backoff.wait()
+                kept = [item for item in batch if item[2]]
+                _deliver([item for item in batch if not item[2]], [error] * (len(batch) - len(kept)))
+                if kept:
+                    _log.warning("completion batch not sent; retrying", error=str(error), calls=len(kept))
+                    self._queue = kept + self._queue
+                    await backoff.wait()
                 continue
             except BusError as error:
                 replies = [error] * len(calls)
@@ -109,20 +115,24 @@ class Completer:
                 else:
                     for index, result in zip(indexes, reply, strict=True):
                         results[index] = result
-            for (_, callback), result in zip(batch, results, strict=True):
-                try:
-                    callback(result)
-                except Exception:  # noqa: BLE001 - a bug in one callback must not stop every completion
-                    _log.exception("completion callback failed")
+            _deliver(batch, results)
         self._idle.set()
 
 
-def _plan(batch: list[tuple[Call, Callback]]) -> tuple[list[ScriptCall], list[tuple[bool, list[int]]]]:
+def _deliver(batch: list[_Queued], results: list[Any]) -> None:
+    for (_, callback, _), result in zip(batch, results, strict=True):
+        try:
+            callback(result)
+        except Exception:  # noqa: BLE001 - a bug in one callback must not stop every completion
+            _log.exception("completion callback failed")
+
+
+def _plan(batch: list[_Queued]) -> tuple[list[ScriptCall | CommandCall], list[tuple[bool, list[int]]]]:
     """The calls to send for ``batch``, and for each the batch indexes it answers."""
-    calls: list[ScriptCall] = []
+    calls: list[ScriptCall | CommandCall] = []
     members: list[tuple[bool, list[int]]] = []
     groups: dict[Any, list[int]] = {}
-    for index, (call, _) in enumerate(batch):
+    for index, (call, _, _) in enumerate(batch):
         if isinstance(call, BatchPart):
             groups.setdefault(call.merge_key, []).append(index)
         else:

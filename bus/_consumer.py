@@ -13,11 +13,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from bus._app import Route, Subscription
 from bus._client import Redis
 from bus._clock import Clock
 from bus._completer import Completer
 from bus._config import BusConfig
+from bus._connection import is_lean, send_batch
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, Fields, decode_fields
 from bus._errors import BusError, GroupExists, MalformedEntry, PayloadTooLarge, PermanentError, redis_errors
@@ -106,20 +109,32 @@ class GroupConsumer:
         wanted = await self.rt.slots.reserve(self.rt.read_share)
         try:
             with redis_errors():
-                reply: Any = await self.rt.redis.xreadgroup(
-                    self.sub.group,
-                    self.rt.consumer,
-                    {self.stream.key: ">"},
-                    count=wanted,
-                    block=block_ms,
-                )
+                entries = await self._read_new(wanted, block_ms)
         except BaseException:
             self.rt.slots.release(wanted)
             raise
-        entries: list[Entry] = [(i.decode(), f, 1) for _, batch in reply or () for i, f in batch]
         self.rt.slots.release(wanted - len(entries))
         await self._process(handlers, entries)
         return len(entries)
+
+    async def _read_new(self, count: int, block_ms: int | None) -> list[Entry]:
+        """XREADGROUP ``>``: the lean path on real Redis (raw reply, one read per loop turn)."""
+        redis = self.rt.redis
+        if not is_lean(redis):
+            reply: Any = await redis.xreadgroup(
+                self.sub.group, self.rt.consumer, {self.stream.key: ">"}, count=count, block=block_ms
+            )
+            return [(i.decode(), f, 1) for _, batch in reply or () for i, f in batch]
+        block = () if block_ms is None else ("BLOCK", block_ms)
+        command = ("XREADGROUP", "GROUP", self.sub.group, self.rt.consumer, "COUNT", count, *block)
+        [raw] = await send_batch(redis, [(*command, "STREAMS", self.stream.key, ">")], parse=False)
+        if isinstance(raw, ResponseError):
+            raise raw
+        return [
+            (i.decode(), None if f is None else dict(zip(f[::2], f[1::2], strict=True)), 1)
+            for _, batch in raw or ()
+            for i, f in batch
+        ]
 
     async def reclaim(self, handlers: HandlerPool) -> int:
         """Take over entries whose lease expired (XAUTOCLAIM) and handle them."""
@@ -218,9 +233,12 @@ class GroupConsumer:
                 ready.append(prepared)
         deduped = [item for item in ready if item[0].dedupe_key]
         try:
+            # The claim rides in the completer's next pipeline (with other streams' claims and
+            # completions) instead of a round trip of its own; a failure is not retried there
+            # but raised here, as before.
             claims = (
-                await dedupe_claim_call([d for d, _, _ in deduped], self.rt.config.lease_ms).run(
-                    self.rt.redis
+                await self.rt.completer.call(
+                    dedupe_claim_call([d for d, _, _ in deduped], self.rt.config.lease_ms), retry=False
                 )
                 if deduped
                 else []
@@ -304,27 +322,28 @@ class GroupConsumer:
                 delivery=delivery.deliveries,
             )
 
-        with delivery.scope:
-            try:
-                reply = await route.handler(message, delivery)
-                result = encode_result(reply, self.rt.config)
-                remember = not isinstance(reply, Reply) or reply.remember
-            except LeaseLost:
-                delivery.scope.cancel()
-            except _PERMANENT as error:
-                log().warning("handler failed permanently", error=error_chain(error))
-                self._fail(delivery, error_chain(error), dead=True)
-                return
-            except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
-                log().info("handler failed; will retry", error=error_chain(error))
-                self._fail(delivery, error_chain(error), dead=False)
-                return
-            else:
-                if delivery.acked_by_handler:
-                    self._settled(delivery.entry_id, b"done", "completed by the handler")
+        with delivery.scope as scope:
+            if not scope.cancel_called:  # else the lease was lost before the handler started
+                try:
+                    reply = await route.handler(message, delivery)
+                    result = encode_result(reply, self.rt.config)
+                    remember = not isinstance(reply, Reply) or reply.remember
+                except LeaseLost:
+                    scope.cancel()
+                except _PERMANENT as error:
+                    log().warning("handler failed permanently", error=error_chain(error))
+                    self._fail(delivery, error_chain(error), dead=True)
+                    return
+                except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
+                    log().info("handler failed; will retry", error=error_chain(error))
+                    self._fail(delivery, error_chain(error), dead=False)
+                    return
                 else:
-                    self._complete(delivery, result, remember=remember)
-                return
+                    if delivery.acked_by_handler:
+                        self._settled(delivery.entry_id, b"done", "completed by the handler")
+                    else:
+                        self._complete(delivery, result, remember=remember)
+                    return
         log().warning("handler abandoned; the entry stays pending for another consumer")
         self._settled(delivery.entry_id, None, "abandoned")
 

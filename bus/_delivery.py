@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
-
-import anyio
 
 from bus._envelope import Envelope
 from bus._errors import BusError
@@ -15,7 +15,7 @@ from bus._keys import Stream
 
 if TYPE_CHECKING:
     from bus._publisher import Publisher
-    from bus._scripts import ScriptCall
+    from bus._scripts import CommandCall, ScriptCall
 
 
 class LeaseLost(BusError):
@@ -24,6 +24,65 @@ class LeaseLost(BusError):
     The handler must stop: its result would be refused. Raised by
     :meth:`Delivery.heartbeat`; the worker also cancels a handler whose lease it finds lost.
     """
+
+
+class HandlerScope:
+    """Cancels the task that runs a handler, from anywhere, once its lease is lost.
+
+    The worker enters it around the handler; :meth:`cancel` (called by the lease keeper when
+    a heartbeat finds the lease taken over) cancels the handler at its current ``await``,
+    and leaving the scope swallows that one cancellation. It follows ``asyncio.timeout``'s
+    protocol (one ``Task.cancel`` matched by one ``Task.uncancel``), so it composes with
+    anyio's cancel scopes: a cancellation from elsewhere (worker shutdown) still propagates.
+    It costs a fraction of an ``anyio.CancelScope``, which matters once per delivery.
+    """
+
+    __slots__ = ("_cancelling", "_requested", "_task", "cancel_called")
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self._requested = False
+        self.cancel_called = False
+
+    def __enter__(self) -> HandlerScope:
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - the bus runs only inside asyncio tasks
+            raise RuntimeError("a HandlerScope must be entered inside an asyncio task")
+        self._task, self._cancelling = task, task.cancelling()
+        return self
+
+    def cancel(self) -> None:
+        """Stop the handler at its current ``await`` (a handler not started yet is not run).
+
+        Called from the handler's own task (a heartbeat it made found the lease lost), the
+        cancellation is delivered once the handler next waits, like an anyio cancel scope's;
+        if the handler leaves the scope first, nothing is left pending on the task.
+        """
+        if self.cancel_called:
+            return
+        self.cancel_called = True
+        task = self._task
+        if task is None:
+            return
+        if task is asyncio.current_task():
+            task.get_loop().call_soon(self._deliver, task)
+        else:
+            self._deliver(task)
+
+    def _deliver(self, task: asyncio.Task[Any]) -> None:
+        if self._task is task and not self._requested:  # still inside the scope
+            self._requested = True
+            task.cancel()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        task, self._task = self._task, None
+        if task is None or not self._requested:
+            return False
+        # ours is swallowed only if no other cancellation is pending on the task
+        return task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -49,11 +108,11 @@ class Delivery:
     consumer: str
     dedupe_key: str | None = None
     last_beat_ms: int = 0
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    scope: HandlerScope = field(default_factory=HandlerScope)
     acked_by_handler: bool = False
     _beat: Callable[[Delivery], Awaitable[bool]] | None = None
     _publisher: Publisher | None = None
-    _call: Callable[[ScriptCall], Awaitable[Any]] | None = None
+    _call: Callable[..., Awaitable[Any]] | None = None
     _published: int = 0
 
     def mark_acked(self) -> None:
@@ -64,14 +123,17 @@ class Delivery:
         """
         self.acked_by_handler = True
 
-    async def call(self, call: ScriptCall) -> Any:
-        """Run a script call in the worker's next pipelined batch and return its result.
+    async def call(self, call: ScriptCall | CommandCall, *, retry: bool = True) -> Any:
+        """Run a script call (or a read) in the worker's next pipelined batch; return its result.
 
-        Concurrent handlers' calls share round trips; a per-call error is raised here.
+        Concurrent handlers' calls share round trips; a per-call error is raised here. A
+        call that cannot reach Redis is retried with back-off until it can (script calls
+        are idempotent), unless ``retry`` is false: then :class:`~bus.RedisUnavailable` is
+        raised at once.
         """
         if self._call is None:
             raise BusError("this delivery is not attached to a worker")
-        return await self._call(call)
+        return await self._call(call, retry=retry)
 
     async def heartbeat(self) -> None:
         """Extend the lease now; raise :class:`LeaseLost` if another consumer took it over.

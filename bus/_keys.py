@@ -14,7 +14,8 @@ The saga engine adds its own keys under the same tags (see ``saga/_keys.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
 PREFIX = "rs"
 _FORBIDDEN = frozenset("{}")
@@ -35,11 +36,13 @@ class Stream:
 
     tag: str
     name: str = "stream"
+    _key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for label, value in (("tag", self.tag), ("name", self.name)):
             if not value or _FORBIDDEN.intersection(value):
                 raise ValueError(f"stream {label} {value!r} must be non-empty and contain no braces")
+        object.__setattr__(self, "_key", tagged_key(self.tag, self.name))  # read on every call
 
     @classmethod
     def named(cls, name: str) -> Stream:
@@ -49,6 +52,10 @@ class Stream:
     @classmethod
     def from_key(cls, key: str) -> Stream:
         """Parse a key built by :attr:`key` back into its address."""
+        return _parsed(key) if cls is Stream else cls._parse(key)
+
+    @classmethod
+    def _parse(cls, key: str) -> Stream:
         head = f"{PREFIX}:{{"
         end = key.find("}:")
         if not key.startswith(head) or end < 0:
@@ -58,7 +65,7 @@ class Stream:
     @property
     def key(self) -> str:
         """The stream's Redis key."""
-        return tagged_key(self.tag, self.name)
+        return self._key
 
     @property
     def dlq_key(self) -> str:
@@ -84,3 +91,9 @@ class Stream:
 
     def __str__(self) -> str:
         return self.key
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(key: str) -> Stream:
+    """Reply-to keys are parsed on every delivery; a process sees few distinct ones."""
+    return Stream._parse(key)

@@ -2,7 +2,8 @@
 
 The script cache is empty after a Redis restart or ``SCRIPT FLUSH``; a call that meets
 ``NOSCRIPT`` loads the source and runs again, which is safe because the first call did not
-run. Pipelined calls are recovered the same way, one reload for the whole batch.
+run. Pipelined calls are recovered the same way, one reload for the whole batch. A batch may
+also carry plain read commands (:class:`CommandCall`), so that a read shares the round trip.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from redis import exceptions as rx
 
 from bus._client import Redis
+from bus._connection import send_batch
 from bus._errors import BusError, redis_errors, translate
 
 Arg = str | bytes | int | float
@@ -63,6 +65,25 @@ class ScriptCall:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandCall:
+    """A plain command waiting to be pipelined, e.g. ``CommandCall(("HGETALL", key))``.
+
+    Its reply is parsed as redis-py parses that command's reply (``HGETALL`` gives a dict).
+    """
+
+    args: tuple[Arg, ...]
+
+    async def run(self, client: Redis) -> Any:
+        """Run this command on its own (one round trip)."""
+        with redis_errors():
+            return await client.execute_command(*self.args)  # type: ignore[no-untyped-call]
+
+
+Call = ScriptCall | CommandCall
+"""What :func:`run_batch` sends."""
+
+
+@dataclass(frozen=True, slots=True)
 class BatchPart:
     """One item of a script call that is sent merged with others (see :func:`merge`).
 
@@ -97,7 +118,7 @@ def merge(parts: Sequence[BatchPart]) -> ScriptCall:
     return first.script.call(keys, args)
 
 
-async def run_batch(client: Redis, calls: Sequence[ScriptCall]) -> list[Any | BusError]:
+async def run_batch(client: Redis, calls: Sequence[Call]) -> list[Any | BusError]:
     """Run ``calls`` in one pipeline (one round trip); a failed call's result is its error.
 
     Connection errors for the whole batch are raised; per-call script errors are returned in
@@ -107,7 +128,7 @@ async def run_batch(client: Redis, calls: Sequence[ScriptCall]) -> list[Any | Bu
     missing = [index for index, result in enumerate(results) if isinstance(result, rx.NoScriptError)]
     if missing:
         with redis_errors():
-            for script in {calls[index].script for index in missing}:
+            for script in {_script_of(calls[index]) for index in missing}:
                 await client.script_load(script.source)
         retried = await _pipeline(client, [calls[index] for index in missing])
         for index, result in zip(missing, retried, strict=True):
@@ -115,9 +136,18 @@ async def run_batch(client: Redis, calls: Sequence[ScriptCall]) -> list[Any | Bu
     return [translate(result) if isinstance(result, rx.RedisError) else result for result in results]
 
 
-async def _pipeline(client: Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+def _script_of(call: Call) -> Script:
+    if isinstance(call, CommandCall):  # pragma: no cover - a plain command never says NOSCRIPT
+        raise TypeError(f"{call.args[0]!r} is not a script call")
+    return call.script
+
+
+async def _pipeline(client: Redis, calls: Sequence[Call]) -> list[Any]:
+    commands = [
+        call.args
+        if isinstance(call, CommandCall)
+        else ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        for call in calls
+    ]
     with redis_errors():
-        async with client.pipeline(transaction=False) as pipe:
-            for call in calls:
-                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            return await pipe.execute(raise_on_error=False)
+        return await send_batch(client, commands)

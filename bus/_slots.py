@@ -15,17 +15,16 @@ never taken over while the worker was idle).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass, field
-
-import anyio
 
 
 @dataclass(eq=False, slots=True)
 class _Waiter:
     most: int
     granted: int = 0
-    ready: anyio.Event = field(default_factory=anyio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Slots:
@@ -35,7 +34,7 @@ class Slots:
         self.total = total
         self.free = total
         self._waiters: deque[_Waiter] = deque()
-        self._changed: anyio.Event | None = None  # made only while someone waits for it
+        self._changed: asyncio.Event | None = None  # made only while someone waits for it
 
     async def reserve(self, most: int) -> int:
         """Wait for a free slot (in arrival order), then take up to ``most``; return how many."""
@@ -73,7 +72,7 @@ class Slots:
         """Wait until no slot is in use (every handled entry has been settled)."""
         while self.free < self.total:
             if self._changed is None:
-                self._changed = anyio.Event()
+                self._changed = asyncio.Event()
             await self._changed.wait()
 
     @property

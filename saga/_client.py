@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from bus import Clock, Envelope, Publisher, SystemClock, uuid7
+from bus._batcher import Batcher
 from bus._errors import redis_errors
 from saga._config import EngineConfig
 from saga._decider import start as decide_start
@@ -49,6 +50,7 @@ class SagaClient:
         self.source = source
         self._publisher = Publisher(redis, source=source, config=self.config.bus)
         self._signers: dict[str, Signer] = {}
+        self._batcher = Batcher(redis)
 
     async def signer(self, context: str) -> Signer:
         """The resume-token signer of ``context`` (its secret is loaded once)."""
@@ -101,7 +103,8 @@ class SagaClient:
             timer_now_ms=self.clock.script_now_ms(),
             retention_s=self.config.retention_s,
         )
-        result = commit_result(await call.run(self.redis))
+        # concurrent starts share one pipelined round trip (see bus/_batcher.py)
+        result = commit_result(await self._batcher.call(call))
         if result.outcome == "drained":
             raise VersionDrained(
                 f"{definition.key} is drained: new sagas may not start on it (sagas already running end "

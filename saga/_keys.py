@@ -30,8 +30,9 @@ A context's definition versions are registered under the context's own hash tag
 
 from __future__ import annotations
 
+import functools
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from bus import Stream, tagged_key
@@ -53,11 +54,11 @@ class Partition:
 
     context: str
     index: int
+    tag: str = field(init=False, repr=False, compare=False)
+    """The hash tag ``<context>:<index>``."""
 
-    @property
-    def tag(self) -> str:
-        """The hash tag ``<context>:<index>``."""
-        return f"{self.context}:{self.index}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tag", f"{self.context}:{self.index}")
 
     def saga(self, saga_id: str) -> str:
         """The hash holding a saga's state."""
@@ -70,11 +71,11 @@ class Partition:
     @property
     def inbox(self) -> Stream:
         """The orchestrator's inbox stream for this partition."""
-        return Stream(self.tag, "inbox")
+        return _stream(self.tag, "inbox")
 
     def commands(self, participant: str) -> Stream:
         """The stream of commands this partition sends to ``participant``."""
-        return Stream(self.tag, f"cmd:{participant}")
+        return _stream(self.tag, f"cmd:{participant}")
 
     @property
     def timers(self) -> str:
@@ -104,6 +105,12 @@ class Partition:
     def drained(self) -> str:
         """The set of ``name@version`` that new sagas may not start on."""
         return tagged_key(self.tag, "drained")
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream(tag: str, name: str) -> Stream:
+    """Streams are built on every transition; a process uses few distinct ones."""
+    return Stream(tag, name)
 
 
 @dataclass(frozen=True, slots=True)

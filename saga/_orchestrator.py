@@ -23,6 +23,7 @@ import msgspec
 from bus import (
     Bus,
     Clock,
+    CommandCall,
     Delivery,
     Envelope,
     LeaseLost,
@@ -94,13 +95,23 @@ class Orchestrator:
             group = f"{self.context.name}.waits"
             bus.subscribe(stream, group=group, idempotent=False)(self.on_event)
 
-    async def load(self, partition: Partition, saga_id: str) -> Loaded | None:
-        """The saga as cached, else as stored (``None`` if there is no such saga)."""
+    async def load(
+        self, partition: Partition, saga_id: str, delivery: Delivery | None = None
+    ) -> Loaded | None:
+        """The saga as cached, else as stored (``None`` if there is no such saga).
+
+        With ``delivery``, the read goes in the worker's next pipelined batch, so the first
+        replies of many sagas share one round trip with each other and with commits.
+        """
         cached = self._cache.get(saga_id)
         if cached is not None:
             self._cache.move_to_end(saga_id)
             return cached
-        raw = await self.redis.hgetall(partition.saga(saga_id))
+        key = partition.saga(saga_id)
+        if delivery is None:
+            raw = await self.redis.hgetall(key)
+        else:
+            raw = await delivery.call(CommandCall(("HGETALL", key)), retry=False)
         if not raw:
             return None
         return decode_state(saga_id, raw)
@@ -125,7 +136,7 @@ class Orchestrator:
         partition = Partition(self.context.name, int(delivery.stream.tag.rsplit(":", 1)[1]))
         log = _log.bind(saga_id=saga_id, event=type(event).__name__)
         for _ in range(self.config.max_conflicts):
-            loaded = await self.load(partition, saga_id)
+            loaded = await self.load(partition, saga_id, delivery)
             if loaded is None:
                 raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
             try:

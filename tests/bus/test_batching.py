@@ -1,0 +1,99 @@
+"""Shared round trips: the client-side Batcher and the worker's Completer carry reads too."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import anyio
+import pytest
+
+import bus
+import bus._batcher as batcher_module
+from bus._batcher import Batcher
+from bus._clock import SystemClock
+from bus._completer import Completer
+from bus._scripts import CommandCall, Script
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_concurrent_calls_share_a_pipeline_and_each_gets_its_own_result(redis: bus.Redis) -> None:
+    await redis.hset("h", mapping={"a": "1"})
+    batcher = Batcher(redis)
+    results: dict[int, object] = {}
+
+    async def one(n: int) -> None:
+        key = "h" if n % 2 else "missing"
+        results[n] = await batcher.call(CommandCall(("HGETALL", key)))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(10):
+                group.start_soon(one, n)
+    assert results == {n: ({b"a": b"1"} if n % 2 else {}) for n in range(10)}
+
+
+async def test_a_failed_call_raises_for_its_caller_only(redis: bus.Redis) -> None:
+    await redis.set("s", "text")
+    batcher = Batcher(redis)
+    outcomes: dict[str, object] = {}
+
+    async def one(key: str) -> None:
+        try:
+            outcomes[key] = await batcher.call(CommandCall(("HGETALL", key)))
+        except bus.BusError as error:
+            outcomes[key] = type(error)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, "s")  # WRONGTYPE
+            group.start_soon(one, "other")
+    assert outcomes == {"s": bus.RedisCommandError, "other": {}}
+
+
+async def test_a_script_not_in_the_script_cache_is_loaded_and_run(redis: bus.Redis) -> None:
+    source = f"-- {uuid.uuid4()}\nreturn ARGV[1]"  # never loaded: the first EVALSHA says NOSCRIPT
+    script = Script("fresh", source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324
+    batcher = Batcher(redis)
+    assert await batcher.call(script.call([], ["hello"])) == b"hello"
+
+
+async def test_the_completer_fails_unretried_calls_when_redis_is_unreachable() -> None:
+    unreachable = bus.connect(
+        "redis://127.0.0.1:1/0", bus.ClientConfig(retries=0, connect_timeout_s=0.5, socket_timeout_s=0.5)
+    )
+    completer = Completer(unreachable, SystemClock())
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(completer.run)
+            with pytest.raises(bus.RedisUnavailable):
+                await completer.call(CommandCall(("HGETALL", "k")), retry=False)
+            group.cancel_scope.cancel()
+
+
+async def test_a_burst_is_split_into_bounded_pipelines(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    sizes: list[int] = []
+    run_batch = batcher_module.run_batch
+
+    async def counting(client: bus.Redis, calls: list[object]) -> list[object]:
+        sizes.append(len(calls))
+        return await run_batch(client, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batcher_module, "run_batch", counting)
+    batcher = Batcher(redis)
+    results: list[object] = []
+
+    async def one() -> None:
+        results.append(await batcher.call(CommandCall(("HGETALL", "k"))))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            for _ in range(batcher_module.MAX_BATCH + 10):
+                group.start_soon(one)
+    assert results == [{}] * (batcher_module.MAX_BATCH + 10)
+    assert max(sizes) <= batcher_module.MAX_BATCH
+    assert sum(sizes) == batcher_module.MAX_BATCH + 10

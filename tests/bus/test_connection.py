@@ -1,0 +1,79 @@
+"""The client's fast paths keep redis-py's behaviour: pool waits, replies in step, timeouts."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from redis.exceptions import ResponseError
+
+import bus
+from bus._connection import send_batch
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_checkout_waits_for_a_free_connection_when_all_are_taken(real_redis_url: str) -> None:
+    client = bus.connect(real_redis_url, bus.ClientConfig(max_connections=2))
+    pool = client.connection_pool
+    first, second = await pool.get_connection(), await pool.get_connection()
+    got: list[object] = []
+
+    async def third() -> None:
+        got.append(await pool.get_connection())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(third)
+            await anyio.sleep(0.05)
+            assert got == []  # waits: the pool is full
+            await pool.release(first)
+        assert got == [first]
+    await pool.release(second)
+    await pool.release(first)
+    assert await client.ping()
+    await client.aclose()
+
+
+async def test_a_batch_keeps_error_replies_in_place_and_the_connection_in_step(real_redis: bus.Redis) -> None:
+    await real_redis.set("s", "text")
+    replies = await send_batch(
+        real_redis, [("SET", "a", "1"), ("HGETALL", "s"), ("HSET", "h", "f", "v"), ("HGETALL", "h")]
+    )
+    assert replies[0] is True
+    assert isinstance(replies[1], ResponseError)
+    assert replies[2:] == [1, {b"f": b"v"}]
+    assert await real_redis.get("a") == b"1"  # the next command reads its own reply
+
+
+async def test_a_batch_cut_short_leaves_no_reply_for_the_next_command(real_redis: bus.Redis) -> None:
+    await real_redis.set("x", "value")
+    with anyio.move_on_after(0.1):
+        await send_batch(real_redis, [("BLPOP", "nothing", "1"), ("GET", "x")])
+    for _ in range(3):  # whichever pooled connection is used, its replies are its own
+        assert await real_redis.get("x") == b"value"
+        assert await send_batch(real_redis, [("GET", "x"), ("GET", "missing")]) == [b"value", None]
+
+
+async def test_the_embedded_server_takes_the_same_batches(fake_redis: bus.Redis) -> None:
+    await fake_redis.set("s", "text")
+    replies = await send_batch(fake_redis, [("HGETALL", "s"), ("HSET", "h", "f", "v"), ("HGETALL", "h")])
+    assert isinstance(replies[0], ResponseError)
+    assert replies[1:] == [1, {b"f": b"v"}]
+
+
+async def test_the_installed_redis_py_still_has_what_the_lean_paths_use(real_redis: bus.Redis) -> None:
+    """A redis-py upgrade that moves these internals must fail here, not slow down silently."""
+    from bus._connection import FastConnection, FastPool, is_lean
+
+    assert is_lean(real_redis)
+    pool = real_redis.connection_pool
+    assert isinstance(pool, FastPool)
+    assert pool._fast, "redis-py's pool internals changed: FastPool fell back to the slow path"
+    connection = await pool.get_connection()
+    try:
+        assert isinstance(connection, FastConnection)
+        for private in ("_parser", "_writer", "_host_error", "next_health_check"):
+            assert hasattr(connection, private), f"redis-py's Connection has no {private} any more"
+        assert hasattr(connection._parser, "read_response")
+    finally:
+        await pool.release(connection)
