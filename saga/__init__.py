@@ -21,7 +21,7 @@ from saga._compat import Change, Rule, compare_shapes
 from saga._config import EngineConfig
 from saga._cron import CronError
 from saga._decider import Decision, LocalCall, decide, start
-from saga._definition import LOCAL, Command, Compensation, Context, Retry, Saga, Step, StepContext, command
+from saga._definition import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
 from saga._errors import (
     ActionRefused,
     ConcurrentUpdate,
@@ -71,6 +71,7 @@ from saga._protocol import StepFailed, StepSucceeded
 from saga._query import SagaQuery, WaitInfo
 from saga._registry import Registry
 from saga._replay import Mismatch, ReplayReport
+from saga._retry import Retry
 from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
 from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
