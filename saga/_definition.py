@@ -204,14 +204,23 @@ class Step(Generic[D, O]):
         return self.kind in WAIT_KINDS
 
     def decode_output(self, raw: bytes) -> O:
-        """Decode a recorded output (``InvalidInput`` when it does not match the type)."""
-        if self.output_type is None:
+        """Decode a recorded output (``InvalidInput`` when it does not match the type).
+
+        A first-of-N group's output is its winner's: decoded as the branches' output type
+        when they all have the same one (else as plain JSON values).
+        """
+        output_type: Any = self.output_type
+        if self.group is not None and self.group.mode == "first":
+            types = {b.output_type for b in self.group.branches}
+            output_type = types.pop() if len(types) == 1 else Any
+        if output_type is None:
             return typing.cast(O, None)
         try:
-            return msgspec.json.decode(raw, type=self.output_type)
+            return typing.cast(O, msgspec.json.decode(raw, type=output_type))
         except msgspec.ValidationError as error:
             raise InvalidInput(
-                f"{self.saga}.{self.name}: output is not a valid {self.output_type.__name__}: {error}"
+                f"{self.saga}.{self.name}: output is not a valid "
+                f"{getattr(output_type, '__name__', output_type)}: {error}"
             ) from error
 
     @property
@@ -646,7 +655,8 @@ class Saga(Composition[D]):
     def step_named(self, name: str) -> Step[D, Any]:
         """The step called ``name`` (``KeyError`` naming the saga when there is none).
 
-        A branch key ``<group>#<index>`` names the step that branch of the group runs.
+        A branch key ``<group>#<index>`` names the step that branch of the group runs; a
+        branch of a ``parallel`` or ``first_of`` group is also found by its own name.
         """
         group, sep, index = name.rpartition("#")
         if sep:
@@ -658,6 +668,9 @@ class Saga(Composition[D]):
             except IndexError:
                 raise KeyError(f"saga {self.key} has no branch {name!r}") from None
         for step in self.steps:
+            if step.name == name:
+                return step
+        for step in self.branch_steps():  # a parallel group's branch, by its own name
             if step.name == name:
                 return step
         raise KeyError(f"saga {self.key} has no step {name!r}")

@@ -25,6 +25,7 @@ from saga._model import (
     Kind,
     Migrated,
     Note,
+    NotifyParent,
     Recorded,
     RedriveRequested,
     RetryRequested,
@@ -34,6 +35,8 @@ from saga._model import (
     StepReplied,
     StepState,
     TimerFired,
+    UnwatchEvent,
+    WatchEvent,
 )
 from saga._states import SagaStatus, StepStatus
 
@@ -252,6 +255,11 @@ def describe_effect(effect: Effect) -> str:
         return f"send {effect.step}/{effect.kind} #{effect.attempt} to {effect.participant}"
     if isinstance(effect, StartTimer):
         return f"{effect.purpose} timer {effect.step}/{effect.kind} in {human_ms(effect.delay_ms)}"
+    if isinstance(effect, NotifyParent):
+        return f"report the end ({effect.status}) to the parent saga"
+    if isinstance(effect, WatchEvent | UnwatchEvent):
+        verb = "watch" if isinstance(effect, WatchEvent) else "stop watching"
+        return f"{verb} {effect.message_type} on {effect.stream} for {effect.step}"
     assert isinstance(effect, CancelTimer)  # noqa: S101 - Effect is a closed union
     return "cancel timer"
 
