@@ -634,8 +634,13 @@ class _Run(WaitRules, GroupRules, TccRules):
         self.state.status = move_saga(self.state.status, end)
 
     def _after_undo(self, step: Step[Any, Any]) -> None:
-        """An undo succeeded: go on compensating, or go on with a first-of-N's clean-up."""
-        if self._loser_cleanup(step):
+        """An undo succeeded: go on compensating, or settle the group of a first-of-N loser.
+
+        A loser's undo runs on the forward path; when it ends, its group settles: the
+        clean-up goes on, or -- after a cancel that waited for this undo -- the
+        compensation begins.
+        """
+        if step.within and self.state.status != SagaStatus.COMPENSATING:
             self.settle_group(self.definition.step_named(step.within))
             return
         self._continue_compensation()
