@@ -1,9 +1,10 @@
 """redsaga's saga engine: definitions, the pure decider, the Redis store and the runtime.
 
 Declare a :class:`Saga` with steps and compensations (and sleeps, signal and event waits,
-a deadline), handle its commands with a :class:`Participant`, run both with a
-:class:`SagaWorker` (or ``saga worker``), and start, query and signal sagas with a
-:class:`SagaClient`; start them on a calendar with a :class:`Schedule` and a
+a deadline; parallel groups, first-of-N, maps, child sagas and TCC steps: see
+docs/composition.md; ready-made ones in :mod:`saga.templates`), handle its commands with a
+:class:`Participant`, run both with a :class:`SagaWorker` (or ``saga worker``), and start,
+query and signal sagas with a :class:`SagaClient`; start them on a calendar with a :class:`Schedule` and a
 :class:`ScheduleClient`. :mod:`saga.testing` runs sagas in-process without Redis.
 Versions of a definition run side by side; :class:`Versions` registers their shapes,
 drains and decommissions them, :func:`run_migration` moves sagas between them (see
@@ -18,6 +19,7 @@ from saga._app import App
 from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
 from saga._compat import Change, Rule, compare_shapes
+from saga._compose import Group
 from saga._config import EngineConfig
 from saga._cron import CronError
 from saga._decider import Decision, LocalCall, decide, start
@@ -40,7 +42,7 @@ from saga._errors import (
     VersionError,
     VersionInUse,
 )
-from saga._inspect import Inspection, StepView, TimelineRow, TimerView
+from saga._inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
 from saga._keys import Partition, partition_of
 from saga._listing import SagaPage, SagaRow
 from saga._migrate import MigrationReport, MigrationResult, run_migration
@@ -51,9 +53,11 @@ from saga._model import (
     Event,
     EventReceived,
     ForceCompleted,
+    GroupState,
     HistoryEntry,
     Migrated,
     Note,
+    ParentLink,
     RedriveRequested,
     RetryRequested,
     SagaState,
@@ -102,6 +106,7 @@ __all__ = [
     "ActionResult",
     "App",
     "Attempt",
+    "BranchView",
     "CancelRequested",
     "CatchUp",
     "Change",
@@ -119,6 +124,8 @@ __all__ = [
     "Event",
     "EventReceived",
     "ForceCompleted",
+    "Group",
+    "GroupState",
     "HistoryEntry",
     "IllegalTransition",
     "IncompatibleChange",
@@ -137,6 +144,7 @@ __all__ = [
     "Orchestrator",
     "OutboxBacklog",
     "Overlap",
+    "ParentLink",
     "Participant",
     "Partition",
     "PermanentError",
