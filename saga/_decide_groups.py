@@ -219,11 +219,13 @@ class GroupRules:
         group.failed += 1
         spec = group_step.group
         assert spec is not None  # noqa: S101 - a group step
+        last = self.state.branches[step.name].current("do")
+        error = f": {last.error}" if last is not None and last.error else ""
         if unknown or exhausted:
             why = "its outcome is unknown" if unknown else "it ran out of attempts"
-            self.close_group(group_step, EXHAUSTED, f"branch {index} failed: {why}")
+            self.close_group(group_step, EXHAUSTED, f"branch {index} failed ({why}){error}")
         elif spec.mode == "all":
-            self.close_group(group_step, FAILED, f"branch {index} ({step.name}) failed for good")
+            self.close_group(group_step, FAILED, f"branch {index} ({step.name}) failed for good{error}")
         elif group.failed >= group.total:
             self.close_group(group_step, FAILED, "every branch failed")
         self.settle_group(group_step)

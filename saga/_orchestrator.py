@@ -227,7 +227,7 @@ class Orchestrator:
 
         context = StepContext(
             saga_id,
-            step.name,
+            headers.get("step", ""),  # a branch's key, <group>#<index>: ctx.branch and ctx.item
             delivery.envelope.attempt,
             {k: bytes(v) for k, v in call.outputs.items()},
             token,
