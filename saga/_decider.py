@@ -75,11 +75,16 @@ class LocalCall(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
 
 @dataclass(slots=True)
 class Decision:
-    """The result of deciding one event."""
+    """The result of deciding one event.
+
+    ``touched`` names the branch records the decision may have changed (it copied them), so
+    a commit writes those and looks at no other branch.
+    """
 
     state: SagaState
     effects: list[Effect] = field(default_factory=list)
     ignored: str = ""
+    touched: frozenset[str] = frozenset()
 
     @property
     def changed(self) -> bool:
@@ -199,7 +204,7 @@ class _Run(WaitRules, GroupRules, TccRules):
                 self.state.signals.clear()
                 if self.state.parent is not None and not self.was_terminal:
                     self.notify_parent()
-        return Decision(self.state, self.effects, self.ignored)
+        return Decision(self.state, self.effects, self.ignored, frozenset(self._owned))
 
     def ignore(self, reason: str) -> None:
         self.ignored = reason

@@ -213,7 +213,7 @@ def _revision(before: SagaState | None, decision: Decision) -> int:
     if not decision.changed:
         return revision
     old = encode_state(before) if before is not None else {}
-    if changed_branches(before, decision.state):
+    if changed_branches(before, decision.state, decision.touched):
         return revision + 1
     return revision + 1 if any(old.get(k) != v for k, v in encode_state(decision.state).items()) else revision
 

@@ -605,7 +605,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         status = decision.state.status
         if decision.changed:
             fields = encode_state(decision.state)
-            branches = changed_branches(record.state, decision.state)
+            branches = changed_branches(record.state, decision.state, decision.touched)
             if branches or any(record.fields.get(k) != v for k, v in fields.items()):
                 revision += 1
             record.state, record.fields = decision.state, fields

@@ -24,7 +24,7 @@ in one atomic script.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -273,7 +273,11 @@ def commit_call(
     new_fields = encode_state(state) if decision.changed else (before.fields if before else {})
     old_fields = before.fields if before else {}
     changed = [(k, v) for k, v in new_fields.items() if old_fields.get(k) != v] if decision.changed else []
-    branches = changed_branches(before.state if before else None, state) if decision.changed else {}
+    branches = (
+        changed_branches(before.state if before else None, state, decision.touched)
+        if decision.changed
+        else {}
+    )
     revision = (before.state.revision if before else 0) + (1 if changed or branches else 0)
     entry = HistoryEntry(
         event=event,
@@ -344,14 +348,20 @@ def commit_call(
     return TRANSITION.call(keys, args), new_fields
 
 
-def changed_branches(before: SagaState | None, after: SagaState) -> dict[str, bytes]:
+def changed_branches(
+    before: SagaState | None, after: SagaState, touched: Iterable[str] | None = None
+) -> dict[str, bytes]:
     """The branch records ``after`` changed since ``before``, encoded (hash field -> JSON).
 
     The decider copies a branch record before changing it, so an unchanged record is the
     very object ``before`` holds: no branch is re-encoded unless its decision touched it.
+    ``touched`` (the decision's copied records) spares looking at the others.
     """
     previous = before.branches if before is not None else {}
-    return {key: _json.encode(rec) for key, rec in after.branches.items() if previous.get(key) is not rec}
+    keys = after.branches if touched is None else [k for k in touched if k in after.branches]
+    return {
+        key: _json.encode(after.branches[key]) for key in keys if previous.get(key) is not after.branches[key]
+    }
 
 
 PARENT_REPORT: Final = "ParentReport"
