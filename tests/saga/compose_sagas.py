@@ -219,7 +219,12 @@ seats: Saga[Plan] = Saga("seats", context=CONTEXT, data=Plan)
 
 
 @seats.tcc(
-    reply=Worked, confirm="confirm_seat", cancel="cancel_seat", expires=timedelta(minutes=5), retry=RETRY
+    reply=Worked,
+    confirm="confirm_seat",
+    cancel="cancel_seat",
+    expires=timedelta(minutes=5),
+    retry=RETRY,
+    timeout=10,
 )
 def hold_seat(data: Plan) -> Command:
     return work("seat", data)
