@@ -536,7 +536,8 @@ def _typed_output(definition: Saga[Any], state: SagaState, step_name: str, raw: 
     anything is sent.
     """
     step = definition.step_named(step_name)
-    if state.steps[step.name].status == StepStatus.COMPENSATION_FAILED:
+    record = state.branches.get(step_name) if "#" in step_name else state.steps.get(step.name)
+    if record is not None and record.status in (StepStatus.COMPENSATION_FAILED, StepStatus.CONFIRM_FAILED):
         return _json.encode(msgspec.json.decode(raw))
     if step.output_type is None:
         if msgspec.json.decode(raw) is not None:
