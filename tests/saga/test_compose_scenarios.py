@@ -12,12 +12,15 @@ completed steps and branches, in reverse order of completion).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bus
 from bus import FakeClock
@@ -26,7 +29,7 @@ from saga._keys import Partition
 from saga._protocol import RETRY as RETRY_REQUEST
 from saga._protocol import OperatorRequest
 from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
-from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, fan, parent, race, seats
+from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, fan, invoicing, parent, race, seats
 
 pytestmark = pytest.mark.anyio
 SETTLED = {SagaStatus.DEAD_LETTERED} | {s for s in SagaStatus if s.terminal}
@@ -335,3 +338,76 @@ async def test_scenario_on_the_runner_matches_redis(scenario: Scenario, redis: b
     assert timeline(redis_state) == timeline(runner_state)
     assert sorted(on_redis.services.effects) == sorted(on_runner.services.effects)
     effects_once(on_redis.services)
+
+
+PIECES = ["prepare", "flight", "hotel", "car", "item-a", "item-b", "item-c", "finish"]
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> Plan:
+    return Plan(
+        id="p",
+        items=draw(st.lists(st.sampled_from(["a", "b", "c"]), unique=True)),
+        fail=draw(st.lists(st.sampled_from(PIECES), max_size=2, unique=True)),
+        flaky={
+            piece: draw(st.integers(1, 3)) for piece in draw(st.lists(st.sampled_from(PIECES), max_size=3))
+        },
+        undo_fail=draw(st.lists(st.sampled_from(["prepare", "flight", "hotel"]), max_size=1)),
+        cancel_on=draw(st.lists(st.sampled_from(["prepare", "flight"]), max_size=1)),
+    )
+
+
+@settings(
+    max_examples=int(os.environ.get("REDSAGA_BACKEND_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(plan=plans())
+def test_random_plans_end_alike_on_the_runner_and_fakeredis(plan: Plan) -> None:
+    scenario = Scenario("random", fan, plan, SagaStatus.COMPLETED)
+
+    async def compare() -> None:
+        on_runner = RunnerBackend()
+        runner_summary, runner_state = await on_runner.play(scenario)
+        redis = bus.connect(bus.MEMORY_URL)
+        try:
+            on_redis = RedisBackend(redis)
+            with anyio.fail_after(60):
+                redis_summary, redis_state = await on_redis.play(scenario)
+        finally:
+            await redis.aclose()
+        assert redis_summary == runner_summary
+        assert timeline(redis_state) == timeline(runner_state)
+        assert sorted(on_redis.services.effects) == sorted(on_runner.services.effects)
+        effects_once(on_redis.services)
+
+    anyio.run(compare)
+
+
+async def test_a_child_in_another_context_runs_on_that_contexts_own_workers(redis: bus.Redis) -> None:
+    clock = FakeClock()
+
+    async def cancel(_saga_id: str) -> None:
+        return None
+
+    orders = App("orders", sagas=[parent])  # knows the child's definition only through its step
+    billing = App("billing", sagas=[invoicing])
+    workers = [
+        SagaWorker(redis, orders, clock=clock, consumer="orders"),
+        SagaWorker(redis, billing, clock=clock, consumer="billing"),
+        SagaWorker(redis, App("worker", participants=[Services(cancel).build()]), clock=clock, consumer="w"),
+    ]
+    client = SagaClient(redis, orders.registry, clock=clock)
+    await client.start(parent, Plan(id="x"), saga_id="x")
+    with anyio.fail_after(30):
+        for _ in range(20):
+            for worker in workers:
+                await worker.run_until_idle()
+            if (await client.get("x")).status.terminal:
+                break
+    state = await client.get("x")
+    assert state.status == SagaStatus.COMPLETED
+    child = await SagaClient(redis, billing.registry, clock=clock).get("x/bill")
+    assert child.status == SagaStatus.COMPLETED
+    assert child.parent is not None
+    assert child.parent.saga_id == "x"
