@@ -758,7 +758,10 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         """Deliver held replies whose attempt the saga has given up on (timed out, moved on)."""
         keep: list[_Held] = []
         for held in self._held:
-            step = record.state.steps.get(held.step) if held.item.saga_id == record.state.id else None
+            mine = held.item.saga_id == record.state.id
+            step = (
+                (record.state.steps.get(held.step) or record.state.branches.get(held.step)) if mine else None
+            )
             attempt = step.current(held.kind) if step is not None else None
             if held.item.saga_id != record.state.id or (
                 attempt is not None and attempt.command_id == held.command_id and attempt.outcome is None
