@@ -136,3 +136,26 @@ async def test_the_admin_client_inspects_branches_from_the_branch_hash(redis: bu
     assert found.status == "completed"
     assert [b.key for b in found.branches] == ["book#0", "book#1", "book#2", "item#0", "item#1"]
     assert msgspec.json.decode(bytes(found.branches[3].output)) == {"type": "Worked", "piece": "item-a"}
+
+
+def test_saga_inspect_prints_the_branches_and_the_groups_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli._show import inspection
+
+    runner = running_fan()
+    found = build_inspection(
+        runner.state("f"),
+        runner.history("f"),
+        [],
+        [],
+        now_ms=runner.now_ms,
+        definition=fan,
+        full_history=False,
+    )
+    inspection(found, history=False)
+    out = capsys.readouterr().out
+    assert "branches" in out
+    assert "0/5 branches succeeded, 3 in flight" in out  # the map's line in the steps table
+    lines = [line for line in out.splitlines() if line.startswith("item#")]
+    assert [line.split()[:3] for line in lines] == [["item#0", "item", "dispatched"]] + [
+        [f"item#{i}", "item", "dispatched"] for i in (1, 2)
+    ]
