@@ -127,6 +127,9 @@ if ARGV[i] == '1' then
     if revision == current then
       revision = current + 1
       redis.call('HSET', saga, 'rev', revision)
+      if not terminal then
+        redis.call('ZADD', KEYS[7], now, id)
+      end
     end
   end
   if terminal and ttl > 0 then

@@ -10,7 +10,7 @@ import pytest
 
 import bus
 from bus import FakeClock, PermanentError, TransientError
-from saga import App, CommandContext, Participant, SagaClient, SagaStatus, SagaWorker, command
+from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker, command
 from saga._protocol import RETRY, OperatorRequest
 from saga.templates import Decision, approval_chain, batch, chunked
 from saga.testing import FakeParticipant, SagaRunner, fail_transiently, succeed
@@ -258,3 +258,27 @@ async def test_a_chunk_out_of_attempts_waits_for_an_operator_then_only_it_is_sen
     state = await client.get("j3")
     assert state.status == SagaStatus.COMPLETED
     assert {k: attempts[k] - before.get(k, 0) for k in attempts} == {0: 0, 10: 0, 20: 1, 30: 0, 40: 0}
+
+
+@pytest.mark.anyio
+async def test_an_approval_chain_on_redis_resumes_through_signed_tokens(redis: bus.Redis) -> None:
+    clock = FakeClock()
+    outbox = Outbox()
+    chain = chain_of("parallel", outbox, name="expense_redis")
+    app = App("finance", sagas=chain.definitions)  # type: ignore[attr-defined]
+    config = EngineConfig(signal_secret="a secret of sixteen bytes or more")
+    worker = SagaWorker(redis, app, clock=clock, config=config)
+    client = SagaClient(redis, app.registry, clock=clock, config=config)
+    await client.start(chain.chain, EXPENSE, saga_id="x1")  # type: ignore[attr-defined]
+    await worker.run_until_idle()
+    assert sorted(outbox.tokens) == ["ann", "bob", "cy"]
+    for approver in ["cy", "ann", "bob"]:
+        await client.signal(outbox.tokens[approver], Decision(approved=True, by=approver))
+        await worker.run_until_idle()
+    state = await client.get("x1")
+    assert state.status == SagaStatus.COMPLETED
+    assert [msgspec.json.decode(bytes(state.branches[f"approvals#{i}"].output))["by"] for i in range(3)] == [
+        "ann",
+        "bob",
+        "cy",
+    ]
