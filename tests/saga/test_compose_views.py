@@ -9,7 +9,18 @@ import pytest
 
 import bus
 from bus import FakeClock
-from saga import App, Command, Saga, SagaAdmin, SagaClient, SagaWorker, command, compare_shapes, shape_of
+from saga import (
+    ActionRefused,
+    App,
+    Command,
+    Saga,
+    SagaAdmin,
+    SagaClient,
+    SagaWorker,
+    command,
+    compare_shapes,
+    shape_of,
+)
 from saga._fakes import Response
 from saga._graph import definition_graph, path_graph
 from saga._inspect import build_inspection
@@ -159,3 +170,37 @@ def test_saga_inspect_prints_the_branches_and_the_groups_progress(capsys: pytest
     assert [line.split()[:3] for line in lines] == [["item#0", "item", "dispatched"]] + [
         [f"item#{i}", "item", "dispatched"] for i in (1, 2)
     ]
+
+
+@pytest.mark.anyio
+async def test_the_admin_client_force_completes_one_branch_of_a_dead_lettered_group(redis: bus.Redis) -> None:
+    app = App("compose", sagas=DEFINITIONS)
+    clock = FakeClock()
+    client = SagaClient(redis, app.registry, clock=clock)
+
+    async def cancel(_saga_id: str) -> None:
+        return None
+
+    orchestrator = SagaWorker(redis, app, clock=clock)
+    worker = SagaWorker(redis, App("w", participants=[Services(cancel).build()]), clock=clock)
+
+    async def settle() -> None:
+        for _ in range(30):
+            await worker.run_until_idle()
+            await orchestrator.run_until_idle()
+            due = await redis.zrange("rs:{compose:0}:timers", 0, 0, withscores=True)
+            if due:
+                clock.set(max(int(due[0][1]), clock.now_ms()))
+
+    await client.start(fan, Plan(id="p", items=["a"], flaky={"hotel": 9}), saga_id="f")
+    await settle()
+    assert (await client.get("f", context="compose")).status == "dead_lettered"
+    admin = SagaAdmin(redis, app, clock=clock, wait_s=0)
+    hotel = {"type": "Worked", "piece": "hotel"}
+    with pytest.raises(ActionRefused, match="force-complete a branch"):
+        await admin.force_complete("f", "book", hotel, reason="by hand", context="compose")
+    await admin.force_complete("f", "book#1", hotel, reason="booked by phone", context="compose")
+    await settle()
+    state = await client.get("f", context="compose")
+    assert state.status == "completed"
+    assert state.branches["book#1"].attempts[-1].outcome == "forced"
