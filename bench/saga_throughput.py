@@ -13,6 +13,15 @@ Fields: ``rate_per_s`` (sagas/s), ``p50_ms``/``p99_ms`` (start -> completed, see
 orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes), ``cmds_per_saga``
 (top-level Redis commands sent per saga, counted in the client), ``bytes_per_saga`` (Redis
 memory per completed saga, retention off).
+
+The fan-out shape (``--shapes fanout``; lines ``saga.fanout.…``) runs one saga whose map
+has ``--branches`` branches (1,000) at most ``--fanout-concurrency`` (50) in flight, with
+one worker process (orchestrator and participant), and with two (both run both, racing for
+the saga's replies), next to its floor (a hand-written fan-out: one script per reply that
+counts it and sends the next command). Fields: ``branches_per_s``, ``conflicts_per_branch``
+(transition commits that lost a revision race, counted in every process),
+``cpu_us_per_branch``, ``cmds_per_branch``, ``saga_hash_bytes`` and ``branch_bytes`` (Redis
+memory of the saga hash, and of the branch hash per branch, at the end).
 """
 
 from __future__ import annotations
@@ -33,9 +42,26 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import msgspec
+
 import bus
 from bus._connection import FastConnection
-from saga import App, EngineConfig, SagaClient, SagaState, SagaStatus, SagaWorker
+from saga import (
+    App,
+    Command,
+    CommandContext,
+    EngineConfig,
+    Participant,
+    Saga,
+    SagaClient,
+    SagaState,
+    SagaStatus,
+    SagaWorker,
+    command,
+)
+from saga import _orchestrator as orchestrator_module
+from saga._keys import Partition
+from saga._store import commit_result
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 from services_example.stateless import inventory, payments, shipping
@@ -310,19 +336,203 @@ async def child_main(kind: str, url: str) -> None:
     redis = bus.connect(url)
     COMMANDS[0] = 0
     cpu = time.process_time()
+    count_conflicts()
     async with anyio.create_task_group() as tg:
         if kind == "redsaga":
             worker = SagaWorker(redis, PARTICIPANTS_APP, config=CONFIG)
             tg.start_soon(worker.run)
             await worker.started.wait()
+        elif kind.startswith("fanout:"):  # a second worker racing for the fan-out saga's replies
+            worker = SagaWorker(redis, fanout_app(int(kind.split(":")[1])), config=CONFIG)
+            tg.start_soon(worker.run)
+            await worker.started.wait()
         else:
             await floor_participants(redis, tg)
+        if kind.startswith("fanout:"):  # count the run only, not the worker's start-up
+            COMMANDS[0], CONFLICTS[0], cpu = 0, 0, time.process_time()
         print("ready", flush=True)
         with anyio.open_signal_receiver(signal.SIGTERM) as signals:
             async for _ in signals:
                 break
         tg.cancel_scope.cancel()
-    print(json.dumps({"commands": COMMANDS[0], "cpu_s": time.process_time() - cpu}), flush=True)
+    stats = {"commands": COMMANDS[0], "cpu_s": time.process_time() - cpu, "conflicts": CONFLICTS[0]}
+    print(json.dumps(stats), flush=True)
+
+
+# -- fan-out: one saga, many branches ------------------------------------------------------------
+
+
+class Fan(msgspec.Struct, frozen=True):
+    branches: int
+
+
+class Piece(msgspec.Struct, tag=True, frozen=True):
+    n: int
+
+
+class PieceDone(msgspec.Struct, tag=True, frozen=True):
+    n: int
+
+
+def fanout_saga(concurrency: int) -> Saga[Fan]:
+    saga: Saga[Fan] = Saga("fanout", context="fan", data=Fan)
+
+    @saga.map(
+        items=lambda fan: list(range(fan.branches)), reply=PieceDone, concurrency=concurrency, limit=100_000
+    )
+    def piece(_data: Fan, n: int) -> Command:
+        return command("fan_worker", Piece(n=n))
+
+    return saga
+
+
+def fanout_app(concurrency: int) -> App:
+    worker = Participant("fan_worker", serves=["fan"])
+
+    @worker.handles(Piece)
+    async def handle(message: Piece, _ctx: CommandContext) -> PieceDone:
+        return PieceDone(n=message.n)
+
+    return App("bench-fanout", sagas=[fanout_saga(concurrency)], participants=[worker])
+
+
+CONFLICTS = [0]
+
+
+def count_conflicts() -> None:
+    def counting(reply):  # type: ignore[no-untyped-def]
+        result = commit_result(reply)
+        CONFLICTS[0] += result.outcome == "conflict"
+        return result
+
+    orchestrator_module.commit_result = counting  # type: ignore[assignment]
+
+
+async def run_fanout(url: str, branches: int, concurrency: int, procs: int) -> dict[str, object]:
+    redis = bus.connect(url)
+    await redis.flushdb()
+    count_conflicts()
+    app = fanout_app(concurrency)
+    done = anyio.Event()
+    worker = SagaWorker(redis, app, config=CONFIG)
+    worker.observe(lambda state: done.set() if state.status.terminal else None)
+    client = SagaClient(redis, app.registry, config=CONFIG)
+    child = spawn_child(url, f"fanout:{concurrency}") if procs == 2 else None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.started.wait()
+        if child is not None:
+            await wait_for_ready(child)
+        COMMANDS[0], CONFLICTS[0] = 0, 0
+        cpu, wall = time.process_time(), time.perf_counter()
+        await client.start("fanout", Fan(branches=branches), saga_id="fan-1")
+        while (await client.get("fan-1")).status != SagaStatus.COMPLETED:
+            with anyio.move_on_after(0.2):
+                await done.wait()
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu
+        worker.stop()
+    partition = Partition("fan", 0)
+    saga_bytes = int(await redis.memory_usage(partition.saga("fan-1"), samples=0))
+    branch_bytes = int(await redis.memory_usage(partition.branches("fan-1"), samples=0))
+    commands, conflicts = COMMANDS[0], CONFLICTS[0]
+    if child is not None:
+        child.terminate()
+        out, _ = child.communicate(timeout=30)
+        stats = json.loads(out.strip().splitlines()[-1])
+        commands += stats["commands"]
+        cpu += stats["cpu_s"]
+        conflicts += stats["conflicts"]
+    return {
+        "branches": branches,
+        "concurrency": concurrency,
+        "branches_per_s": round(branches / wall, 1),
+        "conflicts_per_branch": round(conflicts / branches, 3),
+        "cpu_us_per_branch": round(cpu / branches * 1e6, 1),
+        "cmds_per_branch": round(commands / branches, 2),
+        "saga_hash_bytes": saga_bytes,
+        "branch_bytes": round(branch_bytes / branches),
+    }
+
+
+FLOOR_FAN_START = """
+redis.call('HSET', KEYS[1], 'next', ARGV[2], 'done', 0, 'total', ARGV[1])
+for n = 0, tonumber(ARGV[2]) - 1 do
+  redis.call('XADD', KEYS[2], '*', 'n', n)
+end
+return 1
+"""
+FLOOR_FAN_REPLY = """
+local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
+local done = redis.call('HINCRBY', KEYS[1], 'done', 1)
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+local next = tonumber(redis.call('HGET', KEYS[1], 'next'))
+if next < total then
+  redis.call('HSET', KEYS[1], 'next', next + 1)
+  redis.call('XADD', KEYS[2], '*', 'n', next)
+end
+redis.call('XACK', KEYS[4], 'o', ARGV[1])
+return done
+"""
+
+
+async def run_fanout_floor(url: str, branches: int, concurrency: int) -> dict[str, object]:
+    """The least a fan-out can do: one script per reply records it and sends the next command."""
+    redis = bus.connect(url)
+    await redis.flushdb()
+    saga, commands, results, inbox = (floor_key(k) for k in ("fan", "fancmd", "fanresults", "faninbox"))
+    await redis.xgroup_create(commands, "p", id="0", mkstream=True)
+    await redis.xgroup_create(inbox, "o", id="0", mkstream=True)
+    start = redis.register_script(FLOOR_FAN_START)
+    reply = redis.register_script(FLOOR_FAN_REPLY)
+    participant_reply = redis.register_script(FLOOR_REPLY)
+    finished = anyio.Event()
+
+    async def participant() -> None:
+        while True:
+            batch = await redis.xreadgroup("p", "c", {commands: ">"}, count=100, block=1000)
+            if not batch:
+                continue
+            async with redis.pipeline(transaction=False) as pipe:
+                for entry_id, fields in batch[0][1]:
+                    await participant_reply(
+                        keys=[commands, inbox], args=[entry_id, "fan", fields[b"n"]], client=pipe
+                    )
+                await pipe.execute()
+
+    async def orchestrator() -> None:
+        while True:
+            batch = await redis.xreadgroup("o", "c", {inbox: ">"}, count=100, block=1000)
+            if not batch:
+                continue
+            async with redis.pipeline(transaction=False) as pipe:
+                for entry_id, fields in batch[0][1]:
+                    await reply(
+                        keys=[saga, commands, results, inbox],
+                        args=[entry_id, fields[b"step"], '{"type":"PieceDone"}'],
+                        client=pipe,
+                    )
+                done = await pipe.execute()
+            if max(done) >= branches:
+                finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(participant)
+        tg.start_soon(orchestrator)
+        COMMANDS[0] = 0
+        cpu, wall = time.process_time(), time.perf_counter()
+        await start(keys=[saga, commands], args=[branches, concurrency])
+        await finished.wait()
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu
+        tg.cancel_scope.cancel()
+    return {
+        "branches": branches,
+        "concurrency": concurrency,
+        "branches_per_s": round(branches / wall, 1),
+        "cpu_us_per_branch": round(cpu / branches * 1e6, 1),
+        "cmds_per_branch": round(COMMANDS[0] / branches, 2),
+    }
 
 
 def main() -> None:
@@ -334,6 +544,8 @@ def main() -> None:
     parser.add_argument("--serial", type=int, default=300, help="sagas in the one-at-a-time shape")
     parser.add_argument("--shapes", default="burst,inflight100,serial")
     parser.add_argument("--procs", default="1,2")
+    parser.add_argument("--branches", type=int, default=1000, help="branches of the fan-out saga")
+    parser.add_argument("--fanout-concurrency", type=int, default=50)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -341,6 +553,14 @@ def main() -> None:
         return
     for procs in [int(p) for p in args.procs.split(",")]:
         for shape in args.shapes.split(","):
+            if shape == "fanout":
+                width = args.fanout_concurrency
+                result = anyio.run(run_fanout, args.redis_url, args.branches, width, procs)
+                print(json.dumps({"name": f"saga.fanout.{procs}proc", **result}), flush=True)
+                if procs == 1:
+                    floor = anyio.run(run_fanout_floor, args.redis_url, args.branches, width)
+                    print(json.dumps({"name": "saga.fanout.1proc.floor", **floor}), flush=True)
+                continue
             count = args.serial if shape == "serial" else args.sagas
             for runner, suffix in ((run_redsaga, ""), (run_floor, ".floor")):
                 result = anyio.run(runner, args.redis_url, shape, count, procs, f"{shape}-")

@@ -9,7 +9,7 @@ import typer
 from bus import DeadLetter, Requeued
 from cli._common import emit_table
 from cli._format import ago, clip, outcome_colour, status_colour, when
-from saga import ActionResult, Inspection, ReplayReport, SagaCount, SagaPage, Stats
+from saga import ActionResult, Attempt, GroupState, Inspection, ReplayReport, SagaCount, SagaPage, Stats
 
 _STATUS = {0: status_colour}
 
@@ -51,11 +51,39 @@ def inspection(found: Inspection, *, history: bool) -> None:
     emit_table(
         ["step", "status", "attempts", "compensation", "output"],
         [
-            [s.name, s.status, len(s.attempts), s.compensation or "-", clip(bytes(s.output).decode(), 60)]
+            [
+                s.name,
+                s.status,
+                len(s.attempts),
+                s.compensation or "-",
+                _group_line(s.group) if s.group else clip(bytes(s.output).decode(), 60),
+            ]
             for s in found.steps
         ],
         colours={1: status_colour},
     )
+    if found.branches:
+        shown = found.branches if history else found.branches[:BRANCH_ROWS]
+        more = len(found.branches) - len(shown)
+        heading(
+            "branches"
+            + (f" (first {len(shown)} of {len(found.branches)}; --history for all)" if more else "")
+        )
+        emit_table(
+            ["branch", "step", "status", "done #", "attempts", "output or error"],
+            [
+                [
+                    b.key,
+                    b.branch,
+                    b.status,
+                    b.completed or "-",
+                    len(b.attempts),
+                    clip(_last_error(b.attempts) or bytes(b.output).decode(), 60),
+                ]
+                for b in shown
+            ],
+            colours={2: status_colour},
+        )
     heading("attempts")
     emit_table(
         ["attempt", "participant", "input", "outcome", "sent", "took", "worker", "output or error"],
@@ -111,6 +139,25 @@ def inspection(found: Inspection, *, history: bool) -> None:
         ],
         colours={4: status_colour},
     )
+
+
+BRANCH_ROWS = 40
+"""Branches ``saga inspect`` lists without ``--history`` (``--json`` has them all)."""
+
+
+def _group_line(group: GroupState) -> str:
+    line = f"{group.succeeded}/{group.total} branches succeeded"
+    if group.failed:
+        line += f", {group.failed} failed"
+    if group.running:
+        line += f", {len(group.running)} in flight"
+    if group.closed:
+        line += f" ({group.closed})"
+    return line
+
+
+def _last_error(attempts: Sequence[Attempt]) -> str:
+    return next((a.error for a in reversed(attempts) if a.error), "") or ""
 
 
 def _due(due_in_ms: int | None) -> str:

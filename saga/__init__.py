@@ -1,9 +1,10 @@
 """redsaga's saga engine: definitions, the pure decider, the Redis store and the runtime.
 
 Declare a :class:`Saga` with steps and compensations (and sleeps, signal and event waits,
-a deadline), handle its commands with a :class:`Participant`, run both with a
-:class:`SagaWorker` (or ``saga worker``), and start, query and signal sagas with a
-:class:`SagaClient`; start them on a calendar with a :class:`Schedule` and a
+a deadline; parallel groups, first-of-N, maps, child sagas and TCC steps: see
+docs/composition.md; ready-made ones in :mod:`saga.templates`), handle its commands with a
+:class:`Participant`, run both with a :class:`SagaWorker` (or ``saga worker``), and start,
+query and signal sagas with a :class:`SagaClient`; start them on a calendar with a :class:`Schedule` and a
 :class:`ScheduleClient`. :mod:`saga.testing` runs sagas in-process without Redis.
 Versions of a definition run side by side; :class:`Versions` registers their shapes,
 drains and decommissions them, :func:`run_migration` moves sagas between them (see
@@ -18,10 +19,11 @@ from saga._app import App
 from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
 from saga._compat import Change, Rule, compare_shapes
+from saga._compose import Group
 from saga._config import EngineConfig
 from saga._cron import CronError
 from saga._decider import Decision, LocalCall, decide, start
-from saga._definition import LOCAL, Command, Compensation, Context, Retry, Saga, Step, StepContext, command
+from saga._definition import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
 from saga._errors import (
     ActionRefused,
     ConcurrentUpdate,
@@ -40,7 +42,7 @@ from saga._errors import (
     VersionError,
     VersionInUse,
 )
-from saga._inspect import Inspection, StepView, TimelineRow, TimerView
+from saga._inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
 from saga._keys import Partition, partition_of
 from saga._listing import SagaPage, SagaRow
 from saga._migrate import MigrationReport, MigrationResult, run_migration
@@ -51,9 +53,11 @@ from saga._model import (
     Event,
     EventReceived,
     ForceCompleted,
+    GroupState,
     HistoryEntry,
     Migrated,
     Note,
+    ParentLink,
     RedriveRequested,
     RetryRequested,
     SagaState,
@@ -71,6 +75,7 @@ from saga._protocol import StepFailed, StepSucceeded
 from saga._query import SagaQuery, WaitInfo
 from saga._registry import Registry
 from saga._replay import Mismatch, ReplayReport
+from saga._retry import Retry
 from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
 from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
@@ -101,6 +106,7 @@ __all__ = [
     "ActionResult",
     "App",
     "Attempt",
+    "BranchView",
     "CancelRequested",
     "CatchUp",
     "Change",
@@ -118,6 +124,8 @@ __all__ = [
     "Event",
     "EventReceived",
     "ForceCompleted",
+    "Group",
+    "GroupState",
     "HistoryEntry",
     "IllegalTransition",
     "IncompatibleChange",
@@ -136,6 +144,7 @@ __all__ = [
     "Orchestrator",
     "OutboxBacklog",
     "Overlap",
+    "ParentLink",
     "Participant",
     "Partition",
     "PermanentError",

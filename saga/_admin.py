@@ -42,6 +42,7 @@ from bus import (
 )
 from bus._errors import redis_errors
 from saga._app import App
+from saga._branch_store import decode_branches
 from saga._client import SagaClient
 from saga._config import EngineConfig
 from saga._decider import Decision
@@ -436,13 +437,16 @@ class SagaAdmin:
                 async with self.redis.pipeline(transaction=True) as pipe:
                     pipe.hgetall(partition.saga(saga_id))
                     pipe.lrange(partition.history(saga_id), 0, -1)
-                    raw, history = await pipe.execute()
+                    pipe.hgetall(partition.branches(saga_id))
+                    raw, history, branches = await pipe.execute()
             if raw:
-                return partition, decode_state(saga_id, raw).state, decode_entries(history)
+                state = decode_state(saga_id, raw).state
+                state.branches = decode_branches(branches)
+                return partition, state, decode_entries(history)
         raise SagaNotFound(saga_id)
 
     async def _timers(self, partition: Partition, state: SagaState, now_ms: int) -> builtins.list[TimerView]:
-        ids = [s.timer for s in state.steps.values() if s.timer]
+        ids = [s.timer for s in [*state.steps.values(), *state.branches.values()] if s.timer]
         views = []
         with redis_errors():
             for timer_id in ids:
@@ -532,7 +536,8 @@ def _typed_output(definition: Saga[Any], state: SagaState, step_name: str, raw: 
     anything is sent.
     """
     step = definition.step_named(step_name)
-    if state.steps[step.name].status == StepStatus.COMPENSATION_FAILED:
+    record = state.branches.get(step_name) if "#" in step_name else state.steps.get(step.name)
+    if record is not None and record.status in (StepStatus.COMPENSATION_FAILED, StepStatus.CONFIRM_FAILED):
         return _json.encode(msgspec.json.decode(raw))
     if step.output_type is None:
         if msgspec.json.decode(raw) is not None:

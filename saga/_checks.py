@@ -40,6 +40,7 @@ class StepSummary:
     status: StepStatus
     do: tuple[Outcome | None, ...] = ()
     undo: tuple[Outcome | None, ...] = ()
+    confirm: tuple[Outcome | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,10 @@ class Summary:
 
 
 def summarize(state: SagaState, history: Sequence[HistoryEntry]) -> Summary:
-    """Summarize a saga (``compensated`` is the order in which compensations were sent)."""
+    """Summarize a saga (``compensated`` is the order in which compensations were sent).
+
+    Branches of group steps are in ``steps`` too, under their keys ``<group>#<index>``.
+    """
     return Summary(
         status=state.status,
         steps={
@@ -65,8 +69,9 @@ def summarize(state: SagaState, history: Sequence[HistoryEntry]) -> Summary:
                 status=step.status,
                 do=tuple(a.outcome for a in step.attempts if a.kind == "do"),
                 undo=tuple(a.outcome for a in step.attempts if a.kind == "undo"),
+                confirm=tuple(a.outcome for a in step.attempts if a.kind == "confirm"),
             )
-            for name, step in state.steps.items()
+            for name, step in [*state.steps.items(), *state.branches.items()]
         },
         completed=tuple(state.completed),
         compensated=tuple(compensation_order(history)),
@@ -105,23 +110,60 @@ def invariant_violations(
     problems += _revision_problems(history)
     problems += _status_problems(history)
     problems += _dispatch_problems(history)
-    with_undo = [n for n in state.completed if definition.step_named(n).compensation is not None]
-    order = compensation_order(history)
+    # First-of-N clean-up undoes the losers on the forward path (the saga is running):
+    # the order rule is about the saga's compensation, so those undos are left out of it.
+    forward = _forward_undos(history)
+    with_undo = [n for n in completion_order(definition, state) if n not in forward]
+    order = [n for n in compensation_order(history) if n not in forward]
     if order != list(reversed(with_undo))[: len(order)]:
         problems.append(
             f"compensations sent in order {order}, expected a prefix of {list(reversed(with_undo))}"
         )
-    for name, step in state.steps.items():
+    completed_keys = set(completion_order(definition, state))
+    for name, step in [*state.steps.items(), *state.branches.items()]:
         done = sum(1 for a in step.attempts if a.kind == "do" and a.outcome in ("ok", "forced"))
         undone = sum(1 for a in step.attempts if a.kind == "undo" and a.outcome in ("ok", "forced"))
         if done > 1:
             problems.append(f"step {name} completed {done} times")
         if undone > 1:
             problems.append(f"step {name} was undone {undone} times")
-        if step.count("undo") and name not in with_undo:
+        if step.count("undo") and name not in completed_keys:
             problems.append(f"step {name} was compensated but did not complete (or declares no compensation)")
-    problems += _end_problems(state, with_undo)
+    problems += _end_problems(definition, state, [n for n in completed_keys if n not in forward])
     return problems
+
+
+def completion_order(definition: Saga[Any], state: SagaState) -> list[str]:
+    """Completed steps and branches that declare a compensation, in order of completion.
+
+    A group's branches complete in the order of their ``seq``, after the steps before the
+    group and before those after it; a group the saga stopped in comes last.
+    """
+    names = list(state.completed)
+    if state.cursor < len(definition.steps):
+        current = definition.steps[state.cursor]
+        if current.is_group and current.name not in names and current.name in state.steps:
+            names.append(current.name)
+    order: list[str] = []
+    for name in names:
+        step = definition.step_named(name)
+        if step.is_group:
+            prefix = f"{name}#"
+            done = [(r.seq, k) for k, r in state.branches.items() if k.startswith(prefix) and r.seq > 0]
+            order += [k for _, k in sorted(done) if definition.step_named(k).compensation is not None]
+        elif step.compensation is not None:
+            order.append(name)
+    return order
+
+
+def _forward_undos(history: Iterable[HistoryEntry]) -> set[str]:
+    return {
+        effect.step
+        for entry in history
+        if entry.status == SagaStatus.RUNNING
+        for effect in entry.effects
+        if isinstance(effect, Dispatch) and effect.kind == "undo"
+    }
 
 
 def _revision_problems(history: Sequence[HistoryEntry]) -> list[str]:
@@ -165,20 +207,45 @@ def _dispatch_problems(history: Sequence[HistoryEntry]) -> list[str]:
     return problems
 
 
-def _end_problems(state: SagaState, with_undo: list[str]) -> list[str]:
+def _end_problems(definition: Saga[Any], state: SagaState, with_undo: list[str]) -> list[str]:
     status, steps = state.status, state.steps
     problems = []
-    if status == SagaStatus.COMPLETED and any(s.status != StepStatus.SUCCEEDED for s in steps.values()):
+    finished = (StepStatus.SUCCEEDED, StepStatus.CONFIRMED)
+    if status == SagaStatus.COMPLETED and any(s.status not in finished for s in steps.values()):
         problems.append("completed, but not every step succeeded")
-    if status in (SagaStatus.COMPLETED, SagaStatus.FAILED) and any(s.count("undo") for s in steps.values()):
-        problems.append(f"{status}, yet compensations were sent")
+    if status == SagaStatus.COMPLETED:
+        for name, step in steps.items():
+            spec = definition.step_named(name).group
+            if spec is not None and spec.mode == "all" and step.group is not None:
+                keys = [f"{name}#{i}" for i in range(step.group.total)]
+                if any(
+                    k not in state.branches or state.branches[k].status != StepStatus.SUCCEEDED for k in keys
+                ):
+                    problems.append(f"completed, but not every branch of {name} succeeded")
+    every = [*steps.values(), *state.branches.values()]
+    if status in (SagaStatus.COMPLETED, SagaStatus.FAILED) and any(s.count("undo") for s in every):
+        undone = [n for n, s in [*steps.items(), *state.branches.items()] if s.count("undo")]
+        if status == SagaStatus.FAILED or any(n not in _losers(definition, state) for n in undone):
+            problems.append(f"{status}, yet compensations were sent")
     if status == SagaStatus.FAILED and with_undo:
         problems.append(f"failed, yet completed steps {with_undo} needed undoing")
     if status in (SagaStatus.COMPENSATED, SagaStatus.CANCELLED):
-        left = [n for n in with_undo if steps[n].status != StepStatus.COMPENSATED]
+        left = [n for n in with_undo if (steps.get(n) or state.branches[n]).status != StepStatus.COMPENSATED]
         if left:
             problems.append(f"{status}, but steps {left} were not undone")
     return problems
+
+
+def _losers(definition: Saga[Any], state: SagaState) -> set[str]:
+    """Branches of first-of-N groups other than the winner."""
+    losers = set()
+    for name, step in state.steps.items():
+        spec = definition.step_named(name).group
+        if spec is not None and spec.mode == "first" and step.group is not None:
+            losers |= {
+                k for k in state.branches if k.startswith(f"{name}#") and k != f"{name}#{step.group.winner}"
+            }
+    return losers
 
 
 def _reachable(status: SagaStatus) -> set[SagaStatus]:

@@ -15,17 +15,18 @@ import msgspec
 from bus import Clock, Envelope, Publisher, SystemClock, uuid7
 from bus._batcher import Batcher
 from bus._errors import redis_errors
+from saga._branch_store import load_saga
 from saga._config import EngineConfig
 from saga._decider import start as decide_start
 from saga._definition import Saga
 from saga._errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinition, VersionDrained
 from saga._keys import Partition, partition_of
-from saga._model import SagaState, Started
+from saga._model import ParentLink, SagaState, Started
 from saga._protocol import CANCEL, SIGNAL, OperatorRequest, SignalDelivery
 from saga._query import SagaQuery, describe, timer_ids
 from saga._registry import Registry
 from saga._states import SagaStatus
-from saga._store import commit_call, commit_result, decode_state
+from saga._store import commit_call, commit_result
 from saga._tokens import Signer, load_signer, peek
 
 _json = msgspec.json.Encoder()
@@ -66,6 +67,7 @@ class SagaClient:
         version: int | None = None,
         saga_id: str | None = None,
         by: str = "",
+        parent: ParentLink | None = None,
     ) -> str:
         """Start a saga with ``data``; return its id.
 
@@ -74,7 +76,8 @@ class SagaClient:
         the version it started on. Invalid data raises :class:`InvalidInput` and stores
         nothing; a drained version raises :class:`VersionDrained` and stores nothing. With
         ``saga_id`` the call is idempotent: if that saga exists already its id is returned
-        (and :class:`SagaExists` is raised if it runs another definition).
+        (and :class:`SagaExists` is raised if it runs another definition). ``parent`` makes it
+        a child saga that reports its end to that parent step (``saga/_children.py``).
         """
         if saga_id is not None and not saga_id:
             raise InvalidInput("saga_id must not be empty")
@@ -90,6 +93,7 @@ class SagaClient:
             by=by or self.source,
             saga=definition.key,
             steps=[s.name for s in definition.steps],
+            parent=parent,
         )
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
@@ -119,13 +123,12 @@ class SagaClient:
         return saga_id
 
     async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
-        """The saga's current state (:class:`SagaNotFound` if there is none)."""
+        """The saga's current state, branches included (:class:`SagaNotFound` if there is none)."""
         partition = self._partition(self.registry.context(context).name, saga_id)
-        with redis_errors():
-            raw = await self.redis.hgetall(partition.saga(saga_id))
-        if not raw:
+        loaded = await load_saga(self.redis, partition, saga_id)
+        if loaded is None:
             raise SagaNotFound(saga_id)
-        return decode_state(saga_id, raw).state
+        return loaded.state
 
     async def query(self, saga_id: str, *, context: str | None = None) -> SagaQuery:
         """The saga's status, current step, what it waits for (until when) and its deadline.

@@ -312,8 +312,13 @@ class WaitRules:
                     attempt=0,
                 )
             )
-        elif not started and not was_terminal and self.state.status.terminal and self.state.expired is None:
+        elif not started and not was_terminal and self.state.status.terminal and not self._deadline_fired():
             self.effects.append(CancelTimer(timer_id=timer_id))
+
+    def _deadline_fired(self) -> bool:
+        """Whether the deadline timer has fired (a TCC expiry also sets ``expired``)."""
+        expired = self.state.expired
+        return expired is not None and expired.what == "deadline exceeded"
 
 
 def _wait_kind(step: Step[Any, Any]) -> WaitKind:

@@ -9,11 +9,10 @@ used). Errors are :class:`~saga.DefinitionError` naming the saga and the step.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import re
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
@@ -21,7 +20,9 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 
 from bus import Stream, message_type
+from saga._compose import ChildSpec, Composition, Group, GroupSpec, TccSpec
 from saga._errors import DefinitionError, InvalidInput, SagaError
+from saga._retry import NO_RETRY, Retry
 from saga._wait_steps import (
     Duration,
     EventWait,
@@ -39,54 +40,12 @@ LOCAL: typing.Final = "_local"
 """The participant name of steps run by the orchestrator's own worker (actions)."""
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-StepKind = Literal["command", "action", "sleep", "signal", "event"]
-"""What a step does: send a command, run a local action, or wait (sleep, signal, event)."""
+StepKind = Literal[
+    "command", "action", "sleep", "signal", "event", "parallel", "first_of", "map", "child", "tcc"
+]
+"""What a step does: send a command, run a local action, wait (sleep, signal, event), run
+branches (parallel, first_of, map), run a child saga, or reserve then confirm (tcc)."""
 WAIT_KINDS: typing.Final = frozenset({"sleep", "signal", "event"})
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """How a step (or a compensation) is retried after transient failures and timeouts.
-
-    Attributes:
-        attempts: Total attempts, the first included (1 = no retry).
-        initial: Delay before the second attempt, in seconds.
-        backoff: Each further delay is the previous one times this.
-        max_delay: Longest delay, in seconds.
-        jitter: Fraction of each delay that is randomised (deterministically per saga,
-            step and attempt, so replay decides the same).
-        non_retryable: Error type names that fail the step at once (as the participant's
-            exception class name, e.g. ``"CardDeclined"``).
-        on_exhausted: What happens when attempts run out: ``"dead_letter"`` parks the saga
-            for an operator (DESIGN.md §3), ``"compensate"`` treats it as a permanent failure.
-
-    """
-
-    attempts: int = 3
-    initial: float = 1.0
-    backoff: float = 2.0
-    max_delay: float = 60.0
-    jitter: float = 0.2
-    non_retryable: tuple[str, ...] = ()
-    on_exhausted: Literal["dead_letter", "compensate"] = "dead_letter"
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("Retry.attempts must be at least 1")
-        if self.initial < 0 or self.max_delay < 0 or self.backoff < 1:
-            raise ValueError("Retry delays must be >= 0 and backoff >= 1")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError("Retry.jitter is a fraction between 0 and 1")
-
-    def delay_ms(self, failed_attempt: int, seed: str) -> int:
-        """Delay before the attempt after ``failed_attempt`` (deterministic jitter from ``seed``)."""
-        base = min(self.max_delay, self.initial * self.backoff ** max(0, failed_attempt - 1))
-        digest = hashlib.blake2b(f"{seed}:{failed_attempt}".encode(), digest_size=8).digest()
-        fraction = int.from_bytes(digest, "big") / 2**64
-        return int(base * (1 - self.jitter * fraction) * 1000)
-
-
-NO_RETRY: typing.Final = Retry(attempts=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,21 +70,39 @@ def command(participant: str, message: object) -> Command:
 
 
 class StepContext:
-    """What a step's builder or action can read besides the saga's data."""
+    """What a step's builder or action can read besides the saga's data.
+
+    In a branch of a group step (and in its compensation), ``step`` is the branch's key
+    ``<group>#<index>``, :attr:`branch` its index and :attr:`item` its map item.
+    """
 
     def __init__(
         self,
         saga_id: str,
         step: str,
         attempt: int,
-        outputs: dict[str, bytes],
+        outputs: Mapping[str, bytes],
         tokens: Callable[[str], str] | None = None,
+        *,
+        item: Callable[[], Any] | None = None,
     ) -> None:
         self.saga_id = saga_id
         self.step = step
         self.attempt = attempt
         self._outputs = outputs
         self._tokens = tokens
+        self._item = item
+
+    @property
+    def branch(self) -> int | None:
+        """The branch index, in a branch of a group step (``None`` elsewhere)."""
+        _, sep, index = self.step.rpartition("#")
+        return int(index) if sep and index.isdigit() else None
+
+    @property
+    def item(self) -> Any:
+        """The item of this branch of a map (``None`` elsewhere)."""
+        return self._item() if self._item is not None else None
 
     def resume_token(self, step: Step[Any, Any] | str) -> str:
         """The resume token of signal step ``step``'s next (or current) wait.
@@ -139,12 +116,29 @@ class StepContext:
             raise SagaError("no signal secret here: resume tokens are made by the engine's decider")
         return self._tokens(step if isinstance(step, str) else step.name)
 
-    def output(self, step: Step[Any, O]) -> O:
-        """The output of an earlier step that succeeded, decoded as that step's output type."""
-        raw = self._outputs.get(step.name)
+    @typing.overload
+    def output(self, step: Step[Any, O]) -> O: ...
+    @typing.overload
+    def output(self, step: Group[Any]) -> Any: ...
+    def output(self, step: Step[Any, O] | Group[Any]) -> O | Any:
+        """The output of an earlier step that succeeded, decoded as that step's output type.
+
+        A branch of a completed ``parallel`` group is a step too; a group gives the outputs
+        of its branches by name (``parallel``), the winner's output (``first_of``) or every
+        item's output in order (``map``).
+        """
+        target = step.group_step if isinstance(step, Group) else step
+        raw = self._outputs.get(target.name)
         if raw is None:
-            raise KeyError(f"step {step.name!r} has no output (it has not succeeded)")
-        return step.decode_output(raw)
+            raise KeyError(f"step {target.name!r} has no output (it has not succeeded)")
+        return target.decode_output(raw)
+
+    def branch_output(self, step: Step[Any, list[O]]) -> O:
+        """This branch's own output, in the compensation of a branch of map ``step``."""
+        raw = self._outputs.get(self.step)
+        if raw is None or not self.step.startswith(f"{step.name}#"):
+            raise KeyError(f"{self.step!r} is not a completed branch of {step.name!r}")
+        return step.branch_step(self.branch or 0).decode_output(raw)  # type: ignore[no-any-return]
 
     @property
     def idempotency_key(self) -> str:
@@ -157,7 +151,7 @@ Builder = Callable[..., Any]
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Compensation:
-    """How to undo a step: a command builder or a local async action."""
+    """How to undo a step (or confirm a TCC step): a command builder or a local async action."""
 
     name: str
     function: Builder
@@ -165,6 +159,7 @@ class Compensation:
     takes_context: bool
     retry: Retry
     timeout_s: float | None
+    _definition: Any = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -187,6 +182,16 @@ class Step(Generic[D, O]):
     timeout_s: float | None
     _definition: Saga[D] = field(repr=False)
     wait: WaitSpec | None = None
+    group: GroupSpec | None = None
+    """A group step's branches (kinds ``parallel``, ``first_of``, ``map``)."""
+    child: ChildSpec | None = None
+    """The saga a ``child`` step (or branch) runs."""
+    tcc: TccSpec | None = None
+    """A ``tcc`` step's confirmation and reservation lifetime."""
+    within: str = ""
+    """For a branch: the name of its group step."""
+    position: int = 0
+    """For a branch: its index in the group (a map's single branch step: 0)."""
 
     @property
     def local(self) -> bool:
@@ -199,20 +204,60 @@ class Step(Generic[D, O]):
         return self.kind in WAIT_KINDS
 
     def decode_output(self, raw: bytes) -> O:
-        """Decode a recorded output (``InvalidInput`` when it does not match the type)."""
-        if self.output_type is None:
+        """Decode a recorded output (``InvalidInput`` when it does not match the type).
+
+        A first-of-N group's output is its winner's: decoded as the branches' output type
+        when they all have the same one (else as plain JSON values).
+        """
+        output_type: Any = self.output_type
+        if self.group is not None and self.group.mode == "first":
+            types = {b.output_type for b in self.group.branches}
+            output_type = types.pop() if len(types) == 1 else Any
+        if output_type is None:
             return typing.cast(O, None)
         try:
-            return msgspec.json.decode(raw, type=self.output_type)
+            return typing.cast(O, msgspec.json.decode(raw, type=output_type))
         except msgspec.ValidationError as error:
             raise InvalidInput(
-                f"{self.saga}.{self.name}: output is not a valid {self.output_type.__name__}: {error}"
+                f"{self.saga}.{self.name}: output is not a valid "
+                f"{getattr(output_type, '__name__', output_type)}: {error}"
             ) from error
 
     @property
     def compensation(self) -> Compensation | None:
         """The registered compensation, if the step has one."""
         return self._definition.compensations.get(self.compensate) if self.compensate else None
+
+    @property
+    def confirmation(self) -> Compensation | None:
+        """A TCC step's confirmation."""
+        return self._definition.compensations.get(self.tcc.confirm) if self.tcc else None
+
+    @property
+    def is_group(self) -> bool:
+        """Whether the step runs branches (``parallel``, ``first_of`` or ``map``)."""
+        return self.group is not None
+
+    @property
+    def per_item(self) -> bool:
+        """Whether this is a map's branch step (its builder takes the item)."""
+        group = self._definition.step_named(self.within).group if self.within else None
+        return group is not None and group.dynamic
+
+    def branch_step(self, index: int) -> Step[D, Any]:
+        """The step that branch ``index`` of this group runs."""
+        if self.group is None:
+            raise KeyError(f"{self.saga}.{self.name} is not a group step")
+        return self.group.branch(index)
+
+    @property
+    def branches(self) -> dict[str, list[Step[D, Any]]]:
+        """A group's branches for its shape: ``<index>:<name>`` (a map: ``each``) -> steps."""
+        if self.group is None:
+            return {}
+        if self.group.dynamic:
+            return {"each": list(self.group.branches)}
+        return {f"{b.position}:{b.name}": [b] for b in self.group.branches}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the step's function directly (handy in unit tests of builders)."""
@@ -237,7 +282,7 @@ class Context:
             raise DefinitionError(f"context {self.name!r}: partitions must be between 1 and 1024")
 
 
-class Saga(Generic[D]):
+class Saga(Composition[D]):
     """A saga definition: a name, a version, a bounded context, typed data and ordered steps.
 
     Example::
@@ -335,7 +380,7 @@ class Saga(Generic[D]):
             step_name = name or function.__name__
             if not inspect.iscoroutinefunction(function):
                 raise DefinitionError(f"{self.name}.{step_name}: an action must be an 'async def' function")
-            output = _return_type(function, f"{self.name}.{step_name}")
+            output = self._action_output(function, f"{self.name}.{step_name}")
             return self._add_step(
                 step_name,
                 function,
@@ -451,6 +496,7 @@ class Saga(Generic[D]):
                 takes_context=_takes_context(function, where),
                 retry=retry,
                 timeout_s=_seconds(timeout, where),
+                _definition=self,
             )
             self.compensations[comp_name] = compensation
             return compensation
@@ -468,45 +514,135 @@ class Saga(Generic[D]):
         retry: Retry,
         timeout: float | timedelta | None,
         wait: WaitSpec | None = None,
+        **extra: Any,
+    ) -> Step[D, Any]:
+        step = self._new_step(
+            step_name,
+            function,
+            index=len(self.steps),
+            kind=kind,
+            output_type=output_type,
+            compensate=compensate,
+            retry=retry,
+            timeout=timeout,
+            wait=wait,
+            **extra,
+        )
+        self.steps.append(step)
+        return step
+
+    def _branch_step(
+        self,
+        group: Step[D, Any],
+        name: str,
+        function: Builder,
+        *,
+        kind: StepKind,
+        output_type: Any,
+        compensate: str | None,
+        retry: Retry,
+        timeout: float | timedelta | None,
+        **extra: Any,
+    ) -> Step[D, Any]:
+        spec = group.group
+        assert spec is not None  # noqa: S101 - only group steps get branches
+        if spec.dynamic and spec.branches:
+            raise DefinitionError(f"{self.name}.{group.name}: a map runs one branch step")
+        if kind in ("child",) and spec.dynamic and name != group.name:
+            raise DefinitionError(f"{self.name}.{name}: a map's child is declared with map_child")
+        step = self._new_step(
+            name,
+            function,
+            index=group.index,
+            kind=kind,
+            output_type=output_type,
+            compensate=compensate,
+            retry=retry,
+            timeout=timeout,
+            within=group.name,
+            position=len(spec.branches),
+            inputs=2 if spec.dynamic and kind != "child" else 1,
+            unique=not spec.dynamic,
+            **extra,
+        )
+        spec.branches.append(step)
+        return step
+
+    def _new_step(
+        self,
+        step_name: str,
+        function: Builder,
+        *,
+        index: int,
+        kind: StepKind,
+        output_type: type[Any] | None,
+        compensate: str | None,
+        retry: Retry,
+        timeout: float | timedelta | None,
+        wait: WaitSpec | None = None,
+        inputs: int = 1,
+        unique: bool = True,
+        **extra: Any,
     ) -> Step[D, Any]:
         where = f"{self.name}.{step_name}"
         _check_name(step_name, where)
         _check_retry(retry, where)
-        if any(s.name == step_name for s in self.steps):
+        if unique and step_name in self._names():
             raise DefinitionError(f"{where}: a step with this name is already declared")
         if output_type is not None and not _encodable(output_type):
             raise DefinitionError(f"{where}: output type {output_type!r} is not msgspec-encodable")
-        step: Step[D, Any] = Step(
+        return Step(
             saga=self.name,
             name=step_name,
-            index=len(self.steps),
+            index=index,
             function=function,
             kind=kind,
-            takes_context=_takes_context(function, where),
+            takes_context=_takes_context(function, where, inputs),
             output_type=output_type,
             compensate=compensate,
             retry=retry,
             timeout_s=_seconds(timeout, where),
             _definition=self,
             wait=wait,
+            **extra,
         )
-        self.steps.append(step)
-        return step
+
+    def _action_output(self, function: Callable[..., Any], where: str) -> Any:
+        return _return_type(function, where)
+
+    def _names(self) -> set[str]:
+        """Every step and branch name declared so far."""
+        names = {s.name for s in self.steps}
+        for step in self.steps:
+            if step.group is not None:
+                names |= {b.name for b in step.group.branches}
+        return names
+
+    def branch_steps(self) -> list[Step[D, Any]]:
+        """Every branch step of every group, in declaration order."""
+        return [b for s in self.steps if s.group is not None for b in s.group.branches]
 
     def validate(self) -> None:
         """Check what needs the whole definition; raise :class:`DefinitionError` on a mistake."""
         if not self.steps:
             raise DefinitionError(f"saga {self.name!r} has no steps")
         used = set()
-        for step in self.steps:
-            if step.compensate is None:
-                continue
-            if step.compensate not in self.compensations:
-                raise DefinitionError(
-                    f"{self.name}.{step.name}: compensate={step.compensate!r} names no declared "
-                    f"compensation (declared: {sorted(self.compensations) or 'none'})"
-                )
-            used.add(step.compensate)
+        for step in [*self.steps, *self.branch_steps()]:
+            where = f"{self.name}.{step.name}"
+            if step.group is not None and not step.group.branches:
+                raise DefinitionError(f"{where}: a {step.kind} group needs at least one branch")
+            if step.child is not None:
+                step.child.definition.validate()
+            names = [("compensate", step.compensate)] if step.compensate else []
+            if step.tcc is not None:
+                names.append(("confirm", step.tcc.confirm))
+            for what, name in names:
+                if name not in self.compensations:
+                    raise DefinitionError(
+                        f"{where}: {what}={name!r} names no declared compensation "
+                        f"(declared: {sorted(self.compensations) or 'none'})"
+                    )
+                used.add(name)
         unused = set(self.compensations) - used
         if unused:
             raise DefinitionError(f"saga {self.name!r}: compensations {sorted(unused)} undo no step")
@@ -517,8 +653,24 @@ class Saga(Generic[D]):
         return any(step.kind == "signal" for step in self.steps)
 
     def step_named(self, name: str) -> Step[D, Any]:
-        """The step called ``name`` (``KeyError`` naming the saga when there is none)."""
+        """The step called ``name`` (``KeyError`` naming the saga when there is none).
+
+        A branch key ``<group>#<index>`` names the step that branch of the group runs; a
+        branch of a ``parallel`` or ``first_of`` group is also found by its own name.
+        """
+        group, sep, index = name.rpartition("#")
+        if sep:
+            step = self.step_named(group)
+            if step.group is None or not index.isdigit():
+                raise KeyError(f"saga {self.key} has no branch {name!r}")
+            try:
+                return step.group.branch(int(index))
+            except IndexError:
+                raise KeyError(f"saga {self.key} has no branch {name!r}") from None
         for step in self.steps:
+            if step.name == name:
+                return step
+        for step in self.branch_steps():  # a parallel group's branch, by its own name
             if step.name == name:
                 return step
         raise KeyError(f"saga {self.key} has no step {name!r}")
@@ -561,8 +713,11 @@ def _check_retry(retry: object, where: str) -> None:
         raise DefinitionError(f"{where}: retry= must be a Retry(...), not {retry!r}")
 
 
-def _takes_context(function: Builder, where: str) -> bool:
-    """Check a builder's or action's signature: ``(data)`` or ``(data, ctx)``."""
+def _takes_context(function: Builder, where: str, inputs: int = 1) -> bool:
+    """Check a builder's or action's signature: ``(data)`` or ``(data, ctx)``.
+
+    A map's builder takes the item too: ``(data, item)`` or ``(data, item, ctx)``.
+    """
     every = inspect.signature(function).parameters.values()
     for p in every:
         if p.kind == p.KEYWORD_ONLY and p.default is p.empty:
@@ -572,14 +727,28 @@ def _takes_context(function: Builder, where: str) -> bool:
     parameters = [
         p for p in every if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
-    if len(parameters) not in (1, 2):
-        raise DefinitionError(f"{where}: takes (data) or (data, ctx), not {len(parameters)} arguments")
-    return len(parameters) == 2
+    if len(parameters) not in (inputs, inputs + 1):
+        expected = "(data) or (data, ctx)" if inputs == 1 else "(data, item) or (data, item, ctx)"
+        raise DefinitionError(f"{where}: takes {expected}, not {len(parameters)} arguments")
+    return len(parameters) == inputs + 1
 
 
 def invoke(target: Step[Any, Any] | Compensation, data: object, context: StepContext) -> Any:
-    """Call a step's or compensation's function with the arguments it declared."""
-    return target.function(data, context) if target.takes_context else target.function(data)
+    """Call a step's or compensation's function with the arguments it declared.
+
+    A map's branch step also gets its item (``items(data)[branch]``); so does
+    ``ctx.item`` in the branch's compensation.
+    """
+    index = context.branch
+    if index is not None and context._item is None and target._definition is not None:
+        group = target._definition.step_named(context.step.rpartition("#")[0]).group
+        if group is not None and group.dynamic:
+            context._item = lambda: group.items_of(data)[index]
+    if isinstance(target, Step) and target.per_item:
+        args: tuple[Any, ...] = (data, context.item)
+    else:
+        args = (data,)
+    return target.function(*args, context) if target.takes_context else target.function(*args)
 
 
 def _return_type(function: Builder, where: str) -> type[Any] | None:

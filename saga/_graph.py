@@ -4,6 +4,11 @@
 pictures cannot drift from what the engine enforces. ``saga inspect --graph`` draws one
 saga's path over its definition's diagram (:func:`path_graph`): steps coloured by status,
 the edges it took drawn thick.
+
+A ``parallel`` or ``first_of`` group is drawn as a box (a Mermaid subgraph, a DOT cluster)
+around its branches, with one node for undoing its completed branches, newest first; a map
+is one node (it runs its branch step once per item); a child step names the saga it runs;
+a TCC step's confirmation is drawn between the last step and ``completed``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ Format = Literal["mermaid", "dot"]
 
 Node = tuple[str, str, str]
 Edge = tuple[str, str, str, bool]
+Cluster = tuple[str, str, list[str]]
+"""A box around nodes: its id, its label and the ids of the nodes inside."""
 
 _STYLES: dict[str, tuple[str, str]] = {
     # class: (mermaid classDef, DOT fill colour)
@@ -39,6 +46,16 @@ _STEP_STYLE = {
     StepStatus.COMPENSATION_RETRYING: "done",
     StepStatus.COMPENSATED: "undone",
     StepStatus.COMPENSATION_FAILED: "done",
+    StepStatus.CONFIRMING: "done",
+    StepStatus.CONFIRM_RETRYING: "done",
+    StepStatus.CONFIRMED: "done",
+    StepStatus.CONFIRM_FAILED: "done",
+}
+_CONFIRM_STYLE = {
+    StepStatus.CONFIRMING: "active",
+    StepStatus.CONFIRM_RETRYING: "active",
+    StepStatus.CONFIRMED: "done",
+    StepStatus.CONFIRM_FAILED: "failed",
 }
 _UNDO_STYLE = {
     StepStatus.COMPENSATING: "active",
@@ -48,7 +65,7 @@ _UNDO_STYLE = {
 }
 
 
-def _what(step: Step[Any, Any]) -> str:
+def _what(step: Step[Any, Any]) -> str:  # noqa: PLR0911 - one line per kind of step
     """A step's second label line: what it sends, runs or waits for."""
     if step.local:
         return "local action"
@@ -57,65 +74,148 @@ def _what(step: Step[Any, Any]) -> str:
     if step.kind == "sleep":
         return "sleeps"
     if step.kind == "signal":
-        return f"waits for a signal ({step.output_type.__name__ if step.output_type else '-'})"
-    return f"reply {step.output_type.__name__ if step.output_type else '-'}"
+        return f"waits for a signal ({_type_name(step.output_type)})"
+    if step.child is not None:
+        return f"child saga {step.child.definition.key}"
+    if step.group is not None and step.group.dynamic:
+        branch = step.group.branches[0]
+        at_once = f", {step.group.concurrency} at a time" if step.group.concurrency else ""
+        return f"map: one per item (at most {step.group.limit}{at_once}); {_what(branch)}"
+    if step.tcc is not None:
+        return f"try: reply {_type_name(step.output_type)}; expires after {step.tcc.expires_s:g}s"
+    return f"reply {_type_name(step.output_type)}"
+
+
+def _type_name(output_type: Any) -> str:
+    return getattr(output_type, "__name__", None) or (str(output_type) if output_type else "-")
+
+
+def _node_id(step: Step[Any, Any]) -> str:
+    """A node id for a step (a branch's is ``<group>__<branch>``: ids allow no ``#``)."""
+    return f"{step.within}__{step.name}" if step.within else step.name
 
 
 def definition_graph(definition: Saga[Any], fmt: Format = "mermaid") -> str:
     """The steps in order, each step's compensation, and the failure path through them."""
-    nodes, edges = _definition_shape(definition)
-    return _render(f"{definition.key}", nodes, edges, fmt)
+    nodes, edges, clusters = _definition_shape(definition)
+    return _render(f"{definition.key}", nodes, edges, fmt, clusters=clusters)
 
 
 def path_graph(definition: Saga[Any], state: SagaState, fmt: Format = "mermaid") -> str:
     """:func:`definition_graph` with one saga's path drawn over it.
 
-    Steps are coloured by status (done, in progress, failed, undone), compensations by
-    theirs, the end the saga reached is marked, and the edges it took are drawn thick.
+    Steps (and branches) are coloured by status (done, in progress, failed, undone),
+    compensations by theirs, the end the saga reached is marked, and the edges it took are
+    drawn thick.
     """
-    nodes, edges = _definition_shape(definition)
+    nodes, edges, clusters = _definition_shape(definition)
     styles: dict[str, str] = {}
     reached: set[str] = {"start"}
     for step in definition.steps:
         step_state = state.steps.get(step.name)
-        if step_state is None or not step_state.attempts:
+        if step_state is None or not (step_state.attempts or step_state.group):
             continue
-        reached.add(step.name)
-        styles[step.name] = _STEP_STYLE.get(step_state.status, "active")
+        node = step.name
+        reached.add(node)
+        styles[node] = _STEP_STYLE.get(step_state.status, "active")
         if step_state.count("undo"):
             reached.add(f"undo_{step.name}")
             styles[f"undo_{step.name}"] = _UNDO_STYLE.get(step_state.status, "done")
-    end = {SagaStatus.COMPLETED: "completed", SagaStatus.COMPENSATED: "compensated"}.get(state.status)
+        if step_state.status in (StepStatus.CONFIRMING, StepStatus.CONFIRMED, StepStatus.CONFIRM_FAILED):
+            reached.add(f"confirm_{step.name}")
+            styles[f"confirm_{step.name}"] = _CONFIRM_STYLE.get(step_state.status, "active")
+        if step.group is not None and not step.group.dynamic:
+            _style_branches(step, state, styles, reached)
+    end = {
+        SagaStatus.COMPLETED: "completed",
+        SagaStatus.COMPENSATED: "compensated",
+        SagaStatus.CANCELLED: "compensated",
+    }.get(state.status)
     if end is not None:
         reached.add(end)
         styles[end] = "done"
     taken = {i for i, (source, target, _, _) in enumerate(edges) if source in reached and target in reached}
     title = f"{definition.key} saga {state.id}: {state.status}"
-    return _render(title, nodes, edges, fmt, styles=styles, taken=taken)
+    return _render(title, nodes, edges, fmt, styles=styles, taken=taken, clusters=clusters)
 
 
-def _definition_shape(definition: Saga[Any]) -> tuple[list[Node], list[Edge]]:
+def _style_branches(
+    step: Step[Any, Any], state: SagaState, styles: dict[str, str], reached: set[str]
+) -> None:
+    assert step.group is not None  # noqa: S101 - group steps only
+    undone = False
+    for branch in step.group.branches:
+        record = state.branches.get(f"{step.name}#{branch.position}")
+        if record is None:
+            continue
+        node = _node_id(branch)
+        reached.add(node)
+        styles[node] = _STEP_STYLE.get(record.status, "active")
+        undone = undone or bool(record.count("undo"))
+    if undone:
+        reached.add(f"undo_{step.name}")
+        styles[f"undo_{step.name}"] = _UNDO_STYLE.get(state.steps[step.name].status, "done")
+
+
+def _undoes(step: Step[Any, Any]) -> str | None:
+    """The label of a step's undo node (``None``: nothing of it is ever undone)."""
+    if step.group is None:
+        return step.compensation.name if step.compensation else None
+    names = [b.compensation.name for b in step.group.branches if b.compensation]
+    if not names:
+        return None
+    if step.group.dynamic:
+        return f"{names[0]} per completed item, newest first"
+    return f"undo completed branches, newest first ({', '.join(names)})"
+
+
+def _definition_shape(definition: Saga[Any]) -> tuple[list[Node], list[Edge], list[Cluster]]:
     nodes: list[Node] = [("start", "start", "circle")]
     edges: list[Edge] = []
-    previous = "start"
+    clusters: list[Cluster] = []
+    previous = ["start"]
     for step in definition.steps:
-        target = _what(step)
-        nodes.append((step.name, f"{step.name}\\n{target}", "box"))
-        edges.append((previous, step.name, "", False))
-        previous = step.name
-        if step.compensation:
+        if step.group is not None and not step.group.dynamic:
+            members = []
+            for branch in step.group.branches:
+                node = _node_id(branch)
+                members.append(node)
+                nodes.append((node, f"{branch.name}\\n{_what(branch)}", "box"))
+                edges.extend((p, node, "", False) for p in previous)
+            at_once = f", {step.group.concurrency} at a time" if step.group.concurrency else ""
+            label = "all of" if step.group.mode == "all" else "first of"
+            clusters.append((step.name, f"{step.name}: {label} {len(members)}{at_once}", members))
+            previous = members
+        else:
+            nodes.append((step.name, f"{step.name}\\n{_what(step)}", "box"))
+            edges.extend((p, step.name, "", False) for p in previous)
+            previous = [step.name]
+        undo_label = _undoes(step)
+        if undo_label:
             undo = f"undo_{step.name}"
-            nodes.append((undo, f"{step.compensation.name}", "undo"))
-            edges.append((step.name, undo, "compensate", True))
+            nodes.append((undo, undo_label, "undo"))
+            fixed = step.group is not None and not step.group.dynamic
+            sources = (
+                [_node_id(b) for b in (step.group.branches if step.group else []) if b.compensation]
+                if fixed
+                else [step.name]
+            )
+            edges.extend((source, undo, "compensate", True) for source in sources)
+    for step in definition.steps:
+        if step.tcc is not None:
+            node = f"confirm_{step.name}"
+            nodes.append((node, f"{step.tcc.confirm}\\nconfirm {step.name}", "undo"))
+            edges.extend((p, node, "confirm", False) for p in previous)
+            previous = [node]
     nodes.append(("completed", "completed", "end"))
-    edges.append((previous, "completed", "", False))
-    undone = [s for s in definition.steps if s.compensation]
+    edges.extend((p, "completed", "", False) for p in previous)
+    undone = [s for s in definition.steps if _undoes(s)]
     for later, earlier in zip(reversed(undone), list(reversed(undone))[1:], strict=False):
         edges.append((f"undo_{later.name}", f"undo_{earlier.name}", "then", True))
     if undone:
         nodes.append(("compensated", "compensated", "end"))
         edges.append((f"undo_{undone[0].name}", "compensated", "", True))
-    return nodes, edges
+    return nodes, edges, clusters
 
 
 def lifecycle_graph(kind: Literal["saga", "step"] = "saga", fmt: Format = "mermaid") -> str:
@@ -157,13 +257,24 @@ def _render(
     *,
     styles: dict[str, str] | None = None,
     taken: set[int] | None = None,
+    clusters: list[Cluster] | None = None,
 ) -> str:
-    styles, taken = styles or {}, taken or set()
+    styles, taken, clusters = styles or {}, taken or set(), clusters or []
+    inside = {member: cluster for cluster in clusters for member in cluster[2]}
     if fmt == "mermaid":
         shapes = {"circle": "(({}))", "box": '["{}"]', "undo": '[/"{}"/]', "end": "(({}))"}
         lines = ["flowchart LR", f"    %% {title}"]
+
+        def mermaid_node(node: str, label: str, shape: str, indent: str = "    ") -> str:
+            return f"{indent}{node}{shapes[shape].format(label.replace(chr(92) + 'n', '<br/>'))}"
+
         for node, label, shape in nodes:
-            lines.append(f"    {node}{shapes[shape].format(label.replace(chr(92) + 'n', '<br/>'))}")
+            if node not in inside:
+                lines.append(mermaid_node(node, label, shape))
+        for cluster_id, cluster_label, members in clusters:
+            lines.append(f'    subgraph {cluster_id} ["{cluster_label}"]')
+            lines.extend(mermaid_node(n, lb, sh, "        ") for n, lb, sh in nodes if n in members)
+            lines.append("    end")
         for source, target, label, dashed in edges:
             arrow = "-.->" if dashed else "-->"
             lines.append(f"    {source} {arrow}{'|' + label + '|' if label else ''} {target}")
@@ -175,9 +286,19 @@ def _render(
         return "\n".join(lines)
     shapes = {"circle": "circle", "box": "box", "undo": "parallelogram", "end": "doublecircle"}
     lines = [f'digraph "{title}" {{', "  rankdir=LR;"]
-    for node, label, shape in nodes:
+
+    def dot_node(node: str, label: str, shape: str) -> str:
         fill = f', style=filled, fillcolor="{_STYLES[styles[node]][1]}"' if node in styles else ""
-        lines.append(f'  "{node}" [label="{label}", shape={shapes[shape]}{fill}];')
+        return f'"{node}" [label="{label}", shape={shapes[shape]}{fill}];'
+
+    for node, label, shape in nodes:
+        if node not in inside:
+            lines.append(f"  {dot_node(node, label, shape)}")
+    for cluster_id, cluster_label, members in clusters:
+        lines.append(f'  subgraph "cluster_{cluster_id}" {{')
+        lines.append(f'    label="{cluster_label}"; style=rounded;')
+        lines.extend(f"    {dot_node(n, lb, sh)}" for n, lb, sh in nodes if n in members)
+        lines.append("  }")
     for index, (source, target, label, dashed) in enumerate(edges):
         style = ", style=dashed" if dashed else ""
         width = ", penwidth=3" if index in taken else ""

@@ -21,10 +21,13 @@ from saga._model import (
     Dispatch,
     Effect,
     ForceCompleted,
+    GroupState,
     HistoryEntry,
     Kind,
     Migrated,
     Note,
+    NotifyParent,
+    ParentLink,
     Recorded,
     RedriveRequested,
     RetryRequested,
@@ -34,6 +37,8 @@ from saga._model import (
     StepReplied,
     StepState,
     TimerFired,
+    UnwatchEvent,
+    WatchEvent,
 )
 from saga._states import SagaStatus, StepStatus
 
@@ -51,12 +56,37 @@ class TimerView(msgspec.Struct, kw_only=True):
 
 
 class StepView(msgspec.Struct, kw_only=True):
-    """One step: its status, every attempt (input, output or error, timings, worker)."""
+    """One step: its status, every attempt (input, output or error, timings, worker).
+
+    A group step (``parallel``, ``first_of``, ``map``) also has its ``group`` summary; its
+    branches are in :attr:`Inspection.branches`.
+    """
 
     name: str
     status: StepStatus
     compensation: str | None
     generation: int
+    output: msgspec.Raw
+    attempts: list[Attempt]
+    kind: str = ""
+    group: GroupState | None = None
+
+
+class BranchView(msgspec.Struct, kw_only=True):
+    """One branch of a group step that has started.
+
+    ``key`` is ``<group>#<index>`` (what its commands, replies and timers name), ``branch``
+    the name of the branch step it runs, ``completed`` its rank in the group's completion
+    order (0: not completed).
+    """
+
+    key: str
+    group: str
+    index: int
+    branch: str
+    status: StepStatus
+    completed: int
+    compensation: str | None
     output: msgspec.Raw
     attempts: list[Attempt]
 
@@ -104,6 +134,8 @@ class Inspection(msgspec.Struct, kw_only=True):
     dead_letters: list[DeadLetter]
     timeline: list[TimelineRow]
     history: list[HistoryEntry]
+    branches: list[BranchView] = msgspec.field(default_factory=list)
+    parent: ParentLink | None = None
 
 
 def build_inspection(
@@ -126,6 +158,8 @@ def build_inspection(
             generation=state.steps[name].generation,
             output=state.steps[name].output,
             attempts=state.steps[name].attempts,
+            kind=definition.step_named(name).kind if definition else "",
+            group=state.steps[name].group,
         )
         for name in names
         if name in state.steps
@@ -153,10 +187,35 @@ def build_inspection(
         dead_letters=list(letters),
         timeline=[timeline_row(i, e) for i, e in enumerate(history)],
         history=list(history) if full_history else [],
+        branches=branch_views(state, definition, names),
+        parent=state.parent,
     )
 
 
-def waiting_for(
+def branch_views(state: SagaState, definition: Saga[Any] | None, order: Sequence[str]) -> list[BranchView]:
+    """The started branches of every group step, by group (in step ``order``) then index."""
+    views = []
+    for key, record in state.branches.items():
+        group, _, index = key.rpartition("#")
+        step = definition.step_named(key) if definition else None
+        views.append(
+            BranchView(
+                key=key,
+                group=group,
+                index=int(index),
+                branch=step.name if step else group,
+                status=record.status,
+                completed=record.seq,
+                compensation=step.compensation.name if step and step.compensation else None,
+                output=record.output,
+                attempts=record.attempts,
+            )
+        )
+    position = {name: n for n, name in enumerate(order)}
+    return sorted(views, key=lambda v: (position.get(v.group, len(position)), v.group, v.index))
+
+
+def waiting_for(  # noqa: PLR0911 - one answer per kind of wait
     state: SagaState, order: Sequence[str], timers: Sequence[TimerView], now_ms: int
 ) -> tuple[str, str]:
     """``(current step, what would move the saga next)``."""
@@ -173,6 +232,8 @@ def waiting_for(
             f"an operator: {what} ran out of attempts ({error}); "
             "retry, force-complete, replay --from-step or cancel it"
         )
+    if step.group is not None and step.status == StepStatus.DISPATCHED:
+        return step_name, _group_waiting(step_name, step.group, state)
     kind: Kind = (
         "undo" if step.status in (StepStatus.COMPENSATING, StepStatus.COMPENSATION_RETRYING) else "do"
     )
@@ -196,6 +257,38 @@ def waiting_for(
     if state.cancel is not None:
         line += "; cancel requested: it compensates once this attempt ends"
     return step_name, line
+
+
+def _group_waiting(name: str, group: GroupState, state: SagaState) -> str:
+    """What a running group step waits for, in one sentence."""
+    done = f"{group.succeeded} of {group.total} branches of {name} succeeded"
+    if group.failed:
+        done += f", {group.failed} failed"
+    running = ", ".join(f"{name}#{i}" for i in group.running[:5]) + (" ..." if len(group.running) > 5 else "")
+    undoing = [
+        k
+        for k, r in state.branches.items()
+        if k.startswith(f"{name}#")
+        and r.count("undo")
+        and r.status in (StepStatus.COMPENSATING, StepStatus.COMPENSATION_RETRYING)
+    ]
+    if group.closed:
+        why = {
+            "won": "a branch won",
+            "failed": "a branch failed",
+            "exhausted": "a branch ran out of attempts",
+            "stopped": "the saga is stopping",
+        }.get(group.closed, group.closed)
+        if group.running:
+            return (
+                f"{done}; no more start ({why}): waiting for the {len(group.running)} in flight ({running})"
+            )
+        if undoing:
+            return f"{done}; {why}: undoing {', '.join(undoing)} before going on"
+        return f"{done}; {why}"
+    left = group.total - group.started
+    more = f", {left} not started yet" if left else ""
+    return f"{done}; replies from {len(group.running)} in flight ({running}){more}"
 
 
 def error_chain(state: SagaState) -> list[str]:
@@ -252,6 +345,11 @@ def describe_effect(effect: Effect) -> str:
         return f"send {effect.step}/{effect.kind} #{effect.attempt} to {effect.participant}"
     if isinstance(effect, StartTimer):
         return f"{effect.purpose} timer {effect.step}/{effect.kind} in {human_ms(effect.delay_ms)}"
+    if isinstance(effect, NotifyParent):
+        return f"report the end ({effect.status}) to the parent saga"
+    if isinstance(effect, WatchEvent | UnwatchEvent):
+        verb = "watch" if isinstance(effect, WatchEvent) else "stop watching"
+        return f"{verb} {effect.message_type} on {effect.stream} for {effect.step}"
     assert isinstance(effect, CancelTimer)  # noqa: S101 - Effect is a closed union
     return "cancel timer"
 

@@ -5,9 +5,12 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script::
 
     rs:{orders:0}:saga:<id>          hash: the saga's state (see saga/lua/transition.lua)
     rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event
+    rs:{orders:0}:branches:<id>      hash: '<group>#<index>' -> one branch's record (JSON), for
+                                     sagas with group steps (see saga/_branch_store.py)
     rs:{orders:0}:inbox              stream: replies, timer firings, operator requests
     rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions,
-                                     cmd:_waits: event-wait registrations)
+                                     cmd:_waits: event-wait registrations, cmd:_child: child
+                                     sagas to start or cancel)
     rs:{orders:0}:timers             zset: timer id -> due time (ms)
     rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'
     rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status
@@ -41,6 +44,8 @@ CONTEXTS: Final = tagged_key("redsaga", "contexts")
 """The set of every context with a version registry (``saga versions list`` starts here)."""
 WAITS: Final = "_waits"
 """The participant name of event-wait registrations (handled by the orchestrator)."""
+CHILD: Final = "_child"
+"""The participant name of child-saga commands (handled by the parent's orchestrator)."""
 
 
 def partition_of(saga_id: str, partitions: int) -> int:
@@ -67,6 +72,10 @@ class Partition:
     def history(self, saga_id: str) -> str:
         """The list holding a saga's history."""
         return tagged_key(self.tag, "hist", saga_id)
+
+    def branches(self, saga_id: str) -> str:
+        """The hash holding the records of a saga's group branches."""
+        return tagged_key(self.tag, "branches", saga_id)
 
     @property
     def inbox(self) -> Stream:

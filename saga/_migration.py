@@ -185,6 +185,11 @@ def plan_event(
     Raises :class:`MigrationRefused` when the plan's data or outputs do not fit the target.
     """
     source, target = migration.source, migration.target
+    groups = [name for name, step in state.steps.items() if step.group is not None]
+    if groups:  # branch records are keyed by group name and index: not moved between versions
+        raise MigrationRefused(
+            f"group steps {groups} have started branches; let the saga end on {source.key}"
+        )
     unknown = [name for name in plan.steps if name not in state.steps]
     if unknown:
         raise MigrationRefused(f"the plan maps steps {unknown} that {source.key} has no record of")

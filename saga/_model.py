@@ -14,14 +14,15 @@ import msgspec
 
 from saga._states import SagaStatus, StepStatus
 
-Kind = Literal["do", "undo"]
+Kind = Literal["do", "undo", "confirm"]
+"""What an attempt does: the step itself, its compensation, or (TCC steps) its confirmation."""
 NULL = msgspec.Raw(b"null")
 """JSON ``null`` as a raw value: the default of optional raw fields (msgspec cannot decode
 ``Raw | None``)."""
 Outcome = Literal["ok", "transient", "permanent", "timeout", "cancelled", "forced"]
-TimerPurpose = Literal["retry", "timeout", "wake", "deadline"]
+TimerPurpose = Literal["retry", "timeout", "wake", "deadline", "expiry"]
 """Why a timer exists: a retry back-off, an attempt's or a wait's timeout, the end of a sleep,
-or the saga's deadline."""
+the saga's deadline, or the expiry of a TCC step's reservation."""
 WaitKind = Literal["sleep", "signal", "event"]
 
 
@@ -42,8 +43,33 @@ class Attempt(msgspec.Struct, kw_only=True, omit_defaults=True):
     worker: str | None = None
 
 
+class GroupState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Where a group step's branches are (parallel, first-of-N and map steps).
+
+    Kept in the group step's own record, so its size depends on the concurrency limit, not
+    on the number of branches: each branch's record lives in the saga's branch hash (see
+    ``saga/_store.py``), under ``<group>#<index>``. Branches are started in index order;
+    branch ``i`` has been started when ``i < started``.
+    """
+
+    total: int
+    """How many branches this run of the group has (fixed when the group begins)."""
+    started: int = 0
+    running: list[int] = msgspec.field(default_factory=list)
+    """Branches in flight (dispatched, or waiting to retry): at most the concurrency limit."""
+    succeeded: int = 0
+    failed: int = 0
+    """Branches that ended without taking effect (failed, or cancelled before they were sent)."""
+    completions: int = 0
+    """Branches completed so far; each completed branch records its rank in ``StepState.seq``."""
+    closed: str = ""
+    """Why no further branch is started (a branch failed, a winner was found, a cancel)."""
+    winner: int = -1
+    """First-of-N: the branch whose output is the group's output."""
+
+
 class StepState(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Where one step is, with every attempt of it and of its compensation."""
+    """Where one step (or one branch of a group step) is, with every attempt of it."""
 
     status: StepStatus = StepStatus.PENDING
     attempts: list[Attempt] = msgspec.field(default_factory=list)
@@ -53,6 +79,10 @@ class StepState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Bumped when an operator redrive re-runs a step whose earlier attempts are known to
     have had no effect: its commands then carry a fresh idempotency key (see
     :func:`idempotency_key`), so a participant that remembered the failure runs again."""
+    group: GroupState | None = None
+    """A group step's branches (``None`` for every other step)."""
+    seq: int = 0
+    """A branch's rank in its group's completion order (1 = first to complete; 0 = not yet)."""
 
     def current(self, kind: Kind) -> Attempt | None:
         """The latest attempt of ``kind``."""
@@ -92,6 +122,21 @@ class Wait(msgspec.Struct, kw_only=True, omit_defaults=True):
     key: str = ""
 
 
+class ParentLink(msgspec.Struct, kw_only=True, frozen=True):
+    """Where a child saga reports its end: the parent's step attempt that started it."""
+
+    context: str
+    partition: int
+    saga_id: str
+    saga: str
+    """The parent's definition, ``name@version``."""
+    step: str
+    """The parent's step (or branch, ``<group>#<index>``) that waits for this child."""
+    attempt: int
+    command_id: str
+    """The id of the parent's command that started the child: the end report names it."""
+
+
 class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything the engine knows about one saga.
 
@@ -118,6 +163,11 @@ class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
     expired: Note | None = None
     signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
     """Signals that came before their wait began, by ``<step>:<wait number>``."""
+    branches: dict[str, StepState] = msgspec.field(default_factory=dict)
+    """The branches of group steps that have started, by ``<group>#<index>`` (stored apart
+    from the saga hash; see ``saga/_store.py``)."""
+    parent: ParentLink | None = None
+    """Set when the saga is a child saga: whom it reports its end to."""
 
     def outputs(self) -> dict[str, bytes]:
         """Raw outputs of the steps that succeeded (even if undone since), by step name."""
@@ -142,6 +192,7 @@ class Started(msgspec.Struct, tag="started", kw_only=True):
     by: str = ""
     saga: str = ""
     steps: list[str] = msgspec.field(default_factory=list)
+    parent: ParentLink | None = None
 
 
 class StepReplied(msgspec.Struct, tag="replied", kw_only=True, omit_defaults=True):
@@ -350,7 +401,21 @@ class UnwatchEvent(msgspec.Struct, tag="unwatch_event", kw_only=True):
     key: str
 
 
-Effect = Dispatch | StartTimer | CancelTimer | WatchEvent | UnwatchEvent
+class NotifyParent(msgspec.Struct, tag="notify_parent", kw_only=True, omit_defaults=True):
+    """A child saga ended: report it to the parent step that waits for it.
+
+    ``ok`` with the child's output (its last step's output), or the reason it did not
+    complete. Written on the child's own inbox (a ``ParentReport`` entry, same slot as the
+    transition); the child's orchestrator forwards it to the parent's inbox (another slot).
+    """
+
+    status: str
+    ok: bool
+    output: msgspec.Raw = NULL
+    error: str = ""
+
+
+Effect = Dispatch | StartTimer | CancelTimer | WatchEvent | UnwatchEvent | NotifyParent
 
 
 def idempotency_key(saga_id: str, step: str, kind: Kind, generation: int = 0) -> str:

@@ -9,15 +9,24 @@ unknown sagas and malformed entries are dead-lettered by the bus with the reason
 
 It also keeps the context's index of event waits (``saga/_event_waits.py``): it handles the
 ``cmd:_waits`` registrations its transitions write, and subscribes to every stream an event
-wait names to route the events to the waiting sagas.
+wait names to route the events to the waiting sagas. And it runs child sagas
+(``saga/_children.py``): it handles the ``cmd:_child`` commands of its sagas' child steps,
+and forwards its child sagas' end reports (``ParentReport`` inbox entries) to their parents.
+
+Entries of one saga are decided one at a time in this process (a lock per saga id): a saga
+with many branches gets many replies at once, and deciding them side by side would only
+lose revision races. Workers in other processes still race, and the revision check makes
+the loser decide again on fresh state.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import msgspec
 
 from bus import (
@@ -35,16 +44,18 @@ from bus import (
 )
 from bus._log import get_logger
 from saga import _event_waits as waits
+from saga._branch_store import load_saga
+from saga._children import Children
 from saga._config import EngineConfig
 from saga._decider import LocalCall, decide
 from saga._definition import LOCAL, Context, Saga, StepContext, invoke
 from saga._errors import UnknownDefinition
-from saga._keys import WAITS, Partition
+from saga._keys import CHILD, WAITS, Partition
 from saga._model import SagaState, SignalReceived, StepReplied
 from saga._outcome import reply_for
 from saga._protocol import to_event
 from saga._registry import Registry
-from saga._store import Loaded, WatchRequest, commit_call, commit_result, decode_state
+from saga._store import PARENT_REPORT, Loaded, WatchRequest, commit_call, commit_result
 from saga._tokens import Signer, load_signer
 
 GROUP = "orchestrator"
@@ -72,6 +83,11 @@ class Orchestrator:
         self._publisher = Publisher(redis, source=context.name, config=config.bus)
         definitions = [d for d in registry if d.context.name == context.name]
         self._event_waits = waits.event_waits(definitions)
+        self._children = Children(redis, registry, clock=clock, config=config, source=context.name)
+        self._has_children = any(
+            s.child is not None for d in definitions for s in [*d.steps, *d.branch_steps()]
+        )
+        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
 
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once)."""
@@ -91,6 +107,9 @@ class Orchestrator:
             bus.handler(partition.commands(LOCAL), LocalCall, group=LOCAL)(self.on_local)
             if self._event_waits:
                 bus.handler(partition.commands(WAITS), None, group=WAITS, idempotent=False)(self.on_waits)
+            if self._has_children:
+                handler = self._children.on_command
+                bus.handler(partition.commands(CHILD), None, group=CHILD, idempotent=False)(handler)
         for stream in self._event_waits:
             group = f"{self.context.name}.waits"
             bus.subscribe(stream, group=group, idempotent=False)(self.on_event)
@@ -107,14 +126,10 @@ class Orchestrator:
         if cached is not None:
             self._cache.move_to_end(saga_id)
             return cached
-        key = partition.saga(saga_id)
-        if delivery is None:
-            raw = await self.redis.hgetall(key)
-        else:
-            raw = await delivery.call(CommandCall(("HGETALL", key)), retry=False)
-        if not raw:
-            return None
-        return decode_state(saga_id, raw)
+        raw = None
+        if delivery is not None:
+            raw = await delivery.call(CommandCall(("HGETALL", partition.saga(saga_id))), retry=False)
+        return await load_saga(self.redis, partition, saga_id, raw)
 
     def forget(self, saga_id: str) -> None:
         """Drop a cached saga (after a lost race)."""
@@ -129,8 +144,30 @@ class Orchestrator:
         while len(self._cache) > self.config.cache_size:
             self._cache.popitem(last=False)
 
+    @asynccontextmanager
+    async def _serial(self, saga_id: str) -> AsyncIterator[None]:
+        """Decide one saga's entries one at a time in this process (see the module docstring)."""
+        lock, users = self._locks.get(saga_id) or (anyio.Lock(), 0)
+        self._locks[saga_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[saga_id]
+            if users == 1:
+                del self._locks[saga_id]
+            else:
+                self._locks[saga_id] = (lock, users - 1)
+
     async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
         """Decide and commit one inbox entry (the commit acknowledges it)."""
+        if envelope.type == PARENT_REPORT:  # a child saga of this context ended
+            await self._children.forward(envelope)
+            return
+        async with self._serial(envelope.correlation_id):
+            await self._decide(envelope, delivery)
+
+    async def _decide(self, envelope: Envelope, delivery: Delivery) -> None:
         event = to_event(envelope)
         saga_id = envelope.correlation_id
         partition = Partition(self.context.name, int(delivery.stream.tag.rsplit(":", 1)[1]))
@@ -200,7 +237,7 @@ class Orchestrator:
 
         context = StepContext(
             saga_id,
-            step.name,
+            headers.get("step", ""),  # a branch's key, <group>#<index>: ctx.branch and ctx.item
             delivery.envelope.attempt,
             {k: bytes(v) for k, v in call.outputs.items()},
             token,

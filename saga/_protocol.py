@@ -133,11 +133,11 @@ def _decode(envelope: Envelope) -> Event:
 def _reply_event(envelope: Envelope) -> Event:
     at = envelope.created_at_ms
     step, kind = envelope.headers.get("step"), envelope.headers.get("kind")
-    if not step or kind not in ("do", "undo") or not envelope.causation_id:
+    if not step or kind not in ("do", "undo", "confirm") or not envelope.causation_id:
         raise ValueError(f"a reply needs step and kind headers and a causation id (type {envelope.type!r})")
     command_id = envelope.causation_id
     worker = envelope.headers.get("replied-by", envelope.source)
-    step_kind: Kind = "do" if kind == "do" else "undo"
+    step_kind: Kind = "do" if kind == "do" else "undo" if kind == "undo" else "confirm"
     if envelope.type == FAILED:
         failure = _failed.decode(envelope.payload)
         return StepReplied(

@@ -30,7 +30,7 @@ REDRIVABLE = frozenset({SagaStatus.RUNNING, SagaStatus.SUSPENDED, SagaStatus.DEA
 _NO_EFFECT = frozenset({"transient", "permanent"})
 
 
-def redrive_refusal(definition: Saga[Any], state: SagaState, step_name: str) -> str:
+def redrive_refusal(definition: Saga[Any], state: SagaState, step_name: str) -> str:  # noqa: PLR0911 - one refusal each
     """Why ``state`` cannot be redriven from ``step_name`` (empty: it can)."""
     names = [s.name for s in definition.steps]
     if step_name not in names:
@@ -46,6 +46,13 @@ def redrive_refusal(definition: Saga[Any], state: SagaState, step_name: str) -> 
     if undone:
         return f"compensation has begun (steps {', '.join(undone)}): retry or force-complete it instead"
     index = names.index(step_name)
+    started = [
+        s.name
+        for s in definition.steps[index:]
+        if s.is_group and s.name in state.steps and state.steps[s.name].group is not None
+    ]
+    if started:
+        return f"group steps {', '.join(started)} have started branches: retry or force-complete them instead"
     if index > state.cursor:
         current = names[state.cursor] if state.cursor < len(names) else "the end"
         return f"step {step_name!r} has not been reached yet (the saga is at {current})"

@@ -35,7 +35,7 @@ from saga._model import (
     StartTimer,
 )
 from saga._registry import Registry
-from saga._store import encode_state
+from saga._store import changed_branches, encode_state
 from saga._tokens import Signer
 
 _json = msgspec.json.Encoder()
@@ -213,6 +213,8 @@ def _revision(before: SagaState | None, decision: Decision) -> int:
     if not decision.changed:
         return revision
     old = encode_state(before) if before is not None else {}
+    if changed_branches(before, decision.state, decision.touched):
+        return revision + 1
     return revision + 1 if any(old.get(k) != v for k, v in encode_state(decision.state).items()) else revision
 
 

@@ -38,7 +38,7 @@ from saga._decider import start as decide_start
 from saga._definition import LOCAL, Saga, Step
 from saga._errors import SagaError, SagaExists, SagaNotFound
 from saga._fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
-from saga._keys import Partition, partition_of
+from saga._keys import CHILD, Partition, partition_of
 from saga._migration import Migration, MigrationDecision, decide_migration
 from saga._model import (
     CancelRequested,
@@ -48,6 +48,8 @@ from saga._model import (
     ForceCompleted,
     HistoryEntry,
     Kind,
+    NotifyParent,
+    ParentLink,
     RetryRequested,
     SagaState,
     Started,
@@ -62,10 +64,11 @@ from saga._outcome import reply_for
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, to_event
 from saga._registry import Registry
+from saga._runner_children import RunnerChildren
 from saga._runner_schedules import RunnerSchedules
 from saga._runner_waits import Published, RunnerWaits, Watch
 from saga._states import SagaStatus
-from saga._store import TimerTemplate, WatchRequest, command_envelope, encode_state
+from saga._store import TimerTemplate, WatchRequest, changed_branches, command_envelope, encode_state
 
 T = TypeVar("T")
 CONSUMER = "saga-runner"
@@ -128,7 +131,7 @@ class _Held:
     command_id: str
 
 
-class SagaRunner(RunnerWaits, RunnerSchedules):
+class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
     """Runs sagas in-process and synchronously: no Redis, no real time, the real decider.
 
     Example::
@@ -217,11 +220,17 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
         definition = self._definition(definition)
         encoded = definition.encode_data(data)
         saga_id = saga_id or f"{definition.name}-{len(self._sagas) + 1}"
+        return self._start_linked(encoded, definition, saga_id, None)
+
+    def _start_linked(
+        self, encoded: bytes, definition: Saga[Any], saga_id: str, parent: ParentLink | None
+    ) -> str:
         existing = self._sagas.get(saga_id)
         if existing is not None:
             if existing.definition.name != definition.name:
                 raise SagaExists(f"saga {saga_id!r} exists and runs {existing.definition.key}")
             return saga_id
+        definition.decode_data(encoded)
         context = definition.context
         partition = Partition(context.name, partition_of(saga_id, context.partitions))
         event = Started(
@@ -231,6 +240,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
             by=CONSUMER,
             saga=definition.key,
             steps=[s.name for s in definition.steps],
+            parent=parent,
         )
         decision = decide_start(
             definition, saga_id, encoded, partition.index, event, signer=self._signer_for(definition)
@@ -501,6 +511,9 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
     def _enqueue_event(self, saga_id: str, event: Event) -> None:
         self._request(saga_id, event)
 
+    def _enqueue_reply(self, saga_id: str, event: Event, envelope: Envelope) -> None:
+        self._queue.append(_Event(saga_id, event, envelope))
+
     def _has_saga(self, saga_id: str) -> bool:
         return saga_id in self._sagas
 
@@ -592,7 +605,8 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
         status = decision.state.status
         if decision.changed:
             fields = encode_state(decision.state)
-            if any(record.fields.get(k) != v for k, v in fields.items()):
+            branches = changed_branches(record.state, decision.state, decision.touched)
+            if branches or any(record.fields.get(k) != v for k, v in fields.items()):
                 revision += 1
             record.state, record.fields = decision.state, fields
             record.state.revision = revision
@@ -632,6 +646,8 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
                 )
                 kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
                 self._queue.append(Watch(record.partition.context, kind, request))
+            elif isinstance(effect, NotifyParent):
+                self._notify_parent(record.state, effect, record.definition)
 
     def _deliver(self, command: _Command) -> None:
         self._await(self._handle(command))
@@ -652,6 +668,9 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
             consumer=CONSUMER,
         )
         key = (name, envelope.idempotency_key)
+        if name == CHILD:
+            self._child_command(envelope)
+            return
         if name == LOCAL:
             first = self._first_result(key)
             if first is None:
@@ -739,7 +758,10 @@ class SagaRunner(RunnerWaits, RunnerSchedules):
         """Deliver held replies whose attempt the saga has given up on (timed out, moved on)."""
         keep: list[_Held] = []
         for held in self._held:
-            step = record.state.steps.get(held.step) if held.item.saga_id == record.state.id else None
+            mine = held.item.saga_id == record.state.id
+            step = (
+                (record.state.steps.get(held.step) or record.state.branches.get(held.step)) if mine else None
+            )
             attempt = step.current(held.kind) if step is not None else None
             if held.item.saga_id != record.state.id or (
                 attempt is not None and attempt.command_id == held.command_id and attempt.outcome is None

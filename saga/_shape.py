@@ -128,7 +128,17 @@ def step_shape(step: Any) -> StepShape:
 
 
 def _waits(step: Any) -> tuple[str, ...]:
-    """What a waiting step waits for, as stable text (a sleep's duration may change freely)."""
+    """What a waiting step waits for, as stable text (a sleep's duration may change freely).
+
+    A child step waits for its child saga's end; a TCC step for its confirmation (or its
+    reservation's expiry, whose length may change freely).
+    """
+    child = getattr(step, "child", None)
+    if child is not None:
+        return (f"child {child.definition.key}",)
+    tcc = getattr(step, "tcc", None)
+    if tcc is not None:
+        return (f"confirm {tcc.confirm}", "expiry")
     wait = getattr(step, "wait", None)
     if isinstance(wait, EventWait):
         return (f"event {wait.message_type} on {wait.stream.key}",)

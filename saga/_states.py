@@ -45,6 +45,10 @@ class StepStatus(StrEnum):
     COMPENSATION_RETRYING = "compensation_retrying"
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
+    CONFIRMING = "confirming"
+    CONFIRM_RETRYING = "confirm_retrying"
+    CONFIRMED = "confirmed"
+    CONFIRM_FAILED = "confirm_failed"
 
 
 REDRIVE: Final = "an operator redrove the saga from this step or an earlier one"
@@ -117,6 +121,7 @@ STEP_TRANSITIONS: Final[dict[StepStatus, dict[StepStatus, str]]] = {
     },
     StepStatus.SUCCEEDED: {
         StepStatus.COMPENSATING: "its compensation was sent",
+        StepStatus.CONFIRMING: "the saga succeeded: the TCC step's confirmation was sent",
         StepStatus.COMPENSATED: "it has no compensation: nothing to undo",
         StepStatus.PENDING: REDRIVE,
     },
@@ -133,6 +138,19 @@ STEP_TRANSITIONS: Final[dict[StepStatus, dict[StepStatus, str]]] = {
         StepStatus.COMPENSATED: "an operator force-completed the compensation",
     },
     StepStatus.COMPENSATED: {},
+    StepStatus.CONFIRMING: {
+        StepStatus.CONFIRMED: "the confirmation succeeded: the reservation is final",
+        StepStatus.CONFIRM_RETRYING: "the confirmation failed transiently, attempts left",
+        StepStatus.CONFIRM_FAILED: "the confirmation failed permanently or ran out of attempts",
+    },
+    StepStatus.CONFIRM_RETRYING: {
+        StepStatus.CONFIRMING: "the back-off elapsed: the next attempt was sent",
+    },
+    StepStatus.CONFIRM_FAILED: {
+        StepStatus.CONFIRMING: "an operator retried the confirmation",
+        StepStatus.CONFIRMED: "an operator force-completed the confirmation",
+    },
+    StepStatus.CONFIRMED: {},
 }
 
 

@@ -6,8 +6,12 @@ A saga hash holds small fields so that a transition rewrites only what changed::
     status   lifecycle status            name, version   the definition it runs
     created  creation time (ms)          updated         last change (ms)
     data     the start data (JSON)       meta            cursor, completed steps, notes,
-                                                         the current wait, early signals
+                                                         the current wait, early signals,
+                                                         the parent (child sagas)
     s:<step> one step's state with every attempt (JSON)
+
+The records of a group step's branches live in a hash of their own, written by the same
+script (``saga/_branch_store.py``), so the saga hash stays small however many branches run.
 
 An event wait's registration (``WatchEvent``/``UnwatchEvent``) is a command on the
 partition's ``cmd:_waits`` stream, written by the same script: the context-wide index it
@@ -20,7 +24,7 @@ in one atomic script.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -34,7 +38,10 @@ from saga._model import (
     Dispatch,
     Event,
     HistoryEntry,
+    Kind,
     Note,
+    NotifyParent,
+    ParentLink,
     SagaState,
     StartTimer,
     StepState,
@@ -65,6 +72,7 @@ class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True):
     wait: Wait | None = None
     expired: Note | None = None
     signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    parent: ParentLink | None = None
 
 
 class WatchRequest(msgspec.Struct, kw_only=True):
@@ -95,7 +103,7 @@ class TimerTemplate(msgspec.Struct, kw_only=True, omit_defaults=True):
     timer_id: str = ""
     purpose: TimerPurpose
     step: str
-    kind: Literal["do", "undo"]
+    kind: Kind
     attempt: int
 
     @classmethod
@@ -177,6 +185,7 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
                 wait=state.wait,
                 expired=state.expired,
                 signals=state.signals,
+                parent=state.parent,
             )
         ),
     }
@@ -210,6 +219,7 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         wait=meta.wait,
         expired=meta.expired,
         signals=meta.signals,
+        parent=meta.parent,
         revision=int(fields.get("rev", b"0")),
         created_ms=int(fields["created"]),
         updated_ms=int(fields["updated"]),
@@ -230,7 +240,10 @@ def command_envelope(
         correlation_id=state.id,
         causation_id=cause,
         idempotency_key=idempotency_key(
-            state.id, dispatch.step, dispatch.kind, state.steps[dispatch.step].generation
+            state.id,
+            dispatch.step,
+            dispatch.kind,
+            (state.steps.get(dispatch.step) or state.branches[dispatch.step]).generation,
         ),
         reply_to=partition.inbox.key,
         created_at_ms=now_ms,
@@ -260,7 +273,12 @@ def commit_call(
     new_fields = encode_state(state) if decision.changed else (before.fields if before else {})
     old_fields = before.fields if before else {}
     changed = [(k, v) for k, v in new_fields.items() if old_fields.get(k) != v] if decision.changed else []
-    revision = (before.state.revision if before else 0) + (1 if changed else 0)
+    branches = (
+        changed_branches(before.state if before else None, state, decision.touched)
+        if decision.changed
+        else {}
+    )
+    revision = (before.state.revision if before else 0) + (1 if changed or branches else 0)
     entry = HistoryEntry(
         event=event,
         effects=decision.effects,
@@ -311,6 +329,8 @@ def commit_call(
             commands.append((partition.commands(effect.participant).key, envelope))
         elif isinstance(effect, WatchEvent | UnwatchEvent):
             commands.append((partition.commands(WAITS).key, watch_envelope(state, effect, now_ms=now_ms)))
+        elif isinstance(effect, NotifyParent) and state.parent is not None:
+            commands.append((partition.inbox.key, parent_envelope(state, effect, now_ms=now_ms)))
     args.append(len(commands))
     for stream_key, envelope in commands:
         keys.append(stream_key)
@@ -318,7 +338,70 @@ def commit_call(
         args.append(len(envelope_fields))
         for field_name, value in envelope_fields.items():
             args += [field_name, value]
+    if state.branches:  # the branch hash: last key, last section (saga/_branch_store.py)
+        keys.append(partition.branches(state.id))
+        args += [1, len(branches)]
+        for field_name, value in branches.items():
+            args += [field_name, value]
+    else:
+        args += [0, 0]
     return TRANSITION.call(keys, args), new_fields
+
+
+def changed_branches(
+    before: SagaState | None, after: SagaState, touched: Iterable[str] | None = None
+) -> dict[str, bytes]:
+    """The branch records ``after`` changed since ``before``, encoded (hash field -> JSON).
+
+    The decider copies a branch record before changing it, so an unchanged record is the
+    very object ``before`` holds: no branch is re-encoded unless its decision touched it.
+    ``touched`` (the decision's copied records) spares looking at the others.
+    """
+    previous = before.branches if before is not None else {}
+    keys = after.branches if touched is None else [k for k in touched if k in after.branches]
+    return {
+        key: _json.encode(after.branches[key]) for key in keys if previous.get(key) is not after.branches[key]
+    }
+
+
+PARENT_REPORT: Final = "ParentReport"
+"""The inbox entry type of a child's end report: the child's own inbox, read by its
+orchestrator, which forwards it to the parent's inbox (another slot)."""
+
+
+class ParentReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The payload of a child saga's end report (see :data:`PARENT_REPORT`)."""
+
+    child: str
+    saga: str
+    """The child's definition, ``name@version``."""
+    parent: ParentLink
+    status: str
+    ok: bool
+    output: msgspec.Raw = msgspec.Raw(b"null")
+    error: str = ""
+
+
+def parent_envelope(state: SagaState, effect: NotifyParent, *, now_ms: int) -> Envelope:
+    """The inbox entry that reports a child saga's end, to be forwarded to its parent."""
+    assert state.parent is not None  # noqa: S101 - only child sagas notify
+    report = ParentReport(
+        child=state.id,
+        saga=f"{state.name}@{state.version}",
+        parent=state.parent,
+        status=effect.status,
+        ok=effect.ok,
+        output=effect.output,
+        error=effect.error,
+    )
+    return Envelope(
+        id=derived_id(state.id, "ended"),
+        type=PARENT_REPORT,
+        payload=_json.encode(report),
+        source=state.context,
+        correlation_id=state.id,
+        created_at_ms=now_ms,
+    )
 
 
 def watch_envelope(state: SagaState, effect: WatchEvent | UnwatchEvent, *, now_ms: int) -> Envelope:

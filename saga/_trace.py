@@ -25,6 +25,7 @@ from typing import Any, Final
 import msgspec
 
 from saga._app import App
+from saga._branch_store import encode_branches
 from saga._definition import Saga
 from saga._model import HistoryEntry, SagaState
 from saga._registry import Registry
@@ -129,7 +130,8 @@ def state_differences(recorded: SagaState, replayed: SagaState) -> list[str]:
 
     Fields are the hash fields the store writes, compared as JSON values.
     """
-    old, new = encode_state(recorded), encode_state(replayed)
+    old = encode_state(recorded) | {f"branch {k}": v for k, v in encode_branches(recorded).items()}
+    new = encode_state(replayed) | {f"branch {k}": v for k, v in encode_branches(replayed).items()}
     differences = [
         f"{name}: recorded {_text(old.get(name))}, replayed {_text(new.get(name))}"
         for name in sorted(set(old) | set(new))

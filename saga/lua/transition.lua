@@ -22,6 +22,9 @@
 --       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
 -- then: n, n × timer id                    timers to cancel
 -- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
+-- then: 1|0, n, n × (field, value)         1 when the last key is the saga's branch hash
+--       (sagas with group steps; saga/_branch_store.py), and the branch records that
+--       changed; a branch change bumps the revision too, and the hash expires with the saga
 --
 -- Returns {'ok', revision}, {'conflict', current revision}, {'lost'} when the inbox
 -- entry is no longer held by this consumer (its lease moved on: the decision is dropped),
@@ -110,6 +113,28 @@ for c = 1, ncommands do
   local k = tonumber(ARGV[i])
   redis.call('XADD', KEYS[10 + c], '*', unpack(ARGV, i + 1, i + k * 2))
   i = i + k * 2 + 1
+end
+
+if ARGV[i] == '1' then
+  local branches = KEYS[#KEYS]
+  local nbranches = tonumber(ARGV[i + 1])
+  local b = i + 2
+  while nbranches > 0 do
+    local batch = math.min(nbranches, 500)
+    redis.call('HSET', branches, unpack(ARGV, b, b + batch * 2 - 1))
+    b = b + batch * 2
+    nbranches = nbranches - batch
+    if revision == current then
+      revision = current + 1
+      redis.call('HSET', saga, 'rev', revision)
+      if not terminal then
+        redis.call('ZADD', KEYS[7], now, id)
+      end
+    end
+  end
+  if terminal and ttl > 0 then
+    redis.call('EXPIRE', branches, ttl)
+  end
 end
 
 if group ~= '' then

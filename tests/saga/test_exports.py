@@ -51,3 +51,25 @@ def test_every_exported_class_and_function_has_a_docstring() -> None:
         value = getattr(saga, name)
         if inspect.isclass(value) or inspect.isfunction(value):
             assert inspect.getdoc(value), name
+
+
+COMPOSITION = {"BranchView", "Group", "GroupState", "ParentLink"}
+
+
+def test_the_composition_api_is_exported() -> None:
+    assert set(saga.__all__) >= COMPOSITION
+
+
+def test_the_templates_are_exported_and_documented() -> None:
+    import saga.templates
+
+    assert set(saga.templates.__all__) == {
+        "ApprovalChain",
+        "ApprovalRequest",
+        "Decision",
+        "approval_chain",
+        "batch",
+        "chunked",
+    }
+    for name in saga.templates.__all__:
+        assert inspect.getdoc(getattr(saga.templates, name)), name

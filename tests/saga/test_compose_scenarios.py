@@ -1,0 +1,413 @@
+"""Composed sagas, one table of scenarios, on the in-process runner and on Redis.
+
+Groups (fan-out/fan-in with bounded concurrency, a map), first-of-N, child sagas (in
+another context) and TCC steps, driven by the saga's plan: which pieces fail for good,
+fail a few times, cancel the saga, whose undo or confirmation fails. Each scenario runs on
+the runner and on Redis (fakeredis and real, through ``SagaWorker.run_until_idle`` with a
+``FakeClock``); both must end alike -- status, every step's and branch's record, completion
+and compensation order, the attempts' timelines, the participant's effects (each once) --
+and the Redis history must replay exactly and keep the invariants (G3: undo exactly the
+completed steps and branches, in reverse order of completion).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bus
+from bus import FakeClock
+from saga import App, EngineConfig, Saga, SagaClient, SagaState, SagaStatus, SagaWorker
+from saga._keys import Partition
+from saga._protocol import RETRY as RETRY_REQUEST
+from saga._protocol import OperatorRequest
+from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
+from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, fan, invoicing, parent, race, seats
+
+pytestmark = pytest.mark.anyio
+SETTLED = {SagaStatus.DEAD_LETTERED} | {s for s in SagaStatus if s.terminal}
+ITEMS = ["a", "b", "c", "d"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    definition: Saga[Plan]
+    plan: Plan
+    status: SagaStatus
+    compensated: tuple[str, ...] = ()
+    statuses: dict[str, str] = field(default_factory=dict)
+    script: tuple[tuple[str, ...], ...] = (("settle",),)
+
+    @property
+    def saga_id(self) -> str:
+        return f"s-{self.name}"
+
+
+def plan(**faults: Any) -> Plan:
+    return Plan(id="p1", **faults)
+
+
+SCENARIOS = [
+    Scenario(
+        "fan_happy",
+        fan,
+        plan(items=ITEMS),
+        SagaStatus.COMPLETED,
+        statuses={"book#2": "succeeded", "item#3": "succeeded", "book": "succeeded", "item": "succeeded"},
+    ),
+    Scenario(
+        "fan_branch_fails",
+        fan,
+        plan(items=ITEMS, fail=["hotel"]),
+        SagaStatus.COMPENSATED,
+        compensated=("book#0", "prepare"),  # car (no compensation) was in flight: awaited, kept
+        statuses={"book#1": "failed", "book#2": "succeeded", "book": "failed", "item": "pending"},
+    ),
+    Scenario(
+        "fan_item_fails",
+        fan,
+        plan(items=ITEMS, fail=["item-c"]),
+        SagaStatus.COMPENSATED,
+        compensated=("item#3", "item#1", "item#0", "book#1", "book#0", "prepare"),
+        statuses={"item#2": "failed", "item#3": "compensated", "book": "compensated"},
+    ),
+    Scenario(
+        "fan_flaky_branch",
+        fan,
+        plan(items=ITEMS, flaky={"hotel": 2, "item-b": 1}),
+        SagaStatus.COMPLETED,
+        statuses={"book#1": "succeeded"},
+    ),
+    Scenario(
+        "fan_map_over_the_limit",
+        fan,
+        plan(items=[str(n) for n in range(51)]),
+        SagaStatus.COMPENSATED,
+        compensated=("book#1", "book#0", "prepare"),
+        statuses={"item": "failed"},
+    ),
+    Scenario("fan_empty_map", fan, plan(items=[]), SagaStatus.COMPLETED, statuses={"item": "succeeded"}),
+    Scenario(
+        "fan_cancelled_mid_group",
+        fan,
+        plan(items=ITEMS, cancel_on=["flight"]),
+        SagaStatus.CANCELLED,
+        compensated=("book#1", "book#0", "prepare"),  # hotel was in flight: it completed, so undone
+        statuses={"book#2": "pending", "item": "pending"},  # car never started
+    ),
+    Scenario(
+        "fan_undo_fails_for_good",
+        fan,
+        plan(items=["a"], fail=["finish"], undo_fail=["hotel"]),
+        SagaStatus.DEAD_LETTERED,
+        compensated=("item#0", "book#1"),
+        statuses={"book#1": "compensation_failed"},
+    ),
+    Scenario(
+        "fan_branch_out_of_attempts_then_operator_retry",
+        fan,
+        plan(items=ITEMS, flaky={"hotel": 3}),
+        SagaStatus.COMPLETED,
+        statuses={"book#1": "succeeded"},
+        script=(("settle",), ("expect", "dead_lettered"), ("retry",), ("settle",)),
+    ),
+    Scenario(
+        "race_first_wins_and_the_other_is_undone",
+        race,
+        plan(),
+        SagaStatus.COMPLETED,
+        compensated=("quote#1",),  # fast completed too (it was in flight): undone before going on
+        statuses={"quote#0": "succeeded", "quote#1": "compensated", "quote#2": "pending"},
+    ),
+    Scenario(
+        "race_first_fails_second_wins",
+        race,
+        plan(fail=["cheap"]),
+        SagaStatus.COMPLETED,
+        compensated=("quote#2",),
+        statuses={"quote#0": "failed", "quote#1": "succeeded", "quote#2": "compensated"},
+    ),
+    Scenario("race_all_fail", race, plan(fail=["cheap", "fast", "fancy"]), SagaStatus.FAILED),
+    Scenario(
+        "child_completes",
+        parent,
+        plan(),
+        SagaStatus.COMPLETED,
+        statuses={"bill": "succeeded", "ship": "succeeded"},
+    ),
+    Scenario(
+        "child_fails_and_the_parent_compensates",
+        parent,
+        plan(fail=["send"]),
+        SagaStatus.COMPENSATED,
+        compensated=("reserve",),
+        statuses={"bill": "failed"},
+    ),
+    Scenario(
+        "cancelling_the_parent_cancels_the_child",
+        parent,
+        plan(cancel_on=["issue"]),
+        SagaStatus.CANCELLED,
+        compensated=("reserve",),
+        statuses={"bill": "failed", "ship": "pending"},
+    ),
+    Scenario(
+        "tcc_confirmed",
+        seats,
+        plan(),
+        SagaStatus.COMPLETED,
+        statuses={"hold_seat": "confirmed"},
+    ),
+    Scenario(
+        "tcc_cancelled_when_a_later_step_fails",
+        seats,
+        plan(fail=["pay"]),
+        SagaStatus.COMPENSATED,
+        compensated=("hold_seat",),
+        statuses={"hold_seat": "compensated"},
+    ),
+    Scenario(
+        "tcc_reservation_expires",
+        seats,
+        plan(nap=600),
+        SagaStatus.COMPENSATED,
+        compensated=("hold_seat",),
+        statuses={"hold_seat": "compensated", "nap": "failed", "pay": "pending"},
+    ),
+    Scenario(
+        "tcc_confirmation_fails_for_good",
+        seats,
+        plan(confirm_fail=["seat"]),
+        SagaStatus.DEAD_LETTERED,
+        statuses={"hold_seat": "confirm_failed", "pay": "succeeded"},
+    ),
+]
+
+
+def check(scenario: Scenario, summary: Summary) -> None:
+    assert summary.status == scenario.status
+    assert summary.compensated == scenario.compensated
+    for name, status in scenario.statuses.items():
+        got = summary.steps[name].status if name in summary.steps else "pending"
+        assert got == status, f"{name}: {got} != {status}"
+
+
+class RunnerBackend:
+    def __init__(self) -> None:
+        self.runner = SagaRunner(*DEFINITIONS, participants=[])
+
+        async def cancel(saga_id: str) -> None:
+            self.runner.cancel(saga_id.split("/", maxsplit=1)[0])  # a child's piece cancels its parent
+
+        self.services = Services(cancel)
+        self.runner = SagaRunner(*DEFINITIONS, participants=[self.services.build()])
+
+    async def play(self, scenario: Scenario) -> tuple[Summary, SagaState]:
+        runner = self.runner
+        saga_id = runner.start(scenario.plan, definition=scenario.definition, saga_id=scenario.saga_id)
+        for op in scenario.script:
+            match op:
+                case ("settle",):
+                    runner.run_until_settled()
+                case ("expect", status):
+                    assert runner.status(saga_id) == status
+                case ("retry",):
+                    runner.retry(saga_id)
+        runner.assert_invariants()
+        return runner.summary(saga_id), runner.state(saga_id)
+
+
+class RedisBackend:
+    def __init__(self, redis: bus.Redis) -> None:
+        self.redis = redis
+        self.clock = FakeClock()
+        app = App("compose", sagas=DEFINITIONS)
+        self.client = SagaClient(redis, app.registry, clock=self.clock)
+        self.services = Services(self.cancel)
+        # The participant handles one command at a time, as the runner does: a handler that
+        # asks to cancel then answers is then seen in the same order on both backends.
+        one_at_a_time = EngineConfig(bus=bus.BusConfig(concurrency=1))
+        participant = App("worker", participants=[self.services.build()])
+        self.workers = [
+            SagaWorker(redis, app, clock=self.clock, consumer="o"),
+            SagaWorker(redis, participant, clock=self.clock, consumer="w", config=one_at_a_time),
+        ]
+        self.partitions = [Partition("compose", 0), Partition("billing", 0)]
+
+    async def cancel(self, saga_id: str) -> None:
+        await self.client.cancel(
+            saga_id.split("/", maxsplit=1)[0], context="compose"
+        )  # a child's piece: the parent
+
+    async def _entries(self) -> int:
+        total = 0
+        for partition in self.partitions:
+            for key in [partition.inbox.key] + [partition.commands(n).key for n in ("worker", "_child")]:
+                total += await self.redis.xlen(key)
+        return total
+
+    async def idle(self) -> None:
+        for _ in range(200):
+            before = await self._entries()
+            for worker in self.workers:
+                await worker.run_until_idle()
+            if await self._entries() == before:
+                return
+        raise AssertionError("the workers never went idle")
+
+    async def next_timer(self) -> int | None:
+        due = []
+        for partition in self.partitions:
+            rows = await self.redis.zrange(partition.timers, 0, 0, withscores=True)
+            due += [int(rows[0][1])] if rows else []
+        return min(due, default=None)
+
+    async def settle(self, saga_id: str) -> None:
+        await self.idle()
+        while (await self.client.get(saga_id, context="compose")).status not in SETTLED:
+            due = await self.next_timer()
+            if due is None:
+                break
+            self.clock.set(max(due, self.clock.now_ms()))
+            await self.idle()
+
+    async def play(self, scenario: Scenario) -> tuple[Summary, SagaState]:
+        saga_id = await self.client.start(scenario.definition, scenario.plan, saga_id=scenario.saga_id)
+        for op in scenario.script:
+            match op:
+                case ("settle",):
+                    await self.settle(saga_id)
+                case ("expect", status):
+                    assert (await self.client.get(saga_id, context="compose")).status == status
+                case ("retry",):
+                    await self.client.send(
+                        saga_id, RETRY_REQUEST, OperatorRequest(by="test"), context="compose"
+                    )
+        return await self.summary(scenario.definition, saga_id)
+
+    async def summary(self, definition: Saga[Plan], saga_id: str) -> tuple[Summary, SagaState]:
+        state = await self.client.get(saga_id, context=definition.context.name)
+        partition = Partition(definition.context.name, 0)
+        raw = await self.redis.lrange(partition.history(saga_id), 0, -1)
+        assert replay(DEFINITIONS, raw, saga_id=saga_id) == state
+        assert invariant_violations(definition, state, decode_history(raw)) == []
+        return summarize(state, decode_history(raw)), state
+
+
+def timeline(state: SagaState) -> dict[str, list[tuple[str, int, str | None, int, int | None]]]:
+    start = state.created_ms
+    return {
+        name: [
+            (
+                a.kind,
+                a.n,
+                a.outcome,
+                a.dispatched_ms - start,
+                None if a.ended_ms is None else a.ended_ms - start,
+            )
+            for a in step.attempts
+        ]
+        for name, step in [*state.steps.items(), *state.branches.items()]
+    }
+
+
+def effects_once(services: Services) -> None:
+    twice = [e for e, n in Counter(services.effects).items() if n > 1]
+    assert twice == [], f"effects applied more than once: {twice}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+async def test_scenario_on_the_runner_matches_redis(scenario: Scenario, redis: bus.Redis) -> None:
+    on_runner = RunnerBackend()
+    runner_summary, runner_state = await on_runner.play(scenario)
+    check(scenario, runner_summary)
+    effects_once(on_runner.services)
+
+    on_redis = RedisBackend(redis)
+    with anyio.fail_after(60):
+        redis_summary, redis_state = await on_redis.play(scenario)
+    assert redis_summary == runner_summary
+    assert timeline(redis_state) == timeline(runner_state)
+    assert sorted(on_redis.services.effects) == sorted(on_runner.services.effects)
+    effects_once(on_redis.services)
+
+
+PIECES = ["prepare", "flight", "hotel", "car", "item-a", "item-b", "item-c", "finish"]
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> Plan:
+    return Plan(
+        id="p",
+        items=draw(st.lists(st.sampled_from(["a", "b", "c"]), unique=True)),
+        fail=draw(st.lists(st.sampled_from(PIECES), max_size=2, unique=True)),
+        flaky={
+            piece: draw(st.integers(1, 3)) for piece in draw(st.lists(st.sampled_from(PIECES), max_size=3))
+        },
+        undo_fail=draw(st.lists(st.sampled_from(["prepare", "flight", "hotel"]), max_size=1)),
+        cancel_on=draw(st.lists(st.sampled_from(["prepare", "flight"]), max_size=1)),
+    )
+
+
+@settings(
+    max_examples=int(os.environ.get("REDSAGA_BACKEND_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(plan=plans())
+def test_random_plans_end_alike_on_the_runner_and_fakeredis(plan: Plan) -> None:
+    scenario = Scenario("random", fan, plan, SagaStatus.COMPLETED)
+
+    async def compare() -> None:
+        on_runner = RunnerBackend()
+        runner_summary, runner_state = await on_runner.play(scenario)
+        redis = bus.connect(bus.MEMORY_URL)
+        try:
+            on_redis = RedisBackend(redis)
+            with anyio.fail_after(60):
+                redis_summary, redis_state = await on_redis.play(scenario)
+        finally:
+            await redis.aclose()
+        assert redis_summary == runner_summary
+        assert timeline(redis_state) == timeline(runner_state)
+        assert sorted(on_redis.services.effects) == sorted(on_runner.services.effects)
+        effects_once(on_redis.services)
+
+    anyio.run(compare)
+
+
+async def test_a_child_in_another_context_runs_on_that_contexts_own_workers(redis: bus.Redis) -> None:
+    clock = FakeClock()
+
+    async def cancel(_saga_id: str) -> None:
+        return None
+
+    orders = App("orders", sagas=[parent])  # knows the child's definition only through its step
+    billing = App("billing", sagas=[invoicing])
+    workers = [
+        SagaWorker(redis, orders, clock=clock, consumer="orders"),
+        SagaWorker(redis, billing, clock=clock, consumer="billing"),
+        SagaWorker(redis, App("worker", participants=[Services(cancel).build()]), clock=clock, consumer="w"),
+    ]
+    client = SagaClient(redis, orders.registry, clock=clock)
+    await client.start(parent, Plan(id="x"), saga_id="x")
+    with anyio.fail_after(30):
+        for _ in range(20):
+            for worker in workers:
+                await worker.run_until_idle()
+            if (await client.get("x")).status.terminal:
+                break
+    state = await client.get("x")
+    assert state.status == SagaStatus.COMPLETED
+    child = await SagaClient(redis, billing.registry, clock=clock).get("x/bill")
+    assert child.status == SagaStatus.COMPLETED
+    assert child.parent is not None
+    assert child.parent.saga_id == "x"

@@ -1,0 +1,107 @@
+"""Crash test on real Redis: SIGKILL a worker with fan-out sagas in flight and compensating.
+
+FAULTS.md catalogue 23 for groups: whatever moment the worker dies at -- branches in
+flight, a group closing, compensation half way -- a second worker finishes every saga, no
+effect is applied twice, and compensation undoes exactly the completed steps and branches,
+in strict reverse order of completion (G3).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+import bus
+from saga import HistoryEntry, SagaClient, SagaState, SagaStatus
+from tests.saga.fan_crash_app import FanJob, app, fan_crash
+
+pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
+SAGAS = 80
+
+
+def spawn_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CRASH_REDIS_URL": url}
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.saga.fan_crash_app"], env=env, stdout=sink, stderr=sink
+        )
+
+
+async def ended(client: SagaClient) -> int:
+    return sum(n for (_, status), n in (await client.counts()).items() if SagaStatus(status).terminal)
+
+
+def expected(job: FanJob, state: SagaState) -> tuple[set[str], list[str]]:
+    """The keys done, and the keys undone in order, for the saga's end (from its records)."""
+    branches = sorted((record.seq, key) for key, record in state.branches.items() if record.seq > 0)
+    completed = ["one", *(key for _, key in branches)] + (["last"] if "last" in state.completed else [])
+    done = {f"{job.id}:{k}:do" for k in completed}
+    if state.status == SagaStatus.COMPLETED:
+        return done, []
+    return done, [f"{job.id}:{k}:undo" for k in reversed(completed)]
+
+
+async def test_sigkill_with_fan_out_sagas_in_flight_undoes_exactly_the_completed_branches_in_reverse(
+    real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
+) -> None:
+    rng = random.Random(int(os.environ.get("CRASH_SEED", "0")) or None)
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    client = SagaClient(real_redis, app.registry)
+    jobs = []
+    for n in range(SAGAS):
+        fault = rng.choice(["none", "none", "item", "last"])
+        jobs.append(
+            FanJob(
+                id=f"fan-{n}",
+                fail_item=rng.randrange(12) if fault == "item" else -1,
+                fail_last=fault == "last",
+            )
+        )
+    log = tmp_path / "workers.log"
+    first = spawn_worker(real_redis_url, log)
+    second = None
+    try:
+        for job in jobs:
+            await client.start(fan_crash, job, saga_id=job.id)
+        kill_at = rng.randrange(SAGAS // 10, SAGAS // 2)
+        with anyio.fail_after(60):
+            while await ended(client) < kill_at:
+                await anyio.sleep(0.002)  # polling an observable count, not waiting for time
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert await ended(client) < SAGAS, f"seed {seed}: the kill came too late to test anything"
+        second = spawn_worker(real_redis_url, log)
+        with anyio.fail_after(120):
+            while await ended(client) < SAGAS:
+                await anyio.sleep(0.05)  # polling an observable count
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+    effects = [e.decode() for e in await real_redis.lrange("test:effects", 0, -1)]
+    assert len(effects) == len(set(effects)), f"seed {seed}: an effect was applied twice"
+    for job in jobs:
+        state = await client.get(job.id)
+        failing = job.fail_item >= 0 or job.fail_last
+        assert state.status == (SagaStatus.COMPENSATED if failing else SagaStatus.COMPLETED), (seed, job)
+        done, undone = expected(job, state)
+        mine = [e for e in effects if e.startswith(f"{job.id}:")]
+        assert {e for e in mine if e.endswith(":do")} == done, (seed, job.id)
+        assert [e for e in mine if e.endswith(":undo")] == undone, (seed, job.id)
+        history = [
+            msgspec.json.decode(raw, type=HistoryEntry)
+            for raw in await real_redis.lrange(f"rs:{{fancrashctx:0}}:hist:{job.id}", 0, -1)
+        ]
+        revisions = [h.revision for h in history if not h.ignored]
+        assert revisions == list(range(1, len(revisions) + 1)), (seed, job.id, revisions)
