@@ -23,9 +23,9 @@ Errors::
     └── RelayLocked             another relay serves this SQLite file
 """
 
+from bus._crash import AFTER_XADD_BEFORE_MARK_SENT
+from bus._crash import ENV as CRASH_ENV
 from relay._config import RelayConfig, Tables
-from relay._crash import AFTER_XADD_BEFORE_MARK_SENT
-from relay._crash import ENV as CRASH_ENV
 from relay._dsn import init_db, outbox_stats
 from relay._errors import (
     DatabaseError,

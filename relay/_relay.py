@@ -26,8 +26,8 @@ import anyio
 import structlog
 
 from bus import Backoff, BusError, Clock, Redis, SystemClock
+from bus._crash import AFTER_CLAIM, AFTER_XADD_BEFORE_MARK_SENT, crash_point
 from relay._config import RelayConfig
-from relay._crash import AFTER_CLAIM, AFTER_XADD_BEFORE_MARK_SENT, crash_point
 from relay._dsn import open_store
 from relay._errors import DatabaseUnavailable, RelayError, RelayLocked
 from relay._publish import publish_rows

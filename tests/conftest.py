@@ -22,6 +22,8 @@ REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
 PG_DSN = os.environ.get("REDSAGA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
+pytest_plugins = ["tests.faults.servers"]
+
 
 def _answers(host: str, port: int) -> bool:
     try:

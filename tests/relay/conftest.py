@@ -21,12 +21,6 @@ import pytest
 import bus
 import relay
 from tests.conftest import REDIS_URL, require_server
-from tests.relay.processes import (  # noqa: F401 - fixtures for the fault tests
-    private_pg,
-    private_redis,
-    private_redis_server,
-    private_redis_url,
-)
 
 T = TypeVar("T")
 

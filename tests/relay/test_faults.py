@@ -9,9 +9,10 @@ import pytest
 
 import bus
 import relay
+from tests.faults.servers import PrivatePostgres, PrivateRedis
 from tests.relay.conftest import OutboxDb, in_thread
 from tests.relay.helpers import Charged, entries, wait_for
-from tests.relay.processes import PrivateCluster, start_relay
+from tests.relay.processes import start_relay
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.slow]
 
@@ -104,7 +105,7 @@ async def test_sigkill_during_batches_loses_nothing_and_duplicates_nothing(
 
 
 async def test_the_relay_recovers_when_postgres_restarts_under_it(
-    private_pg: PrivateCluster, real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
+    private_pg: PrivatePostgres, real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
 ):
     db = OutboxDb("postgresql", private_pg.dsn, relay.Tables())
     in_thread(relay.init_db, db.dsn, db.tables)
@@ -127,68 +128,29 @@ async def test_the_relay_recovers_when_postgres_restarts_under_it(
 
 
 async def test_rows_committed_while_redis_is_down_go_out_when_it_returns(
-    postgres_db: OutboxDb, tmp_path: Path
+    postgres_db: OutboxDb, private_redis_server: PrivateRedis, tmp_path: Path
 ):
-    import shutil
-    import subprocess
-
-    from tests.relay.processes import free_port
-
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    command = [
-        server,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(tmp_path),
-    ]
-    redis_process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = bus.connect(url)
+    server = private_redis_server
+    client = bus.connect(server.url)
+    log = tmp_path / "relay.log"
     worker = start_relay(
-        postgres_db.dsn,
-        url,
-        tmp_path / "relay.log",
-        "--poll-interval",
-        "0.1",
-        tables=_tables_arg(postgres_db),
+        postgres_db.dsn, server.url, log, "--poll-interval", "0.1", tables=_tables_arg(postgres_db)
     )
     try:
-        await wait_for(lambda: _answers(client), timeout_s=10)
         _fill(postgres_db, 10)
         await wait_for(lambda: _xlen_at_least(client, 10), timeout_s=15)
-        redis_process.kill()
-        redis_process.wait(10)
+        server.kill()
         _fill(postgres_db, 10, start=10)  # the relay cannot publish these yet: they stay pending
-        log = tmp_path / "relay.log"
         await wait_for(lambda: _contains(log, "outage; backing off"), timeout_s=15)  # it tried, and failed
         assert postgres_db.query("SELECT count(*) FROM {outbox} WHERE status = 0") == [(10,)]
-        redis_process = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # back, but empty
+        await server.start()  # back, but empty
         await wait_for(lambda: _xlen_at_least(client, 10), timeout_s=30)
         await wait_for(lambda: _pending_rows(postgres_db, 0), timeout_s=30)
         worker.signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     finally:
         worker.kill()
-        redis_process.kill()
-        redis_process.wait(10)
         await client.aclose()
-
-
-async def _answers(client: bus.Redis) -> bool:
-    try:
-        return bool(await client.ping())
-    except Exception:
-        return False
 
 
 async def _contains(path: Path, text: str) -> bool:

@@ -9,14 +9,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,7 +34,7 @@ from saga import (
     TimerFired,
     partition_of,
 )
-from tests.relay.processes import free_port
+from tests.faults.servers import PrivateRedis
 from tests.saga.nap_sagas import NAPS, Nap, nap, recorder
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
@@ -166,57 +163,6 @@ async def test_a_worker_clock_jump_never_fires_a_timer_early_or_late(
 
 
 # -- Redis restarts with AOF --------------------------------------------------------------
-
-
-class PrivateRedis:
-    """A redis-server with AOF (``appendfsync always``) in a temporary directory."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    async def start(self) -> None:
-        server = shutil.which("redis-server")
-        if server is None:
-            pytest.skip("redis-server is not installed")
-        self.process = subprocess.Popen(
-            [
-                server,
-                "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-                "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-            ],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = bus.connect(self.url)
-        try:
-            with anyio.fail_after(10):
-                while True:
-                    with contextlib.suppress(Exception):
-                        if await client.ping():
-                            return
-                    await anyio.sleep(0.02)
-        finally:
-            await client.aclose()
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-
-@pytest.fixture
-async def aof_redis(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    await server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 async def test_timers_schedules_and_waits_survive_a_redis_restart_with_aof(aof_redis: PrivateRedis) -> None:

@@ -1,8 +1,10 @@
-"""Armed crash points for fault tests: SIGKILL this process at a named place.
+"""Named crash points for fault tests: SIGKILL this process at a named place.
 
-``REDSAGA_CRASH_AT=after_xadd_before_mark_sent`` kills the relay the first time it gets
+``REDSAGA_CRASH_AT=after_xadd_before_mark_sent`` kills the process the first time it gets
 there; ``…:3`` the third time. Unarmed (the variable unset, as in production) a crash point
 is one call to a function that returns at once: the check is made once, at import.
+
+The points (each constant below) are listed with what they prove in ``docs/faults.md``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from collections import Counter
 from typing import Final
 
 ENV: Final = "REDSAGA_CRASH_AT"
-AFTER_XADD_BEFORE_MARK_SENT: Final = "after_xadd_before_mark_sent"
+# relay
 AFTER_CLAIM: Final = "after_claim"
+"""The relay claimed a batch of outbox rows and has published none of them."""
+AFTER_XADD_BEFORE_MARK_SENT: Final = "after_xadd_before_mark_sent"
+"""The relay published a batch to Redis and has not marked the rows sent."""
 
 
 def _parse(spec: str) -> tuple[str, int]:
