@@ -21,7 +21,7 @@ from saga._errors import MigrationRefused
 from saga._keys import Partition
 from saga._migration import Migration, current_step, decide_migration
 from saga._model import HistoryEntry, SagaState
-from saga._store import STEP_PREFIX, Loaded, decode_state, encode_state
+from saga._store import STEP_PREFIX, Loaded, decode_state, encode_state, expected, new_tag
 from saga._versions import IN_FLIGHT, Versions
 
 MIGRATE: Final = Script.load("saga", "migrate")
@@ -190,9 +190,10 @@ async def _commit(
     state = loaded.state
     fields = encode_state(new_state)
     changed = [(k, v) for k, v in fields.items() if loaded.fields.get(k) != v]
+    changed.append(("tag", new_tag().encode()))
     deleted = [k for k in loaded.fields if k.startswith(STEP_PREFIX) and k not in fields]
     args: list[Any] = [
-        state.revision,
+        expected(loaded),
         str(state.version),
         f"{state.name}@{state.version}",
         f"{new_state.name}@{new_state.version}",

@@ -186,7 +186,7 @@ class Orchestrator:
                 check_signal(definition, event)
             signer = await self.signer() if definition.takes_signals else None
             decision = decide(definition, loaded.state, event, signer=signer)
-            call, fields = commit_call(
+            call, after = commit_call(
                 partition,
                 loaded,
                 decision,
@@ -199,7 +199,7 @@ class Orchestrator:
             result = commit_result(await delivery.call(call))
             if result.outcome == "ok":
                 decision.state.revision = result.revision
-                self._remember(Loaded(decision.state, fields))
+                self._remember(after)
                 delivery.mark_acked()
                 for observer in self.observers:
                     observer(decision.state)

@@ -3,6 +3,9 @@
 A saga hash holds small fields so that a transition rewrites only what changed::
 
     rev      the revision (optimistic concurrency; written by the script only)
+    tag      a random tag written with every revision: a revision lost (AOF tail, failover)
+             and made again by another commit differs in its tag, so a cached copy of the
+             lost one cannot commit onto the new one
     status   lifecycle status            name, version   the definition it runs
     created  creation time (ms)          updated         last change (ms)
     data     the start data (JSON)       meta            cursor, completed steps, notes,
@@ -24,6 +27,7 @@ in one atomic script.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -151,10 +155,11 @@ _template_decoder = msgspec.json.Decoder(TimerTemplate)
 
 @dataclass(slots=True)
 class Loaded:
-    """A saga as read from Redis: the decoded state and the raw fields it came from."""
+    """A saga as read from Redis: the decoded state, the raw fields it came from, its tag."""
 
     state: SagaState
     fields: dict[str, bytes]
+    tag: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +168,16 @@ class CommitResult:
 
     outcome: Literal["ok", "conflict", "lost", "drained"]
     revision: int = 0
+
+
+def new_tag() -> str:
+    """A fresh random tag for a new revision (see the ``tag`` field above)."""
+    return os.urandom(6).hex()
+
+
+def expected(loaded: Loaded | None) -> str:
+    """What a script checks a saga against: ``<revision>:<tag>`` (``0:``: must not exist)."""
+    return f"{loaded.state.revision}:{loaded.tag}" if loaded else "0:"
 
 
 def encode_state(state: SagaState) -> dict[str, bytes]:
@@ -225,7 +240,8 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         updated_ms=int(fields["updated"]),
     )
     fields.pop("rev", None)
-    return Loaded(state, fields)
+    tag = fields.pop("tag", b"").decode()
+    return Loaded(state, fields, tag)
 
 
 def command_envelope(
@@ -266,8 +282,12 @@ def commit_call(
     now_ms: int,
     timer_now_ms: int,
     retention_s: int,
-) -> tuple[ScriptCall, dict[str, bytes]]:
-    """Build the transition script call for ``decision``; also return the new hash fields."""
+) -> tuple[ScriptCall, Loaded]:
+    """Build the transition script call for ``decision``; also return the saga as it will be.
+
+    The returned :class:`Loaded` is what a cache may keep once the call says ``ok`` (with
+    the revision it returns).
+    """
     state = decision.state
     old_status = before.state.status.value if before else ""
     new_fields = encode_state(state) if decision.changed else (before.fields if before else {})
@@ -278,7 +298,11 @@ def commit_call(
         if decision.changed
         else {}
     )
-    revision = (before.state.revision if before else 0) + (1 if changed or branches else 0)
+    tag = before.tag if before else ""
+    if changed or branches:
+        tag = new_tag()
+        changed.append(("tag", tag.encode()))
+    revision = (before.state.revision if before else 0) + (1 if changed else 0)
     entry = HistoryEntry(
         event=event,
         effects=decision.effects,
@@ -299,7 +323,7 @@ def commit_call(
         partition.drained,
     ]
     args: list[Any] = [
-        before.state.revision if before else 0,
+        expected(before),
         timer_now_ms,
         delivery.group if delivery else "",
         delivery.consumer if delivery else "",
@@ -345,7 +369,7 @@ def commit_call(
             args += [field_name, value]
     else:
         args += [0, 0]
-    return TRANSITION.call(keys, args), new_fields
+    return TRANSITION.call(keys, args), Loaded(state, new_fields, tag)
 
 
 def changed_branches(

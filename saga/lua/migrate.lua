@@ -6,18 +6,19 @@
 --
 -- KEYS[1] saga hash   KEYS[2] history list   KEYS[3] counts hash   KEYS[4] active index
 --
--- ARGV[1] expected revision     ARGV[2] expected version (the hash's 'version' field)
+-- ARGV[1] expected '<revision>:<tag>' (see transition.lua)   ARGV[2] expected version (the hash's 'version' field)
 -- ARGV[3] old definition key    ARGV[4] new definition key (name@version)
 -- ARGV[5] the saga's status     ARGV[6] history entry (JSON; its revision is ARGV[1] + 1)
 -- ARGV[7] now in ms, or -1 for the Redis clock
--- then: n, n × (field, value)   the fields to set ('rev' excepted)
+-- then: n, n × (field, value)   the fields to set ('rev' excepted; a new 'tag' among them)
 -- then: m, m × field            the fields to delete
 --
 -- Returns {'ok', revision} or {'conflict', current revision, current version}.
 local saga = KEYS[1]
-local current = tonumber(redis.call('HGET', saga, 'rev') or '0')
-local version = redis.call('HGET', saga, 'version') or ''
-if current ~= tonumber(ARGV[1]) or version ~= ARGV[2] or current == 0 then
+local expected, expected_tag = string.match(ARGV[1], '^(%d+):(.*)$')
+local seen = redis.call('HMGET', saga, 'rev', 'version', 'tag')
+local current, version = tonumber(seen[1] or '0'), seen[2] or ''
+if current ~= tonumber(expected) or version ~= ARGV[2] or current == 0 or (seen[3] or '') ~= expected_tag then
   return {'conflict', current, version}
 end
 local now = tonumber(ARGV[7])

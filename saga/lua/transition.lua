@@ -9,14 +9,17 @@
 -- KEYS[10] drained set ('name@version' new sagas may not start on)
 -- KEYS[11…] one command stream per command, in ARGV order
 --
--- ARGV[1] expected revision (0: the saga must not exist)
+-- ARGV[1] expected '<revision>:<tag>' ('0:' when the saga must not exist); the tag is
+--         the random 'tag' field the commit that made the revision wrote, so a revision
+--         lost with an AOF tail or a failover and made again by another commit is told apart
 -- ARGV[2] now in ms, or -1 for the Redis clock (timers are due at now + delay)
 -- ARGV[3] inbox group ('' when the event did not come from the inbox)
 -- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
 -- ARGV[6] old status ('' for a new saga)   ARGV[7] new status
 -- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
 -- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (JSON)
--- then: n, n × (field, value)              the saga hash fields that changed
+-- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
+--                                          among them (n > 0 whenever anything changed)
 -- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
 --       now, or '@' followed by an absolute time in ms (both judged by one clock); the
 --       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
@@ -30,9 +33,11 @@
 -- entry is no longer held by this consumer (its lease moved on: the decision is dropped),
 -- or {'drained'} when a new saga's definition version is drained (nothing is written).
 local saga, history, inbox = KEYS[1], KEYS[2], KEYS[3]
-local expected = tonumber(ARGV[1])
-local current = tonumber(redis.call('HGET', saga, 'rev') or '0')
-if current ~= expected then
+local expected, expected_tag = string.match(ARGV[1], '^(%d+):(.*)$')
+expected = tonumber(expected)
+local seen = redis.call('HMGET', saga, 'rev', 'tag')
+local current = tonumber(seen[1] or '0')
+if current ~= expected or (seen[2] or '') ~= expected_tag then
   return {'conflict', current}
 end
 if expected == 0 and redis.call('SISMEMBER', KEYS[10], ARGV[8]) == 1 then
@@ -124,13 +129,6 @@ if ARGV[i] == '1' then
     redis.call('HSET', branches, unpack(ARGV, b, b + batch * 2 - 1))
     b = b + batch * 2
     nbranches = nbranches - batch
-    if revision == current then
-      revision = current + 1
-      redis.call('HSET', saga, 'rev', revision)
-      if not terminal then
-        redis.call('ZADD', KEYS[7], now, id)
-      end
-    end
   end
   if terminal and ttl > 0 then
     redis.call('EXPIRE', branches, ttl)

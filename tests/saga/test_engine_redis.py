@@ -17,7 +17,7 @@ from saga import (
     decide,
 )
 from saga._keys import Partition
-from saga._store import commit_call, commit_result, decode_state
+from saga._store import CommitResult, commit_call, commit_result, decode_state
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 from services_example.stateless import app
@@ -83,6 +83,50 @@ async def test_a_stale_decision_cannot_commit(redis: bus.Redis) -> None:
     assert result.outcome == "conflict"
     assert result.revision == 2
     assert await redis.xlen(PARTITION.commands("payments").key) == commands_before
+
+
+async def test_a_copy_of_a_lost_revision_cannot_commit_onto_its_remake(redis: bus.Redis) -> None:
+    """Redis lost a transition (an AOF tail, a failover) and another commit made its revision
+    again: a worker that cached the lost revision must be refused, not merge its field diff
+    into the new state (the revision number alone is the same)."""
+    client = SagaClient(redis, app.registry)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    first = decode_state("s1", await stored(redis, "s1"))
+    before_loss = await redis.dump(PARTITION.saga("s1"))
+    reply = StepReplied(
+        id="r1",
+        at_ms=1,
+        step="reserve_stock",
+        kind="do",
+        attempt=1,
+        command_id=first.state.steps["reserve_stock"].attempts[0].command_id,
+        ok=True,
+        output=msgspec.Raw(b'{"type":"StockReserved","reservation_id":"r"}'),
+    )
+    decision = decide(order_fulfilment, first.state, reply)
+    call, cached = commit_call(
+        PARTITION, first, decision, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
+    )
+    result = commit_result(await call.run(redis))
+    assert result.outcome == "ok"
+    cached.state.revision = result.revision  # what a worker's cache now holds: revision 2
+
+    await redis.restore(PARTITION.saga("s1"), 0, before_loss, replace=True)  # revision 2 is lost
+    again = msgspec.structs.replace(
+        reply, id="r2", output=msgspec.Raw(b'{"type":"StockReserved","reservation_id":"x"}')
+    )
+    fresh = decode_state("s1", await stored(redis, "s1"))
+    call, _ = commit_call(
+        PARTITION, fresh, decide(order_fulfilment, fresh.state, again), again,
+        delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0,
+    )  # fmt: skip
+    assert commit_result(await call.run(redis)) == CommitResult("ok", 2)  # revision 2 again, other content
+
+    late = decide(order_fulfilment, cached.state, reply)  # any decision on the cached copy
+    call, _ = commit_call(
+        PARTITION, cached, late, reply, delivery=None, now_ms=2, timer_now_ms=-1, retention_s=0
+    )
+    assert commit_result(await call.run(redis)).outcome == "conflict"
 
 
 async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis) -> None:
