@@ -15,6 +15,8 @@ class EngineConfig:
         bus: The transport's settings (leases, retries of deliveries, dead letters, sizes).
         retention_s: An ended saga (and its history) expires this long after it ended;
             export traces you want to keep first (``saga export``). 0 keeps them forever.
+        prune_interval_ms: How often a worker forgets ended sagas whose hash expired (their
+            status-index entries and counters; ``saga/_retention.py``).
         cache_size: Sagas an orchestrator keeps decoded in memory (a cache, checked by
             revision on every commit, so a stale entry costs a retry, never a wrong state).
         max_conflicts: Times an event is re-decided after losing a concurrent update race
@@ -45,6 +47,7 @@ class EngineConfig:
 
     bus: BusConfig = field(default_factory=BusConfig)
     retention_s: int = 7 * 86_400
+    prune_interval_ms: int = 60_000
     cache_size: int = 10_000
     max_conflicts: int = 20
     timer_poll_ms: int = 50
@@ -66,8 +69,10 @@ class EngineConfig:
             raise ValueError("EngineConfig.timer_min_wait_ms must be between 0 and timer_poll_ms")
         if self.max_conflicts < 1 or self.timer_poll_ms <= 0 or self.timer_batch <= 0:
             raise ValueError("EngineConfig.max_conflicts, timer_poll_ms and timer_batch must be positive")
-        if self.heartbeat_ms <= 0 or self.stranded_check_ms <= 0:
-            raise ValueError("EngineConfig.heartbeat_ms and stranded_check_ms must be positive")
+        if self.heartbeat_ms <= 0 or self.stranded_check_ms <= 0 or self.prune_interval_ms <= 0:
+            raise ValueError(
+                "EngineConfig.heartbeat_ms, stranded_check_ms and prune_interval_ms must be positive"
+            )
         if self.registration_ttl_ms <= self.heartbeat_ms:
             raise ValueError("EngineConfig.registration_ttl_ms must be longer than heartbeat_ms")
         if (

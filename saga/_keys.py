@@ -115,6 +115,11 @@ class Partition:
         """The set of ``name@version`` that new sagas may not start on."""
         return tagged_key(self.tag, "drained")
 
+    @property
+    def ending(self) -> str:
+        """Ended sagas whose hash expires (member ``name@version|status|id``, score: when)."""
+        return tagged_key(self.tag, "ending")
+
 
 @functools.lru_cache(maxsize=4096)
 def _stream(tag: str, name: str) -> Stream:

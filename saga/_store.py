@@ -321,6 +321,7 @@ def commit_call(
         partition.by_status(old_status or state.status.value),
         partition.by_status(state.status.value),
         partition.drained,
+        partition.ending,
     ]
     args: list[Any] = [
         expected(before),

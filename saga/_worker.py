@@ -20,6 +20,7 @@ from saga._app import App
 from saga._config import EngineConfig
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
+from saga._retention import prune_ended
 from saga._scheduler import Scheduler, run_schedules
 from saga._timers import fire_round, run_scheduler
 from saga._versions import Registration, Stranded, Versions, worker_info
@@ -138,6 +139,10 @@ class SagaWorker:
             )
         return stranded
 
+    async def prune_ended(self) -> int:
+        """Forget ended sagas whose hash expired (index entries, counters); return how many."""
+        return await prune_ended(self.redis, self.partitions, self.clock)
+
     async def run(self) -> None:
         """Register, run the app's ``on_start`` hooks, everything until :meth:`stop`, ``on_stop``."""
         await self.register()
@@ -151,6 +156,7 @@ class SagaWorker:
                     tg.start_soon(
                         self._every, self.config.stranded_check_ms, "stranded check", self.check_stranded
                     )
+                    tg.start_soon(self._every, self.config.prune_interval_ms, "prune ended", self.prune_ended)
                     tg.start_soon(run_schedules, self.schedulers, self.clock, self.config)
                 await self.bus_worker.run()
                 tg.cancel_scope.cancel()

@@ -7,7 +7,8 @@
 -- KEYS[4] timers zset       KEYS[5] timer data      KEYS[6] counts hash
 -- KEYS[7] active index      KEYS[8] old status idx  KEYS[9] new status idx
 -- KEYS[10] drained set ('name@version' new sagas may not start on)
--- KEYS[11…] one command stream per command, in ARGV order
+-- KEYS[11] ending zset (ended sagas' index entries, by when their hash expires)
+-- KEYS[12…] one command stream per command, in ARGV order
 --
 -- ARGV[1] expected '<revision>:<tag>' ('0:' when the saga must not exist); the tag is
 --         the random 'tag' field the commit that made the revision wrote, so a revision
@@ -87,6 +88,8 @@ if terminal then
   if ttl > 0 then
     redis.call('EXPIRE', saga, ttl)
     redis.call('EXPIRE', history, ttl)
+    -- the indexes and counters outlive the hash unless saga/lua/prune_ended.lua removes them
+    redis.call('ZADD', KEYS[11], now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
   end
 elseif nfields > 0 then
   redis.call('ZADD', KEYS[7], now, id)
@@ -116,7 +119,7 @@ local ncommands = tonumber(ARGV[i])
 i = i + 1
 for c = 1, ncommands do
   local k = tonumber(ARGV[i])
-  redis.call('XADD', KEYS[10 + c], '*', unpack(ARGV, i + 1, i + k * 2))
+  redis.call('XADD', KEYS[11 + c], '*', unpack(ARGV, i + 1, i + k * 2))
   i = i + k * 2 + 1
 end
 

@@ -1,0 +1,38 @@
+-- Forget ended sagas whose hash has expired: remove them from their status index and take
+-- them off the per-version counters, so neither grows forever after the retention period.
+--
+-- KEYS[1] ending zset (member 'name@version|status|id', score: when the hash expires)
+-- KEYS[2] counts hash
+-- ARGV[1] now in ms, or -1 for the Redis clock    ARGV[2] most members to look at
+-- ARGV[3] the partition's key prefix ('rs:{<context>:<index>}:')
+--
+-- The saga and index keys are built here from the prefix: they share the partition's hash
+-- tag, so the script stays single-slot. A saga whose hash still exists is not forgotten:
+-- with a TTL its member moves to the new expiry (a clock that ran ahead of Redis's), without
+-- one (redriven out of its end state, or a new saga under the same id) the member goes,
+-- and so does the index entry if the saga is no longer in that status.
+--
+-- Returns {forgotten, members looked at} (as many as ARGV[2]: call again).
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local prefix = ARGV[3]
+local forgotten = 0
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, member in ipairs(due) do
+  local definition, status, id = string.match(member, '^([^|]*)|([^|]*)|(.*)$')
+  local ttl = redis.call('PTTL', prefix .. 'saga:' .. id)
+  if ttl > 0 then
+    redis.call('ZADD', KEYS[1], now + ttl, member)
+  else
+    redis.call('ZREM', KEYS[1], member)
+    local now_in = ttl == -1 and redis.call('HGET', prefix .. 'saga:' .. id, 'status')
+    if now_in ~= status and redis.call('ZREM', prefix .. 'idx:' .. status, id) == 1 then
+      redis.call('HINCRBY', KEYS[2], definition .. '|' .. status, -1)
+      forgotten = forgotten + 1
+    end
+  end
+end
+return {forgotten, #due}

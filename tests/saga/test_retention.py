@@ -1,0 +1,69 @@
+"""Retention: an ended saga's index entry and counter go once its hash has expired."""
+
+from __future__ import annotations
+
+import pytest
+
+import bus
+from bus import FakeClock
+from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga._keys import Partition
+from services_example.contracts import Line, Order
+from services_example.orders import order_fulfilment
+from services_example.stateless import app
+
+pytestmark = pytest.mark.anyio
+PARTITION = Partition("orders", 0)
+DAY = 86_400
+CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000), retention_s=DAY)
+COMPLETED = ("order_fulfilment@1", "completed")
+
+
+def order(n: int) -> Order:
+    return Order(id=f"o{n}", customer="c", lines=[Line(sku="s", quantity=1)], total_cents=100)
+
+
+async def ended(redis: bus.Redis, count: int) -> tuple[SagaWorker, SagaClient, FakeClock]:
+    clock = FakeClock()
+    worker = SagaWorker(redis, app, config=CONFIG, clock=clock)
+    client = SagaClient(redis, app.registry, clock=clock, config=CONFIG)
+    for n in range(count):
+        await client.start(order_fulfilment, order(n), saga_id=f"s{n}")
+    await worker.run_until_idle()
+    assert (await client.counts())[COMPLETED] == count
+    return worker, client, clock
+
+
+async def test_expired_sagas_leave_the_index_and_the_counters(redis: bus.Redis) -> None:
+    worker, client, clock = await ended(redis, 3)
+    assert await worker.prune_ended() == 0  # nothing has expired yet
+    for n in range(2):
+        await redis.delete(PARTITION.saga(f"s{n}"))  # what Redis does when the TTL runs out
+    clock.advance(DAY + 1)
+    assert await worker.prune_ended() == 2
+    assert await client.list(SagaStatus.COMPLETED) == ["s2"]
+    assert (await client.counts())[COMPLETED] == 1
+    assert await redis.zrange(PARTITION.ending, 0, -1) == [b"order_fulfilment@1|completed|s2"]
+    assert await worker.prune_ended() == 0  # a repeat changes nothing
+
+
+async def test_a_saga_whose_hash_lives_on_is_kept(redis: bus.Redis) -> None:
+    worker, client, clock = await ended(redis, 2)
+    await redis.persist(PARTITION.saga("s0"))  # an operator kept it (or it was redriven)
+    clock.advance(DAY + 1)  # the worker's clock ran ahead of Redis's: s1's hash still has a TTL
+    assert await worker.prune_ended() == 0
+    assert sorted(await client.list(SagaStatus.COMPLETED)) == ["s0", "s1"]
+    assert (await client.counts())[COMPLETED] == 2
+    assert await redis.zrange(PARTITION.ending, 0, -1) == [b"order_fulfilment@1|completed|s1"]  # moved on
+
+
+async def test_a_new_saga_under_an_expired_id_keeps_only_its_own_entry(redis: bus.Redis) -> None:
+    worker, client, clock = await ended(redis, 1)
+    await redis.delete(PARTITION.saga("s0"), PARTITION.history("s0"))
+    await client.start(order_fulfilment, order(0), saga_id="s0")  # the id is free again: runs anew
+    clock.advance(DAY + 1)
+    assert await worker.prune_ended() == 1  # the old saga's completed entry goes
+    assert await client.list(SagaStatus.COMPLETED) == []
+    counts = await client.counts()
+    assert counts[COMPLETED] == 0
+    assert sum(n for (_, status), n in counts.items() if status != "completed") == 1
