@@ -108,6 +108,13 @@ class VersionInUse(VersionError):
         self.in_flight = in_flight
 
 
+class PartitionMismatch(SagaError):
+    """A participant serves a context with another partition count than the context registered.
+
+    Commands sent from the partitions it does not know about would never be handled.
+    """
+
+
 class MigrationRefused(VersionError):
     """A migration cannot move an instance (the message says why); the instance is untouched."""
 

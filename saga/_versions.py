@@ -513,8 +513,12 @@ class Versions:
             await self.redis.hdel(keys.info, key)
 
     async def _partitions(self, context: str) -> int:
+        return await self.registered_partitions(context) or 1
+
+    async def registered_partitions(self, context: str) -> int | None:
+        """The partition count ``context``'s registered versions declare (``None``: none registered)."""
         shapes = await self.shapes(context)
-        return max((s.partitions for s in shapes.values()), default=1)
+        return max((s.partitions for s in shapes.values()), default=None)
 
 
 async def stranded_instances(

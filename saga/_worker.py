@@ -18,6 +18,7 @@ from bus import Backoff, Bus, BusError, Clock, SystemClock, Worker
 from bus._log import get_logger
 from saga._app import App
 from saga._config import EngineConfig
+from saga._errors import PartitionMismatch
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
 from saga._retention import prune_ended
@@ -93,18 +94,31 @@ class SagaWorker:
 
         Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
         shape incompatibly while sagas are in flight on it; nothing is registered then.
+        Raises :class:`~saga.PartitionMismatch` when a participant serves a context with
+        fewer or more partitions than the context registered.
         """
-        if not self.orchestrators:
-            return Registration()
         backoff = Backoff(self.clock)
         while True:  # wait out a Redis outage, as the bus worker's set-up does
             try:
-                return await self._register()
+                await self._check_partitions()
+                return await self._register() if self.orchestrators else Registration()
             except BusError as error:
                 if not error.retryable or self._stopping.is_set():
                     raise
                 _log.warning("registering definition versions failed; retrying", error=str(error))
                 await backoff.wait()
+
+    async def _check_partitions(self) -> None:
+        for participant in self.app.participants:
+            for context in participant.serves:
+                registered = await self.versions.registered_partitions(context.name)
+                if registered is not None and registered != context.partitions:
+                    raise PartitionMismatch(
+                        f"participant {participant.name!r} serves context {context.name!r} with "
+                        f"{context.partitions} partition(s) but {context.name!r} is registered with "
+                        f"{registered}: commands of the other partitions would never be handled; pass "
+                        f"serves=[saga.Context({context.name!r}, partitions={registered})]"
+                    )
 
     async def _register(self) -> Registration:
         report = await self.versions.register(

@@ -367,3 +367,20 @@ async def test_registration_waits_out_a_redis_outage(fake_redis: bus.Redis) -> N
                 await anyio.lowlevel.checkpoint()
     assert sum("retrying" in log["event"] for log in logs) == 3
     assert "shop_order@1" in await Versions(fake_redis).shapes("shop")
+
+
+async def test_a_participant_that_knows_fewer_partitions_than_registered_refuses_to_start(
+    redis: bus.Redis,
+) -> None:
+    from saga import PartitionMismatch
+    from tests.saga.nap_sagas import NAPS, nap, recorder
+
+    clock = FakeClock()
+    await SagaWorker(redis, App("naps", sagas=[nap]), clock=clock).register()  # 4 partitions
+    one_partition = recorder(redis)
+    one_partition.serves = [Context(NAPS.name)]  # as Participant("recorder", serves=["naps"]) would
+    with pytest.raises(PartitionMismatch, match=r"registered with 4.*partitions=4"):
+        await SagaWorker(redis, App("recorder", participants=[one_partition]), clock=clock).register()
+    assert (
+        await SagaWorker(redis, App("recorder", participants=[recorder(redis)]), clock=clock).register()
+    ) is not None
