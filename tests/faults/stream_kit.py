@@ -35,6 +35,7 @@ INBOX = PARTITION.inbox
 INVENTORY = PARTITION.commands("inventory")
 ORCHESTRATOR = "orchestrator"
 PARTICIPANTS = ("inventory", "payments", "shipping")
+STEP_TIMEOUT_S = 30
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
 
 
@@ -120,6 +121,13 @@ class Rig:
             if [await self.redis.xlen(key) for key in streams] == before:
                 return
         raise AssertionError("the saga traffic did not settle")
+
+    async def time_out_and_retry(self) -> None:
+        """Let a step's 30 s timeout fire, then its retry's back-off pass (virtual time only)."""
+        self.clock.advance(STEP_TIMEOUT_S + 1)
+        await self.run()
+        self.clock.advance(1)
+        await self.run()
 
     async def state(self, saga_id: str) -> SagaState:
         """The saga as stored."""
