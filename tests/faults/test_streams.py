@@ -20,7 +20,7 @@ import bus
 from bus import BusConfig, Worker
 from bus._maintenance import trim_stream
 from saga import EngineConfig, SagaStatus
-from services_example.orders import order_fulfilment
+from services_example.orders import RETRY, order_fulfilment
 from tests.bus.test_contract import payments_app, publish_charge
 from tests.bus.test_faults import eventually
 from tests.faults.stream_kit import (
@@ -28,6 +28,7 @@ from tests.faults.stream_kit import (
     INBOX,
     INVENTORY,
     ORCHESTRATOR,
+    PARTITION,
     STEP_TIMEOUT_S,
     Rig,
     letters,
@@ -229,3 +230,43 @@ def blocked_reader(redis: bus.Redis) -> Callable[[], Awaitable[bool]]:
         return any(c["cmd"] == "xreadgroup" and c["flags"] == "b" and int(c["db"]) == db for c in clients)
 
     return check
+
+
+async def test_a_step_whose_every_command_is_lost_dead_letters_the_saga_and_cancel_compensates(
+    real_redis: bus.Redis,
+) -> None:
+    """Lose each of ``charge_payment``'s five attempts while pending: every loss is a letter
+    (G7); when the retries run out the saga is dead-lettered with the step's error, never
+    compensated blind (a timed-out charge may have happened); an operator's cancel then
+    undoes the completed ``reserve_stock`` once (G1, G3)."""
+    rig = await Rig.create(real_redis)
+    payments = PARTITION.commands("payments")
+    await rig.client.start(order_fulfilment, order(1), saga_id="s1")
+    await rig.participants.run_until_idle()  # reserve_stock
+    await rig.orchestrator.run_until_idle()  # -> charge_payment, attempt 1
+    lost = []
+    for _ in range(RETRY.attempts):
+        [entry_id] = await read_as(real_redis, payments, "payments", "dead")
+        await age_pending(real_redis, payments, "payments", entry_id, CONFIG.bus.lease_ms)
+        await real_redis.xdel(payments.key, entry_id)
+        lost.append(entry_id)
+        await rig.participants.run_until_idle()  # the reclaimer reports it lost
+        rig.clock.advance(STEP_TIMEOUT_S + 1)
+        await rig.orchestrator.run_until_idle()  # the step times out
+        rig.clock.advance(1)
+        await rig.orchestrator.run_until_idle()  # the retry is dispatched (until none is left)
+
+    state = await rig.state("s1")
+    assert state.status == SagaStatus.DEAD_LETTERED
+    assert state.error is not None
+    assert (state.error.step, state.error.what) == ("charge_payment", f"do attempt {RETRY.attempts} timeout")
+    assert [a.outcome for a in state.steps["charge_payment"].attempts] == ["timeout"] * RETRY.attempts
+    assert sorted(letter["entry"] for letter in await letters(real_redis)) == sorted(lost)
+    assert rig.incidents()["entry_lost"] == RETRY.attempts
+
+    await rig.client.cancel("s1", reason="the charge never reached payments")
+    await rig.run()
+    assert (await rig.state("s1")).status == SagaStatus.CANCELLED
+    assert sorted(rig.inventory.effects.values()) == ["o1", "r-o1"]  # reserved, released once
+    assert sum(rig.inventory.calls.values()) == 2
+    assert await rig.pending() == 0
