@@ -29,6 +29,7 @@ from bus._errors import (
     RedisCommandError,
     RedisOutOfMemory,
     RedisUnavailable,
+    StreamDeleted,
     TransientError,
 )
 from bus._ids import derived_id, uuid7
@@ -75,6 +76,7 @@ __all__ = [
     "Script",
     "ScriptCall",
     "Stream",
+    "StreamDeleted",
     "StreamStats",
     "Subscription",
     "SystemClock",

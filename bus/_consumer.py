@@ -10,6 +10,7 @@ here.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,16 @@ from bus._config import BusConfig
 from bus._connection import is_lean, send_batch
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, Fields, decode_fields
-from bus._errors import BusError, GroupExists, MalformedEntry, PayloadTooLarge, PermanentError, redis_errors
+from bus._errors import (
+    BusError,
+    GroupExists,
+    GroupMissing,
+    MalformedEntry,
+    PayloadTooLarge,
+    PermanentError,
+    StreamDeleted,
+    redis_errors,
+)
 from bus._ids import derived_id
 from bus._keys import Stream
 from bus._log import Logger, get_logger
@@ -52,6 +62,9 @@ _log = get_logger("redsaga.bus")
 _PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge)
 Entry = tuple[str, Fields | None, int]
 """(entry id, fields or ``None`` if deleted, delivery count)."""
+GROUP_RECREATED = "group_recreated"
+ENTRY_LOST = "entry_lost"
+LEASE_LOST = "lease_lost"
 
 
 @dataclass(slots=True)
@@ -68,6 +81,8 @@ class Runtime:
     publisher: Publisher
     read_share: int = 1
     rng: random.Random = field(default_factory=random.Random)
+    incidents: Counter[str] = field(default_factory=Counter)
+    """Operator faults met and repaired (see :attr:`bus.Worker.incidents`)."""
 
 
 class GroupConsumer:
@@ -98,6 +113,24 @@ class GroupConsumer:
                 )
         except GroupExists:
             return
+
+    async def recreate_group(self, error: GroupMissing) -> None:
+        """Report a group (or its stream) that vanished under this worker and create it again.
+
+        It is recreated from ``0``, not ``$``: entries added between the loss and now (and
+        every entry still in the stream) are delivered again rather than skipped, so
+        nothing is dropped silently; handlers are idempotent, so the re-delivery of entries
+        handled before is harmless. What was pending in the old group is re-delivered too.
+        """
+        self.log.error(
+            "stream deleted (by an operator?); recreating the group from 0"
+            if isinstance(error, StreamDeleted)
+            else "consumer group vanished (by an operator?); recreating it from 0",
+            error=str(error),
+            incident=GROUP_RECREATED,
+        )
+        self.rt.incidents[GROUP_RECREATED] += 1
+        await self.ensure_group("0")
 
     async def read(self, handlers: HandlerPool, block_ms: int | None) -> int:
         """Read new entries (as many as there are free slots) and start handling them.
@@ -177,7 +210,10 @@ class GroupConsumer:
                 lost.append(delivery)
                 delivery.scope.cancel()
         for delivery in lost:
-            self.log.warning("lease lost; abandoning the handler", entry=delivery.entry_id)
+            self.rt.incidents[LEASE_LOST] += 1
+            self.log.warning(
+                "lease lost; abandoning the handler", entry=delivery.entry_id, incident=LEASE_LOST
+            )
         return lost
 
     async def _beat_one(self, delivery: Delivery) -> bool:
@@ -199,7 +235,10 @@ class GroupConsumer:
 
     async def _report_lost(self, entry_id: str) -> None:
         """Record an entry that was deleted or trimmed while pending (it cannot be handled)."""
-        self.log.error("pending entry was deleted or trimmed before it was handled", entry=entry_id)
+        self.log.error(
+            "pending entry was deleted or trimmed before it was handled", entry=entry_id, incident=ENTRY_LOST
+        )
+        self.rt.incidents[ENTRY_LOST] += 1
         dlq = Stream(self.stream.tag, "dlq")
         # Written with the publish script so that a re-sent report adds one letter only.
         fields: list[str | bytes | int | float] = [
@@ -420,6 +459,13 @@ class GroupConsumer:
     def _settled(self, entry_id: str, outcome: Any, what: str) -> None:
         if outcome in (b"lost", [0]):
             self.log.warning("outcome refused: the lease was taken over", outcome=what, entry=entry_id)
+        elif isinstance(outcome, GroupMissing):
+            self.log.error(
+                "outcome not recorded: the group vanished; the entry is delivered again once "
+                "the group is recreated",
+                outcome=what,
+                entry=entry_id,
+            )
         elif isinstance(outcome, Exception):
             self.log.error(
                 "outcome not recorded; the entry stays pending",

@@ -7,6 +7,7 @@
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
     │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
+    │   └── StreamDeleted       a blocking read was ended because its stream was deleted
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
     ├── PayloadTooLarge         a message is over the configured size limit
@@ -52,6 +53,14 @@ class GroupMissing(BusError):
     """A stream or consumer group disappeared (deleted by an operator?); it will be recreated."""
 
     retryable = True
+
+
+class StreamDeleted(GroupMissing):
+    """A blocking read was ended by the server (``UNBLOCKED``): its stream was deleted.
+
+    Redis 7 wakes a reader blocked on a stream that is deleted with this error (and so
+    does ``CLIENT UNBLOCK … ERROR``); the group went with the stream, so it is recreated.
+    """
 
 
 class GroupExists(BusError):
@@ -123,6 +132,8 @@ def translate(error: rx.RedisError) -> BusError:
         code = str(error).partition(" ")[0]
         if code == "NOGROUP":
             return GroupMissing(str(error))
+        if code == "UNBLOCKED":
+            return StreamDeleted(str(error))
         if code == "BUSYGROUP":
             return GroupExists(str(error))
     return RedisCommandError(f"{type(error).__name__}: {error}")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from bus._client import Redis
 from bus._config import BusConfig
 from bus._envelope import Envelope, new_envelope
-from bus._errors import BusError
+from bus._errors import BusError, PayloadTooLarge
 from bus._keys import Stream
 from bus._lua import PUBLISH, PUBLISH_BATCH
 from bus._scripts import Arg, BatchPart, ScriptCall, merge, run_batch
@@ -83,7 +83,12 @@ class Publisher:
         return await self.publish_envelope(stream, envelope)
 
     async def publish_envelope(self, stream: str | Stream, envelope: Envelope) -> str | None:
-        """Publish a ready-made envelope (its id decides deduplication)."""
+        """Publish a ready-made envelope (its id decides deduplication).
+
+        Raises :class:`~bus.PayloadTooLarge` before writing anything when its payload is
+        over the limit.
+        """
+        self._check_size(envelope)
         target = stream if isinstance(stream, Stream) else Stream.named(stream)
         return _entry_id(await publish_call(target, envelope, self._config).run(self._redis))
 
@@ -94,6 +99,8 @@ class Publisher:
         ``MAX_BATCH`` each), each deduplicated by its id as :meth:`publish_envelope` does.
         Returns each envelope's entry id, ``None`` for one already published.
         """
+        for _, envelope in items:
+            self._check_size(envelope)
         calls: list[ScriptCall] = []
         sizes: list[int] = []
         start = 0
@@ -112,6 +119,11 @@ class Publisher:
                 raise reply
             entry_ids += [_entry_id(result) for result in reply[:size]]
         return entry_ids
+
+    def _check_size(self, envelope: Envelope) -> None:
+        # Envelopes built elsewhere (signals, operator requests) skip new_envelope's check.
+        if len(envelope.payload) > self._config.max_payload_bytes:
+            raise PayloadTooLarge(len(envelope.payload), self._config.max_payload_bytes)
 
 
 def _entry_id(result: object) -> str | None:

@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
@@ -84,6 +85,18 @@ class Worker:
         self.started = anyio.Event()
         self._stopping = anyio.Event()
         self._log = _log.bind(consumer=self.runtime.consumer)
+
+    @property
+    def incidents(self) -> Counter[str]:
+        """Operator faults this worker met and repaired, by kind (a live view).
+
+        ``group_recreated``: a consumer group or its stream vanished (``XGROUP DESTROY``,
+        ``DEL``) and was recreated; ``entry_lost``: a pending entry was deleted or trimmed
+        (a ``raw_missing`` dead letter records it); ``lease_lost``: a heartbeat found an
+        in-flight entry no longer held (taken over, or dropped by ``XGROUP DELCONSUMER``).
+        Each is also logged at ERROR (WARNING for leases) with the same ``incident`` name.
+        """
+        return self.runtime.incidents
 
     @property
     def consumer(self) -> str:
@@ -177,13 +190,8 @@ class Worker:
             try:
                 await consumer.read(handlers, block_ms=self.runtime.config.block_ms)
                 backoff.reset()
-            except GroupMissing:
-                self._log.error(
-                    "consumer group vanished (deleted by an operator?); recreating it",
-                    stream=consumer.stream.key,
-                    group=consumer.sub.group,
-                )
-                await self._retrying("recreate group", functools.partial(consumer.ensure_group, "0"))
+            except GroupMissing as error:
+                await self._retrying("recreate group", functools.partial(consumer.recreate_group, error))
             except BusError as error:
                 self._log.warning("read failed; backing off", stream=consumer.stream.key, error=str(error))
                 await self._unless_stopping(backoff.wait())
@@ -221,8 +229,8 @@ class Worker:
         for consumer in self.consumers:
             try:
                 await consumer.reclaim(handlers)
-            except GroupMissing:
-                await consumer.ensure_group("0")
+            except GroupMissing as error:
+                await consumer.recreate_group(error)
 
     async def _maintain(self) -> None:
         await run_maintenance(

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from bus import Clock, Envelope, Publisher, SystemClock, uuid7
+from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, uuid7
 from bus._batcher import Batcher
 from bus._errors import redis_errors
 from saga._branch_store import load_saga
@@ -74,7 +74,9 @@ class SagaClient:
         ``definition`` is a definition, or a saga name: then the newest version in this
         client's registry is started, or ``version`` when given. The saga runs to its end on
         the version it started on. Invalid data raises :class:`InvalidInput` and stores
-        nothing; a drained version raises :class:`VersionDrained` and stores nothing. With
+        nothing; data encoded larger than ``BusConfig.max_payload_bytes`` raises
+        :class:`bus.PayloadTooLarge` and stores nothing; a drained version raises
+        :class:`VersionDrained` and stores nothing. With
         ``saga_id`` the call is idempotent: if that saga exists already its id is returned
         (and :class:`SagaExists` is raised if it runs another definition). ``parent`` makes it
         a child saga that reports its end to that parent step (``saga/_children.py``).
@@ -83,6 +85,8 @@ class SagaClient:
             raise InvalidInput("saga_id must not be empty")
         definition = self._definition(definition, version)
         encoded = definition.encode_data(data)
+        if len(encoded) > self.config.bus.max_payload_bytes:
+            raise PayloadTooLarge(len(encoded), self.config.bus.max_payload_bytes)
         saga_id = saga_id or uuid7()
         partition = self._partition(definition.context.name, saga_id)
         now = self.clock.now_ms()
@@ -157,7 +161,8 @@ class SagaClient:
         saga's definition, ``data`` is checked against the step's output type
         (:class:`InvalidInput`); the orchestrator checks it again either way. The saga
         resumes once: a repeat, or a delivery after the wait ended (timed out, cancelled),
-        is recorded in its history and changes nothing.
+        is recorded in its history and changes nothing. Data over the payload limit raises
+        :class:`bus.PayloadTooLarge` and nothing is written.
         """
         ref = (await self.signer(peek(token).context)).verify(token)
         partition = Partition(ref.context, ref.partition)

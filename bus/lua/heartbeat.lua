@@ -7,6 +7,11 @@
 --
 -- XCLAIM … JUSTID alone would steal an entry back from the consumer that took it over, so
 -- the owner is checked first. Returns one flag per id: 1 extended, 0 lease lost.
+--
+-- A lost entry's in-flight marker is released when it is still this consumer's own: a
+-- consumer that took the entry over would have re-marked it, so the entry was dropped from
+-- the pending list (XGROUP DELCONSUMER, a destroyed group) and nobody runs it; a retry of
+-- the same idempotency key must not wait for the marker to expire.
 local held = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -22,6 +27,9 @@ for i = 4, #ARGV do
     end
     held[#held + 1] = 1
   else
+    if marker ~= KEYS[1] and redis.call('GET', marker) == 'I' .. id .. '|' .. ARGV[2] then
+      redis.call('DEL', marker)
+    end
     held[#held + 1] = 0
   end
 end
