@@ -14,8 +14,8 @@ mode applies at once to every open connection and to new ones:
 - ``swallow_reply``: forward a request, swallow its reply, then close the connection: the
   ambiguous write (the server ran the command, the client sees a connection error and
   redis-py re-sends it). ``match`` restricts it to requests whose bytes contain it (an
-  ``EVALSHA``'s script SHA, say) and ``times`` to that many replies, after which the proxy
-  passes again.
+  ``EVALSHA``'s script SHA, say), ``reply_match`` to replies that contain it (the others
+  pass), and ``times`` to that many replies, after which the proxy passes again.
 
 Use it in the test's event loop (``async with FaultProxy(host, port) as proxy``) or, for
 synchronous code, in a thread of its own (:class:`ThreadedProxy`). ``proxy.counters``
@@ -68,7 +68,7 @@ class _Link:
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    doomed: bool = False  # a swallowed request was forwarded: drop its reply, then close
+    armed: bool = False  # a matching request was forwarded: its reply may be swallowed
     tainted: bool = False  # bytes were blackholed: the byte streams are out of step
     closed: bool = False
 
@@ -90,6 +90,7 @@ class FaultProxy:
         self.mode = Mode.PASS
         self._delay = (0.0, 0.0)
         self._match: bytes | None = None
+        self._reply_match: bytes | None = None
         self._times: int | None = None
         self._rng = random.Random(seed)
         self._links: set[_Link] = set()
@@ -143,11 +144,13 @@ class FaultProxy:
         delay_s: float = 0.0,
         jitter_s: float = 0.0,
         match: bytes | None = None,
+        reply_match: bytes | None = None,
         times: int | None = None,
     ) -> None:
         """Switch every connection, open and new, to ``mode`` (call from the proxy's loop).
 
-        ``delay_s``/``jitter_s`` are for ``delay``; ``match``/``times`` for ``swallow_reply``.
+        ``delay_s``/``jitter_s`` are for ``delay``; ``match``, ``reply_match`` and ``times``
+        for ``swallow_reply``.
         """
         mode = Mode(mode)
         if self.mode == Mode.BLACKHOLE and mode != Mode.BLACKHOLE:
@@ -155,7 +158,7 @@ class FaultProxy:
                 self._close(link)
         self.mode = mode
         self._delay = (delay_s, jitter_s)
-        self._match, self._times = match, times
+        self._match, self._reply_match, self._times = match, reply_match, times
         if mode == Mode.RESET:
             for link in list(self._links):
                 self._close(link, reset=True)
@@ -227,12 +230,14 @@ class FaultProxy:
             link.tainted = True
             self.counters.dropped_bytes += len(chunk)
             return False
-        if not up and link.doomed:
-            self.counters.swallowed += 1
-            self._close(link)
-            return False
-        if up and mode == Mode.SWALLOW_REPLY and self._takes(chunk):
-            link.doomed = True
+        if not up and link.armed:
+            link.armed = False
+            if self._takes(chunk):
+                self.counters.swallowed += 1
+                self._close(link)
+                return False
+        if up and mode == Mode.SWALLOW_REPLY and (self._match is None or self._match in chunk):
+            link.armed = True
         writer.write(chunk)
         if up:
             self.counters.bytes_up += len(chunk)
@@ -240,8 +245,10 @@ class FaultProxy:
             self.counters.bytes_down += len(chunk)
         return True
 
-    def _takes(self, chunk: bytes) -> bool:
-        if self._match is not None and self._match not in chunk:
+    def _takes(self, reply: bytes) -> bool:
+        if self.mode != Mode.SWALLOW_REPLY:
+            return False
+        if self._reply_match is not None and self._reply_match not in reply:
             return False
         if self._times is not None:
             self._times -= 1

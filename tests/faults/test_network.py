@@ -1,0 +1,187 @@
+"""Network faults between redsaga and Redis, injected by the loopback proxy (tests/faults/proxy.py).
+
+- Ambiguous writes (FAULTS.md "redis-py retries writes"; DESIGN "every write is safe to
+  repeat"): the reply of one write is swallowed and the connection closed, so redis-py
+  re-sends a command the server already ran. One case per write path; each must change
+  nothing the second time: one stream entry per message id, one transition per event, one
+  effect per idempotency key, nothing left pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import msgspec
+import pytest
+
+import bus
+from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, HEARTBEAT, PUBLISH
+from bus._scripts import Script
+from saga import App, EngineConfig, HistoryEntry, Partition, SagaClient, SagaStatus, SagaWorker
+from saga._store import FIRE_TIMERS, TRANSITION
+from tests.faults.net_app import NET, STEPS, Approval, Order, app
+from tests.faults.proxy import FaultProxy, Mode
+
+pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
+
+LEASE_MS = 2_000
+CONFIG = EngineConfig(
+    bus=bus.BusConfig(lease_ms=LEASE_MS, reclaim_interval_ms=200, block_ms=200, retry_base_ms=50),
+    timer_poll_ms=50,
+)
+CLIENT = bus.ClientConfig(socket_timeout_s=1.0, retries=3)
+PARTITION = Partition(NET.name, 0)
+
+
+@asynccontextmanager
+async def worker(redis: bus.Redis, application: App) -> AsyncIterator[SagaWorker]:
+    """A saga worker running in this event loop until the block ends."""
+    running = SagaWorker(redis, application, config=CONFIG)
+    async with anyio.create_task_group() as group:
+        group.start_soon(running.run)
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20) -> None:
+    """Poll an observable state until ``check`` holds (bounded)."""
+    with anyio.fail_after(timeout_s):
+        while not await check():
+            await anyio.sleep(0.02)  # polling an observable state, not waiting for time
+
+
+async def drive(starter: SagaClient, signaller: SagaClient, order_id: str) -> None:
+    """Start the saga, deliver its signal once it waits, and wait for its end."""
+    await starter.start("net", Order(id=order_id), saga_id=order_id)
+
+    async def token() -> str | None:
+        wait = (await signaller.query(order_id)).wait
+        return wait.token if wait is not None else None
+
+    async def waiting() -> bool:
+        return await token() is not None
+
+    await until(waiting)
+    resume = await token()
+    assert resume is not None
+    await signaller.signal(resume, Approval(by="test"))
+
+    async def ended() -> bool:
+        return (await starter.get(order_id)).status.terminal
+
+    await until(ended)
+
+
+async def entry_ids(redis: bus.Redis, stream: bus.Stream) -> list[str]:
+    """The message ids of every entry of ``stream``."""
+    return [fields[b"id"].decode() for _, fields in await redis.xrange(stream.key)]
+
+
+async def check_applied_once(redis: bus.Redis, order_id: str) -> None:
+    """G1, G2, G4, G7 for one saga of the net app after a fault."""
+    client = SagaClient(redis, app(redis).registry)
+    state = await client.get(order_id)
+    assert state.status == SagaStatus.COMPLETED
+    effects = [e.decode() for e in await redis.lrange("test:effects", 0, -1)]
+    assert effects == [f"{order_id}:{step}:do" for step in STEPS]
+    history = [
+        msgspec.json.decode(raw, type=HistoryEntry)
+        for raw in await redis.lrange(PARTITION.history(order_id), 0, -1)
+    ]
+    revisions = [entry.revision for entry in history]
+    assert revisions == sorted(set(revisions)), "a transition was applied twice"
+    assert [entry.ignored for entry in history if entry.ignored] == []
+    for stream in (PARTITION.inbox, PARTITION.commands("netpay")):
+        ids = await entry_ids(redis, stream)
+        assert len(ids) == len(set(ids)), f"a message was added twice to {stream.key}"
+    assert len(await entry_ids(redis, PARTITION.commands("netpay"))) == len(STEPS)
+
+    async def nothing_pending() -> bool:
+        for stream in (PARTITION.inbox, PARTITION.commands("netpay")):
+            for group in await redis.xinfo_groups(stream.key):
+                if (await redis.xpending(stream.key, group["name"]))["pending"]:
+                    return False
+        return True
+
+    await until(nothing_pending)
+
+
+@dataclass(frozen=True)
+class Swallow:
+    """Swallow the reply to the next request containing ``match`` (and ``reply``, if given)."""
+
+    match: bytes
+    reply: bytes | None = None
+    script: Script | None = None  # loaded first: a NOSCRIPT reply would be swallowed instead
+
+
+@dataclass(frozen=True)
+class Case:
+    """One write path: the requests whose replies are swallowed (in turn), and how the saga runs."""
+
+    faults: tuple[Swallow, ...]
+    client_via_proxy: bool = False  # start and signal through the faulty link too
+    hold_charge: bool = False  # keep the charge handler in flight until the faults fired
+
+
+def script(which: Script) -> Swallow:
+    """Swallow the reply to the next call of ``which``."""
+    return Swallow(which.sha.encode(), script=which)
+
+
+CASES = {
+    "saga start": Case((script(TRANSITION),), client_via_proxy=True),
+    "transition commit": Case((script(TRANSITION),)),
+    "idempotency claim": Case((script(DEDUPE_CLAIM),)),
+    "fenced complete": Case((script(COMPLETE_BATCH),)),
+    "heartbeat": Case((script(HEARTBEAT),), hold_charge=True),
+    "timer firing": Case((script(FIRE_TIMERS),)),
+    "signal delivery": Case((script(PUBLISH),), client_via_proxy=True),
+    # a lost XREADGROUP reply leaves the entries it handed out pending, unseen: the reclaimer
+    # takes them once the lease expired (and its own lost reply is the same case again)
+    "read and reclaim": Case((Swallow(b"XREADGROUP"), Swallow(b"XAUTOCLAIM", reply=b"corr"))),
+}
+
+
+async def inject(proxy: FaultProxy, redis: bus.Redis, faults: tuple[Swallow, ...]) -> None:
+    """Arm each fault once the previous one fired."""
+    for number, fault in enumerate(faults, start=1):
+        if fault.script is not None:
+            await redis.script_load(fault.script.source)
+        proxy.set_mode(Mode.SWALLOW_REPLY, match=fault.match, reply_match=fault.reply, times=1)
+        await until(lambda n=number: _swallowed(proxy, n))  # type: ignore[misc]
+
+
+async def _swallowed(proxy: FaultProxy, count: int = 1) -> bool:
+    return proxy.counters.swallowed >= count
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_a_write_whose_reply_is_lost_changes_nothing_when_re_sent(
+    name: str, real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    case = CASES[name]
+    order_id = f"order-{name.replace(' ', '-')}"
+    async with FaultProxy.to_url(real_redis_url) as proxy:
+        proxied = bus.connect(proxy.url(real_redis_url), CLIENT)
+
+        async def hold() -> None:
+            if case.hold_charge:
+                await until(lambda: _swallowed(proxy, len(case.faults)))
+
+        application = app(real_redis, hold=hold)
+        client = SagaClient(proxied if case.client_via_proxy else real_redis, application.registry)
+        try:
+            async with anyio.create_task_group() as faults:
+                faults.start_soon(inject, proxy, real_redis, case.faults)
+                async with worker(proxied, application):
+                    await drive(client, client, order_id)
+        finally:
+            await proxied.aclose()
+        assert proxy.counters.swallowed == len(case.faults), "a fault never fired: the path was not exercised"
+    await check_applied_once(real_redis, order_id)
