@@ -4,7 +4,8 @@
   repeat"): the reply of one write is swallowed and the connection closed, so redis-py
   re-sends a command the server already ran. One case per write path; each must change
   nothing the second time: one stream entry per message id, one transition per event, one
-  effect per idempotency key, nothing left pending.
+  effect per idempotency key, nothing left pending. The same for the bus's failure record
+  and batch publish, and the relay's publish of outbox rows.
 """
 
 from __future__ import annotations
@@ -12,18 +13,27 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
 
 import bus
-from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, HEARTBEAT, PUBLISH
+import relay
+from bus import Worker
+from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, PUBLISH, PUBLISH_BATCH
 from bus._scripts import Script
+from relay._publish import PUBLISH_ROWS
 from saga import App, EngineConfig, HistoryEntry, Partition, SagaClient, SagaStatus, SagaWorker
 from saga._store import FIRE_TIMERS, TRANSITION
+from tests.bus.test_contract import COMMANDS, payments_app, publish_charge
+from tests.bus.test_contract import CONFIG as CONTRACT
 from tests.faults.net_app import NET, STEPS, Approval, Order, app
 from tests.faults.proxy import FaultProxy, Mode
+from tests.helpers import age_pending, dead_letters, pending
+from tests.relay.conftest import OutboxDb, in_thread
+from tests.relay.helpers import PAYMENTS, Charged
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 
@@ -185,3 +195,75 @@ async def test_a_write_whose_reply_is_lost_changes_nothing_when_re_sent(
             await proxied.aclose()
         assert proxy.counters.swallowed == len(case.faults), "a fault never fired: the path was not exercised"
     await check_applied_once(real_redis, order_id)
+
+
+@asynccontextmanager
+async def swallowing(url: str, *faults: Swallow) -> AsyncIterator[tuple[FaultProxy, bus.Redis]]:
+    """A proxy to ``url`` swallowing the reply to each of ``faults`` once, and a client through it."""
+    async with FaultProxy.to_url(url) as proxy:
+        direct = bus.connect(url)
+        proxied = bus.connect(proxy.url(url), CLIENT)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(inject, proxy, direct, faults)
+                yield proxy, proxied
+        finally:
+            await proxied.aclose()
+            await direct.aclose()
+        assert proxy.counters.swallowed == len(faults), "a fault never fired: the path was not exercised"
+
+
+async def test_a_failure_record_re_sent_records_each_failure_once(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    """fail.lua re-sent (retry, then dead): the dead letter's error chain has one link per delivery."""
+    limit = CONTRACT.max_deliveries
+    async with swallowing(real_redis_url, *[script(FAIL)] * limit) as (proxy, proxied):
+        worker = Worker(proxied, payments_app([], fail_times=100), config=CONTRACT)
+        await worker.setup()
+        await publish_charge(real_redis, "o1")
+        for _ in range(limit):
+            await worker.run_until_idle()
+            for entry in await pending(real_redis, COMMANDS, "payments"):
+                await age_pending(real_redis, COMMANDS, "payments", str(entry["id"]), CONTRACT.lease_ms)
+        await until(lambda: _swallowed(proxy, limit))
+    assert await pending(real_redis, COMMANDS, "payments") == []
+    [letter] = await dead_letters(real_redis, COMMANDS)
+    assert msgspec.json.decode(letter["errors"]) == ["RuntimeError: gateway timeout"] * limit
+
+
+async def test_a_batch_publish_re_sent_adds_each_message_once(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    async with swallowing(real_redis_url, script(PUBLISH_BATCH)) as (_, proxied):
+        envelopes = [
+            (COMMANDS, bus.Envelope(id=f"m{n}", type="Charge", payload=b"{}", source="test", created_at_ms=0))
+            for n in range(5)
+        ]
+        ids = await bus.Publisher(proxied, source="test").publish_many(envelopes)
+    assert ids == [None] * 5  # the re-sent batch found every id published by the first
+    assert await entry_ids(real_redis, COMMANDS) == [f"m{n}" for n in range(5)]
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> OutboxDb:
+    """An SQLite outbox (tests/relay's fixture of that name lives in its own conftest)."""
+    db = OutboxDb("sqlite", f"sqlite:///{tmp_path / 'outbox.db'}", relay.Tables())
+    in_thread(relay.init_db, db.dsn, db.tables)
+    return db
+
+
+async def test_a_relay_publish_re_sent_adds_each_row_once(
+    sqlite_db: OutboxDb, real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    outbox = relay.Outbox(sqlite_db.tables)
+    conn = sqlite_db.connect()
+    for n in range(20):
+        outbox.add(conn, "payments", Charged(order=f"o{n}", seq=n))
+    conn.commit()
+    conn.close()
+    async with swallowing(real_redis_url, script(PUBLISH_ROWS)) as (_, proxied):
+        await relay.Relay.connect(sqlite_db.dsn, proxied, config=sqlite_db.config()).run(drain=True)
+    published = await entry_ids(real_redis, PAYMENTS)
+    assert len(published) == len(set(published)) == 20
+    assert sqlite_db.query("SELECT DISTINCT status FROM {outbox}") == [(1,)]  # every row marked sent
