@@ -21,19 +21,21 @@ import pytest
 
 import bus
 import relay
-from bus import Worker
+from bus import Bus, Delivery, Worker
 from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, PUBLISH, PUBLISH_BATCH
 from bus._scripts import Script
 from relay._publish import PUBLISH_ROWS
 from saga import App, EngineConfig, HistoryEntry, Partition, SagaClient, SagaStatus, SagaWorker
 from saga._store import FIRE_TIMERS, TRANSITION
-from tests.bus.test_contract import COMMANDS, payments_app, publish_charge
+from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies
 from tests.bus.test_contract import CONFIG as CONTRACT
 from tests.faults.net_app import NET, STEPS, Approval, Order, app
 from tests.faults.proxy import FaultProxy, Mode
+from tests.faults.servers import PrivateRedis
 from tests.helpers import age_pending, dead_letters, pending
 from tests.relay.conftest import OutboxDb, in_thread
-from tests.relay.helpers import PAYMENTS, Charged
+from tests.relay.helpers import PAYMENTS
+from tests.relay.helpers import Charged as RowCharged
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 
@@ -47,9 +49,11 @@ PARTITION = Partition(NET.name, 0)
 
 
 @asynccontextmanager
-async def worker(redis: bus.Redis, application: App) -> AsyncIterator[SagaWorker]:
+async def worker(
+    redis: bus.Redis, application: App, config: EngineConfig = CONFIG
+) -> AsyncIterator[SagaWorker]:
     """A saga worker running in this event loop until the block ends."""
-    running = SagaWorker(redis, application, config=CONFIG)
+    running = SagaWorker(redis, application, config=config)
     async with anyio.create_task_group() as group:
         group.start_soon(running.run)
         try:
@@ -65,12 +69,11 @@ async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20) -> 
             await anyio.sleep(0.02)  # polling an observable state, not waiting for time
 
 
-async def drive(starter: SagaClient, signaller: SagaClient, order_id: str) -> None:
-    """Start the saga, deliver its signal once it waits, and wait for its end."""
-    await starter.start("net", Order(id=order_id), saga_id=order_id)
+async def approve(client: SagaClient, order_id: str) -> None:
+    """Deliver the saga's signal once it waits for it."""
 
     async def token() -> str | None:
-        wait = (await signaller.query(order_id)).wait
+        wait = (await client.query(order_id)).wait
         return wait.token if wait is not None else None
 
     async def waiting() -> bool:
@@ -79,12 +82,23 @@ async def drive(starter: SagaClient, signaller: SagaClient, order_id: str) -> No
     await until(waiting)
     resume = await token()
     assert resume is not None
-    await signaller.signal(resume, Approval(by="test"))
+    await client.signal(resume, Approval(by="test"))
 
-    async def ended() -> bool:
-        return (await starter.get(order_id)).status.terminal
 
-    await until(ended)
+async def ended(client: SagaClient, *order_ids: str) -> None:
+    """Wait until every one of the sagas ended."""
+
+    async def check() -> bool:
+        return all([(await client.get(order_id)).status.terminal for order_id in order_ids])
+
+    await until(check)
+
+
+async def drive(client: SagaClient, order_id: str) -> None:
+    """Start the saga, deliver its signal once it waits, and wait for its end."""
+    await client.start("net", Order(id=order_id), saga_id=order_id)
+    await approve(client, order_id)
+    await ended(client, order_id)
 
 
 async def entry_ids(redis: bus.Redis, stream: bus.Stream) -> list[str]:
@@ -190,7 +204,7 @@ async def test_a_write_whose_reply_is_lost_changes_nothing_when_re_sent(
             async with anyio.create_task_group() as faults:
                 faults.start_soon(inject, proxy, real_redis, case.faults)
                 async with worker(proxied, application):
-                    await drive(client, client, order_id)
+                    await drive(client, order_id)
         finally:
             await proxied.aclose()
         assert proxy.counters.swallowed == len(case.faults), "a fault never fired: the path was not exercised"
@@ -259,7 +273,7 @@ async def test_a_relay_publish_re_sent_adds_each_row_once(
     outbox = relay.Outbox(sqlite_db.tables)
     conn = sqlite_db.connect()
     for n in range(20):
-        outbox.add(conn, "payments", Charged(order=f"o{n}", seq=n))
+        outbox.add(conn, "payments", RowCharged(order=f"o{n}", seq=n))
     conn.commit()
     conn.close()
     async with swallowing(real_redis_url, script(PUBLISH_ROWS)) as (_, proxied):
@@ -267,3 +281,134 @@ async def test_a_relay_publish_re_sent_adds_each_row_once(
     published = await entry_ids(real_redis, PAYMENTS)
     assert len(published) == len(set(published)) == 20
     assert sqlite_db.query("SELECT DISTINCT status FROM {outbox}") == [(1,)]  # every row marked sent
+
+
+async def test_blackholed_link_the_worker_abandons_its_lease_before_another_takes_it(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    """FAULTS 10: a link that eats every packet (G2, G5, G7).
+
+    The stalled worker's calls fail within their socket timeout; its heartbeats cannot get
+    through, so it cancels its handler before the lease can expire: the rescuer, which
+    takes the entry over once the lease expired, finds no one else still running it. After
+    the heal the stalled worker works again, and its late completion changes nothing.
+    """
+    config = bus.BusConfig(lease_ms=LEASE_MS, reclaim_interval_ms=200, block_ms=200)
+    events: list[str] = []
+    started = anyio.Event()
+    app = Bus("payments")
+
+    @app.handler(COMMANDS, Charge)
+    async def charge(command: Charge, delivery: Delivery) -> Charged:
+        who = delivery.consumer
+        events.append(f"{who} runs {command.order}")
+        if who == "stalled" and command.order == "o1":
+            started.set()
+            try:
+                await anyio.Event().wait()  # runs until its lease is given up
+            except anyio.get_cancelled_exc_class():
+                events.append(f"{who} abandons {command.order}")
+                raise
+        events.append(f"{who} applies {command.order}")
+        return Charged(order=command.order, receipt=who)
+
+    async with FaultProxy.to_url(real_redis_url) as proxy:
+        proxied = bus.connect(proxy.url(real_redis_url), bus.ClientConfig(socket_timeout_s=0.5, retries=1))
+        stalled = Worker(proxied, app, config=config, consumer="stalled")
+        rescuer = Worker(real_redis, app, config=config, consumer="rescuer")
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(stalled.run)
+                await stalled.started.wait()
+                await publish_charge(real_redis, "o1")
+                with anyio.fail_after(10):
+                    await started.wait()
+                proxy.set_mode(Mode.BLACKHOLE)
+                with anyio.fail_after(5), pytest.raises(bus.BusError):  # bounded by the socket timeout
+                    await bus.Publisher(proxied, source="test").publish(COMMANDS, Charge(order="x", amount=1))
+                group.start_soon(rescuer.run)
+                await until(lambda: _has(events, "rescuer applies o1"))
+                rescuer.stop()
+                await until(rescuer_stopped(rescuer))
+                proxy.set_mode(Mode.PASS)
+                await publish_charge(real_redis, "o2")
+                await until(lambda: _has(events, "stalled applies o2"))
+                stalled.stop()
+        finally:
+            await proxied.aclose()
+        assert proxy.counters.dropped_bytes > 0
+    assert events.index("stalled abandons o1") < events.index("rescuer runs o1")
+    assert [e for e in events if "applies" in e] == ["rescuer applies o1", "stalled applies o2"]
+    assert await pending(real_redis, COMMANDS, "payments") == []
+    receipts = [envelope.decode(Charged).receipt for envelope in await replies(real_redis)]
+    assert receipts == ["rescuer", "stalled"]  # one reply each: the abandoned run replied nothing
+
+
+async def _has(events: list[str], event: str) -> bool:
+    return event in events
+
+
+def rescuer_stopped(worker: Worker) -> Callable[[], Awaitable[bool]]:
+    """Whether ``worker`` finished its run (its slots are all free)."""
+
+    async def check() -> bool:
+        return worker.runtime.slots.busy == 0
+
+    return check
+
+
+async def test_latency_and_server_pauses_cause_no_spurious_reclaim(tmp_path: Path) -> None:
+    """FAULTS 11: a slow, jittery link, ``CLIENT PAUSE 3000 WRITE`` and ``DEBUG SLEEP 3``.
+
+    The lease (10 s) outlasts each pause plus a heartbeat period, so heartbeats get through
+    and no entry is reclaimed: every handler runs once, every saga ends with one effect
+    per step (G1, G2, G4). The charge handlers stay in flight across both pauses.
+    """
+    server = PrivateRedis(tmp_path / "redis", options=("--enable-debug-command", "local"))
+    await server.start()
+    direct = bus.connect(server.url)
+    config = EngineConfig(bus=bus.BusConfig(lease_ms=10_000, reclaim_interval_ms=200, block_ms=200))
+    order_ids = [f"order-{n}" for n in range(10)]
+    in_flight: list[str] = []
+    paused = anyio.Event()
+
+    async def hold() -> None:
+        in_flight.append("charge")
+        await paused.wait()
+
+    application = app(direct, hold=hold)
+    client = SagaClient(direct, application.registry)
+    try:
+        async with FaultProxy.to_url(server.url, seed=11) as proxy:
+            proxy.set_mode(Mode.DELAY, delay_s=0.002, jitter_s=0.02)
+            proxied = bus.connect(proxy.url(server.url))  # socket timeout 5 s > each pause
+            try:
+                async with worker(proxied, application, config):
+                    for order_id in order_ids:
+                        await client.start("net", Order(id=order_id), saga_id=order_id)
+                    await until(lambda: _at_least(in_flight, len(order_ids)))
+                    await direct.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+                    with anyio.fail_after(10):
+                        await direct.set("probe", 1)  # a write: returns when the pause is over
+                    await direct.execute_command("DEBUG", "SLEEP", 3)
+                    paused.set()
+                    for order_id in order_ids:
+                        await approve(client, order_id)
+                    await ended(client, *order_ids)
+            finally:
+                await proxied.aclose()
+        effects = [e.decode() for e in await direct.lrange("test:effects", 0, -1)]
+        expected = {f"{order_id}:{step}:do" for order_id in order_ids for step in STEPS}
+        assert len(effects) == len(set(effects))
+        assert set(effects) == expected
+        assert len(in_flight) == len(order_ids), "a charge was reclaimed and run again"
+        assert {int(await direct.get(f"test:runs:{key}")) for key in expected} == {1}, "a handler ran twice"
+        for order_id in order_ids:
+            assert (await client.get(order_id)).status == SagaStatus.COMPLETED
+    finally:
+        await direct.aclose()
+        server.kill()
+
+
+async def _at_least(items: list[str], count: int) -> bool:
+    return len(items) >= count
