@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import functools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from tests.faults.proxy import FaultProxy, Mode
 from tests.faults.servers import PrivateRedis
 from tests.helpers import age_pending, dead_letters, pending
 from tests.relay.conftest import OutboxDb, in_thread
+from tests.relay.conftest import _drop_pg_tables as drop_pg_tables
 from tests.relay.helpers import PAYMENTS
 from tests.relay.helpers import Charged as RowCharged
 
@@ -412,3 +415,73 @@ async def test_latency_and_server_pauses_cause_no_spurious_reclaim(tmp_path: Pat
 
 async def _at_least(items: list[str], count: int) -> bool:
     return len(items) >= count
+
+
+@pytest.fixture
+def pg_outbox(pg_dsn: str) -> Iterator[OutboxDb]:
+    """A PostgreSQL outbox in tables of this test's own (tests/relay's ``postgres_db``)."""
+    tables = relay.Tables.prefixed(f"t{uuid.uuid4().hex[:10]}")
+    in_thread(relay.init_db, pg_dsn, tables)
+    try:
+        yield OutboxDb("postgresql", pg_dsn, tables)
+    finally:
+        drop_pg_tables(pg_dsn, tables)
+
+
+async def _break_db_link(proxy: FaultProxy, fault: str, relayed: relay.Relay) -> None:
+    if fault == "reset":
+        proxy.set_mode(Mode.RESET)
+        await until(lambda: _outages(relayed))
+    elif fault == "ambiguous commit":  # the server commits, the relay sees a broken link
+        proxy.set_mode(Mode.SWALLOW_REPLY, match=b"COMMIT", times=1)
+        await until(lambda: _swallowed(proxy))
+    else:  # blackhole: statements hang until the link heals and the stale connections close
+        proxy.set_mode(Mode.BLACKHOLE)
+        await until(lambda: _dropped(proxy))
+    proxy.set_mode(Mode.PASS)
+
+
+async def _outages(relayed: relay.Relay) -> bool:
+    return relayed.counters.outages > 0
+
+
+async def _dropped(proxy: FaultProxy) -> bool:
+    return proxy.counters.dropped_bytes > 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("fault", ["reset", "ambiguous commit", "blackhole"])
+async def test_database_link_broken_mid_transaction_loses_no_row_and_publishes_none_twice(
+    fault: str, pg_outbox: OutboxDb, real_redis: bus.Redis
+) -> None:
+    """FAULTS 18 through the proxy: the relay's PostgreSQL link breaks mid-round.
+
+    A reset or a blackhole rolls the round back (its rows are claimed again); a swallowed
+    COMMIT reply leaves the round committed while the relay sees an error. Either way every
+    committed row is published once and marked sent.
+    """
+    rows = 2000
+    conn = pg_outbox.connect()
+    outbox = relay.Outbox(pg_outbox.tables)
+    for n in range(rows):
+        outbox.add(conn, "payments", RowCharged(order=f"o{n}", seq=n))
+    conn.commit()
+    conn.close()
+    async with FaultProxy.to_url(pg_outbox.dsn) as proxy:
+        relayed = relay.Relay.connect(
+            proxy.url(pg_outbox.dsn), real_redis, config=pg_outbox.config(batch_size=20, backoff_cap_s=0.2)
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(relayed.run, drain=True))
+
+            async def some_published() -> bool:
+                return await real_redis.xlen(PAYMENTS.key) >= rows // 10
+
+            await until(some_published)
+            await _break_db_link(proxy, fault, relayed)
+    assert await real_redis.xlen(PAYMENTS.key) < rows or relayed.counters.outages, "the fault came too late"
+    published = await entry_ids(real_redis, PAYMENTS)
+    assert len(published) == len(set(published)) == rows, "a row was lost or published twice"
+    marked = pg_outbox.query("SELECT message_id, status FROM {outbox}")
+    assert {message_id for message_id, _ in marked} == set(published)
+    assert {status for _, status in marked} == {1}
