@@ -485,3 +485,37 @@ async def test_database_link_broken_mid_transaction_loses_no_row_and_publishes_n
     marked = pg_outbox.query("SELECT message_id, status FROM {outbox}")
     assert {message_id for message_id, _ in marked} == set(published)
     assert {status for _, status in marked} == {1}
+
+
+@pytest.mark.postgres
+async def test_a_blackholed_database_link_is_given_up_within_the_timeout(
+    pg_outbox: OutboxDb, real_redis: bus.Redis
+) -> None:
+    """A link that answers nothing (a half-open connection, a partition): the relay gives
+    the round up after ``db_timeout_s`` and reconnects, instead of waiting forever, and
+    after the heal every row is published once."""
+    timeout = {"db_timeout_s": 0.5}
+    rows = 2000
+    conn = pg_outbox.connect()
+    outbox = relay.Outbox(pg_outbox.tables)
+    for n in range(rows):
+        outbox.add(conn, "payments", RowCharged(order=f"o{n}", seq=n))
+    conn.commit()
+    conn.close()
+    async with FaultProxy.to_url(pg_outbox.dsn) as proxy:
+        config = pg_outbox.config(batch_size=20, backoff_cap_s=0.2, **timeout)
+        relayed = relay.Relay.connect(proxy.url(pg_outbox.dsn), real_redis, config=config)
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(relayed.run, drain=True))
+
+            async def some_published() -> bool:
+                return await real_redis.xlen(PAYMENTS.key) >= rows // 10
+
+            await until(some_published)
+            proxy.set_mode(Mode.BLACKHOLE)
+            await until(lambda: _outages(relayed))  # while the link is still blackholed
+            assert proxy.mode == Mode.BLACKHOLE
+            proxy.set_mode(Mode.PASS)
+    published = await entry_ids(real_redis, PAYMENTS)
+    assert len(published) == len(set(published)) == rows
+    assert pg_outbox.query("SELECT DISTINCT status FROM {outbox}") == [(1,)]
