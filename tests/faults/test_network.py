@@ -27,7 +27,19 @@ from bus import Bus, Delivery, Worker
 from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, PUBLISH, PUBLISH_BATCH
 from bus._scripts import Script
 from relay._publish import PUBLISH_ROWS
-from saga import App, EngineConfig, HistoryEntry, Partition, SagaClient, SagaStatus, SagaWorker
+from saga import (
+    App,
+    EngineConfig,
+    HistoryEntry,
+    Partition,
+    SagaClient,
+    SagaStatus,
+    SagaWorker,
+    Schedule,
+    ScheduleClient,
+    ScheduleExists,
+)
+from saga._scheduler import WRITE as SCHEDULE_WRITE
 from saga._store import FIRE_TIMERS, TRANSITION
 from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies
 from tests.bus.test_contract import CONFIG as CONTRACT
@@ -519,3 +531,20 @@ async def test_a_blackholed_database_link_is_given_up_within_the_timeout(
     published = await entry_ids(real_redis, PAYMENTS)
     assert len(published) == len(set(published)) == rows
     assert pg_outbox.query("SELECT DISTINCT status FROM {outbox}") == [(1,)]
+
+
+async def test_a_schedule_create_re_sent_returns_the_schedule_it_created(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    """schedule_write.lua re-sent after its reply was lost finds the schedule it created:
+    the caller gets it, not :class:`ScheduleExists`. Another schedule under that id still
+    raises."""
+    schedule = Schedule(
+        id="hourly", saga="net", context=NET.name, data=msgspec.Raw(b'{"id": "h"}'), cron="0 * * * *"
+    )
+    async with swallowing(real_redis_url, script(SCHEDULE_WRITE)) as (_, proxied):
+        info = await ScheduleClient(proxied, NET.name).create(schedule)
+    assert info.schedule == schedule
+    assert info.revision == 1
+    with pytest.raises(ScheduleExists):
+        await ScheduleClient(real_redis, NET.name).create(msgspec.structs.replace(schedule, cron="0 0 * * *"))
