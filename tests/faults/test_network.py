@@ -23,7 +23,7 @@ import pytest
 
 import bus
 import relay
-from bus import Bus, Delivery, Worker
+from bus import Bus, Delivery, FakeClock, Worker
 from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, PUBLISH, PUBLISH_BATCH
 from bus._scripts import Script
 from relay._publish import PUBLISH_ROWS
@@ -31,6 +31,7 @@ from saga import (
     App,
     EngineConfig,
     HistoryEntry,
+    Migrated,
     Partition,
     SagaClient,
     SagaStatus,
@@ -38,9 +39,12 @@ from saga import (
     Schedule,
     ScheduleClient,
     ScheduleExists,
+    run_migration,
 )
+from saga._migrate import MIGRATE
 from saga._scheduler import WRITE as SCHEDULE_WRITE
 from saga._store import FIRE_TIMERS, TRANSITION
+from saga.testing import decode_history
 from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies
 from tests.bus.test_contract import CONFIG as CONTRACT
 from tests.faults.net_app import NET, STEPS, Approval, Order, app
@@ -51,6 +55,8 @@ from tests.relay.conftest import OutboxDb, in_thread
 from tests.relay.conftest import _drop_pg_tables as drop_pg_tables
 from tests.relay.helpers import PAYMENTS
 from tests.relay.helpers import Charged as RowCharged
+from tests.saga.test_migration import sagas_in_flight
+from tests.saga.versioned import v1_to_v2
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 
@@ -548,3 +554,19 @@ async def test_a_schedule_create_re_sent_returns_the_schedule_it_created(
     assert info.revision == 1
     with pytest.raises(ScheduleExists):
         await ScheduleClient(real_redis, NET.name).create(msgspec.structs.replace(schedule, cron="0 0 * * *"))
+
+
+async def test_a_migration_commit_re_sent_is_reported_as_migrated(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    """migrate.lua re-sent after its reply was lost answers 'conflict' (the saga moved:
+    because of this very call). The saga is migrated once and reported as migrated."""
+    clock = FakeClock()
+    await sagas_in_flight(real_redis, clock)
+    async with swallowing(real_redis_url, script(MIGRATE)) as (_, proxied):
+        report = await run_migration(proxied, v1_to_v2, clock=clock)
+    outcomes = {r.saga_id: r.outcome for r in report.results}
+    assert outcomes == {"s1": "migrated", "s2": "migrated", "refuse-1": "refused"}
+    for saga_id in ("s1", "s2"):
+        history = decode_history(await real_redis.lrange(f"rs:{{shop:0}}:hist:{saga_id}", 0, -1))
+        assert sum(isinstance(entry.event, Migrated) for entry in history) == 1
