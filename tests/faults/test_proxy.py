@@ -110,3 +110,16 @@ def test_threaded_proxy_serves_synchronous_clients(real_redis_url: str) -> None:
         threaded.set_mode(Mode.PASS)
         assert client.ping()
         client.close()
+
+
+async def test_swallow_reply_can_pick_replies_by_content(
+    proxy: FaultProxy, real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    await real_redis.mset({"plain": "hello", "marked": "secret"})
+    proxy.set_mode(Mode.SWALLOW_REPLY, match=b"GET", reply_match=b"secret", times=1)
+    async with plain_client(proxy.url(real_redis_url)) as client:
+        assert await client.get("plain") == b"hello"  # request matched, reply did not: passes
+        with pytest.raises(redis.ConnectionError):
+            await client.get("marked")
+        assert await client.get("marked") == b"secret"  # times=1 used up: passes again
+    assert proxy.counters.swallowed == 1
