@@ -48,7 +48,9 @@ class BusConfig:
         read_batch: Upper bound on entries per XREADGROUP call.
         block_ms: How long a read waits for new entries; below the client's socket timeout.
         lease_ms: An entry idle this long (no heartbeat) is taken over by another consumer.
-        heartbeat_ms: How often in-flight entries are heartbeated (default a third of the lease).
+        heartbeat_ms: How often in-flight entries are heartbeated (default a third of the
+            lease; at most half of it). A handler whose last heartbeat that got through is
+            older than :attr:`give_up_ms` is cancelled (its lease may expire any moment).
         reclaim_interval_ms: How often a worker looks for entries whose lease expired.
         max_deliveries: Deliveries after which a failing entry is dead-lettered.
         retry_base_ms: First redelivery delay after a transient failure; doubles per delivery.
@@ -103,8 +105,11 @@ class BusConfig:
         for name, value in positive.items():
             if value <= 0:
                 raise ValueError(f"BusConfig.{name} must be positive, got {value}")
-        if self.effective_heartbeat_ms >= self.lease_ms:
-            raise ValueError("BusConfig.heartbeat_ms must be shorter than lease_ms")
+        if self.effective_heartbeat_ms * 2 > self.lease_ms:
+            raise ValueError(
+                "BusConfig.heartbeat_ms must be at most half of lease_ms, so that a missed "
+                "heartbeat can be retried before the lease expires"
+            )
         if self.max_entry_bytes < self.max_payload_bytes:
             raise ValueError("BusConfig.max_entry_bytes must be at least max_payload_bytes")
 
@@ -112,6 +117,15 @@ class BusConfig:
     def effective_heartbeat_ms(self) -> int:
         """The heartbeat period: as configured, else a third of the lease."""
         return self.heartbeat_ms or self.lease_ms // 3
+
+    @property
+    def give_up_ms(self) -> int:
+        """Age of the last heartbeat that got through at which a worker abandons a handler.
+
+        80% of the lease, checked every tenth of it: the handler stops before the lease
+        expires and another consumer may take the entry over.
+        """
+        return self.lease_ms - self.lease_ms // 5
 
     def retry_delay_ms(self, deliveries: int) -> int:
         """Delay before redelivery after ``deliveries`` failed deliveries (exponential, capped)."""

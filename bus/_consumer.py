@@ -216,6 +216,21 @@ class GroupConsumer:
             )
         return lost
 
+    def abandon_unbeaten(self, cutoff_ms: int) -> None:
+        """Cancel handlers whose last heartbeat that got through is older than ``cutoff_ms``.
+
+        Their lease may expire at any moment and another consumer take the entry over, so
+        they stop here rather than run (and apply effects) side by side with it; the entry
+        stays pending and nothing is completed for it.
+        """
+        for delivery in self.inflight.values():
+            if delivery and delivery.last_beat_ms < cutoff_ms and not delivery.scope.cancel_called:
+                delivery.scope.cancel()
+                self.log.warning(
+                    "no heartbeat got through for most of the lease; abandoning the handler",
+                    entry=delivery.entry_id,
+                )
+
     async def _beat_one(self, delivery: Delivery) -> bool:
         return not await self.heartbeat([delivery])
 

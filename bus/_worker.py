@@ -3,7 +3,9 @@
 Loops, all on one anyio task group:
 
 - one reader per subscription: XREADGROUP as many entries as there are free slots;
-- the lease keeper: heartbeats in-flight entries, cancels handlers whose lease was lost;
+- the lease keeper: heartbeats in-flight entries, cancels handlers whose lease was lost,
+  and those whose heartbeats have not got through for most of the lease (a partition:
+  the lease will expire and another consumer may run the entry);
 - the reclaimer: XAUTOCLAIM entries idle past the lease (dead or stalled consumers, and
   redeliveries scheduled after transient failures);
 - the completer: sends acks, results and dead letters in pipelined batches;
@@ -130,6 +132,7 @@ class Worker:
         async with anyio.create_task_group() as services:
             services.start_soon(self.runtime.completer.run)
             services.start_soon(self._heartbeat_loop)
+            services.start_soon(self._lease_watchdog)
             async with anyio.create_task_group() as handler_group:
                 # leaving the pool (no more reads) ends idle handler tasks; busy ones finish
                 with HandlerPool(handler_group, config.concurrency) as handlers:
@@ -224,6 +227,15 @@ class Worker:
                 except BusError as error:
                     self._log.warning("heartbeat failed", stream=consumer.stream.key, error=str(error))
                     await backoff.wait()
+
+    async def _lease_watchdog(self) -> None:
+        # Apart from the heartbeat loop, whose call may hang until the socket times out.
+        config, clock = self.runtime.config, self.runtime.clock
+        while True:
+            await clock.sleep(config.lease_ms / 10_000)
+            cutoff = clock.now_ms() - config.give_up_ms
+            for consumer in self.consumers:
+                consumer.abandon_unbeaten(cutoff)
 
     async def _reclaim_all(self, handlers: HandlerPool) -> None:
         for consumer in self.consumers:

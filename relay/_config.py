@@ -96,6 +96,11 @@ class RelayConfig:
         retention_interval_s: How often the retention job runs.
         retention_chunk: Most rows deleted or archived per statement (short transactions).
         backoff_cap_s: Longest wait between reconnection attempts after an outage.
+        db_timeout_s: Longest wait for PostgreSQL to answer one statement of a round
+            (claim, mark, commit, rollback). Past it the link counts as dead (TCP keepalives
+            do not fire while a request is unanswered, and a half-open link or a middlebox
+            may answer nothing forever): the connection is closed, which rolls the round
+            back, and the relay reconnects. Keep it above the slowest healthy round.
         sqlite_busy_timeout_ms: How long SQLite waits for a writer's lock before failing.
 
     """
@@ -114,6 +119,7 @@ class RelayConfig:
     retention_interval_s: float = 60.0
     retention_chunk: int = 1000
     backoff_cap_s: float = 5.0
+    db_timeout_s: float = 30.0
     sqlite_busy_timeout_ms: int = 5000
 
     def __post_init__(self) -> None:
@@ -125,6 +131,7 @@ class RelayConfig:
             "retention_interval_s": self.retention_interval_s,
             "retention_chunk": self.retention_chunk,
             "backoff_cap_s": self.backoff_cap_s,
+            "db_timeout_s": self.db_timeout_s,
         }
         for name, value in positive.items():
             if value <= 0:

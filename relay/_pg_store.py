@@ -10,13 +10,14 @@ poll interval is only the fallback (and covers NOTIFYs lost while reconnecting).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import anyio
 import psycopg
 
 from relay._config import RelayConfig
-from relay._errors import database_errors
+from relay._errors import DatabaseUnavailable, database_errors
 from relay._publish import OutboxRow
 from relay._schema import check_version
 from relay._sql import Dialect, Statements, statements
@@ -49,7 +50,7 @@ class PostgresStore:
     async def open(self) -> None:
         """Connect, check the schema version and ``LISTEN`` (when enabled)."""
         await self.close()
-        with database_errors():
+        with self._answered():
             self._conn = await psycopg.AsyncConnection.connect(self.dsn, **CONNECT_OPTIONS)
             await check_schema(self._conn, self.config)
             if self.config.listen:
@@ -66,6 +67,24 @@ class PostgresStore:
                     await conn.close()
         self._conn = self._listen = None
 
+    @contextlib.contextmanager
+    def _answered(self) -> Iterator[None]:
+        """Translate driver errors; give a statement up after ``db_timeout_s``.
+
+        A link that answers nothing (half-open, blackholed) would hang the relay: TCP
+        keepalives do not fire while a request is unanswered. Cancelling the statement
+        makes psycopg close the connection, which rolls the open transaction back.
+        """
+        timeout = self.config.db_timeout_s
+        try:
+            with database_errors(), anyio.fail_after(timeout):
+                yield
+        except TimeoutError as error:
+            raise DatabaseUnavailable(
+                f"PostgreSQL did not answer within {timeout} s (RelayConfig.db_timeout_s): "
+                "the link counts as dead; reconnecting"
+            ) from error
+
     @property
     def conn(self) -> Connection:
         """The claim connection (open)."""
@@ -75,7 +94,7 @@ class PostgresStore:
 
     async def claim(self, limit: int) -> Claimed:
         """Lock and return up to ``limit`` publishable rows (see ``_sql.py`` for the query)."""
-        with database_errors():
+        with self._answered():
             cursor = await self.conn.execute(self.sql.claim, (limit,))
             found = await cursor.fetchall()
             rows = [OutboxRow(int(r[0]), r[1], r[2], r[3], bytes(r[4])) for r in found if not r[5]]
@@ -87,7 +106,7 @@ class PostgresStore:
         self, sent: Sequence[tuple[int, str | None]], failed: Sequence[tuple[int, str]], now_ms: int
     ) -> None:
         """Mark the batch and commit, releasing the rows' locks."""
-        with database_errors():
+        with self._answered():
             if sent:
                 ids, entries = zip(*sent, strict=True)
                 await self.conn.execute(self.sql.mark_sent, (now_ms, list(ids), list(entries)))
@@ -99,7 +118,7 @@ class PostgresStore:
     async def release(self) -> None:
         """Roll back the claim (rows stay pending)."""
         if self._conn is not None and not self._conn.closed:
-            with database_errors():
+            with self._answered():
                 await self._conn.rollback()
 
     async def wait(self, timeout_s: float) -> None:
@@ -124,7 +143,7 @@ class PostgresStore:
             if cutoff is None:
                 continue
             while True:
-                with database_errors():
+                with self._answered():
                     cursor = await self.conn.execute(query, (cutoff, chunk))
                     await self.conn.commit()
                 removed += cursor.rowcount
@@ -134,13 +153,13 @@ class PostgresStore:
 
     async def stats(self, now_ms: int) -> OutboxStats:
         """Backlog figures from the pending index (no full scan)."""
-        with database_errors():
+        with self._answered():
             conn = self.conn
         return await read_stats(conn, self.sql, now_ms)
 
     async def failed_rows(self, limit: int) -> list[FailedRow]:
         """The oldest failed rows."""
-        with database_errors():
+        with self._answered():
             cursor = await self.conn.execute(self.sql.list_failed, (limit,))
             rows = await cursor.fetchall()
             await self.conn.rollback()
@@ -149,7 +168,7 @@ class PostgresStore:
     async def requeue(self, ids: Sequence[int]) -> int:
         """Mark failed rows pending again."""
         count = 0
-        with database_errors():
+        with self._answered():
             for row_id in ids:
                 cursor = await self.conn.execute(self.sql.requeue, (row_id,))
                 count += cursor.rowcount
@@ -157,7 +176,7 @@ class PostgresStore:
         return count
 
     async def _one(self, query: str) -> Any:
-        with database_errors():
+        with self._answered():
             cursor = await self.conn.execute(query)
             row = await cursor.fetchone()
             await self.conn.rollback()

@@ -132,6 +132,7 @@ async def _migrate_one(
     clock: Clock,
 ) -> MigrationResult | None:
     source, target = migration.source, migration.target
+    attempted: tuple[str, MigrationResult] | None = None  # a commit answered 'conflict': its event id
     for _ in range(_ATTEMPTS):
         with redis_errors():
             raw = await redis.hgetall(partition.saga(saga_id))
@@ -140,6 +141,10 @@ async def _migrate_one(
         loaded = decode_state(saga_id, raw)
         state = loaded.state
         if (state.name, state.version) != (source.name, source.version) or state.status.terminal:
+            # A commit that ran but lost its reply is re-sent by redis-py and answered
+            # 'conflict': the saga moved because of this very call.
+            if attempted is not None and await _last_event_id(redis, partition, saga_id) == attempted[0]:
+                return attempted[1]
             return None
         step = current_step(source, state) or ""
         decision = decide_migration(migration, state, event_id=uuid7(), at_ms=clock.now_ms(), by=by)
@@ -161,21 +166,32 @@ async def _migrate_one(
                     entry=entry,
                     clock=clock,
                 ):
+                    attempted = (decision.event.id, _result(state, outcome, step, to_step, decision.reason))
                     continue  # the saga moved since it was read: decide again on its new state
-        return MigrationResult(
-            saga_id=saga_id,
-            status=state.status.value,
-            outcome=outcome,
-            step=step,
-            to_step=to_step,
-            reason=decision.reason,
-        )
+        return _result(state, outcome, step, to_step, decision.reason)
     return MigrationResult(
         saga_id=saga_id,
         status="",
         outcome="conflict",
         reason=f"the saga kept moving during {_ATTEMPTS} attempts; run the migration again",
     )
+
+
+def _result(state: SagaState, outcome: Outcome, step: str, to_step: str, reason: str) -> MigrationResult:
+    return MigrationResult(
+        saga_id=state.id,
+        status=state.status.value,
+        outcome=outcome,
+        step=step,
+        to_step=to_step,
+        reason=reason,
+    )
+
+
+async def _last_event_id(redis: Any, partition: Partition, saga_id: str) -> str:
+    with redis_errors():
+        last = await redis.lindex(partition.history(saga_id), -1)
+    return msgspec.json.decode(last, type=HistoryEntry).event.id if last else ""
 
 
 async def _commit(

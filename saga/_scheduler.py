@@ -153,7 +153,11 @@ class ScheduleClient:
         self._redis = redis
 
     async def create(self, schedule: Schedule, *, replace: bool = False) -> ScheduleInfo:
-        """Store ``schedule`` (:class:`ScheduleExists` if its id is taken, unless ``replace``)."""
+        """Store ``schedule`` (:class:`ScheduleExists` if its id is taken, unless ``replace``).
+
+        Creating the very same schedule again returns the stored one: the create is safe to
+        repeat, as when redis-py re-sends it after losing the reply of a create that ran.
+        """
         if schedule.context != self.context:
             raise InvalidInput(
                 f"schedule {schedule.id!r} is for context {schedule.context!r}, not {self.context!r}"
@@ -171,7 +175,10 @@ class ScheduleClient:
             schedule.id, "*" if replace else "", schedule, state, state.next_ms
         )
         if outcome == "exists":
-            raise ScheduleExists(f"schedule {schedule.id!r} exists in context {self.context!r}")
+            existing = await self._store.load(schedule.id)
+            if existing is None or _json.encode(existing.schedule) != _json.encode(schedule):
+                raise ScheduleExists(f"schedule {schedule.id!r} exists in context {self.context!r}")
+            return existing
         return await self.get(schedule.id)
 
     async def get(self, schedule_id: str) -> ScheduleInfo:

@@ -12,7 +12,8 @@
 -- A retry leaves the entry pending with its idle time set so that the reclaimer takes it
 -- after the delay (redelivery rides on lease expiry; no timer is needed). A dead letter
 -- copies the raw entry from the stream itself, so the caller never re-sends a huge payload.
--- Returns 'lost', 'retry' or 'dead'.
+-- Returns 'lost', 'retry' or 'dead'. A repeat of a 'retry' call records nothing new; a repeat
+-- of a 'dead' call finds the entry acknowledged and returns 'lost'.
 local stream, group, consumer, id = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local p = redis.call('XPENDING', stream, group, id, id, 1)
 if not (p[1] and p[1][2] == consumer) then
@@ -27,9 +28,14 @@ local stored = redis.call('HGET', KEYS[3], id)
 if stored then
   history = cjson.decode(stored)
 end
-table.insert(history.errors, ARGV[5])
-while #history.errors > 10 do
-  table.remove(history.errors, 1)
+-- One link per delivery: redis-py re-sends this call when its reply is lost, and the
+-- delivery count (XCLAIM JUSTID leaves it alone) tells the repeat from a new failure.
+if history.delivery ~= deliveries then
+  history.delivery = deliveries
+  table.insert(history.errors, ARGV[5])
+  while #history.errors > 10 do
+    table.remove(history.errors, 1)
+  end
 end
 if KEYS[4] ~= stream then
   local value = redis.call('GET', KEYS[4])
