@@ -143,22 +143,22 @@ class Checker:
         raw = await self.redis.lrange(self.partition(saga_id).history(saga_id), 0, -1)
         return [msgspec.json.decode(entry, type=HistoryEntry) for entry in raw]
 
-    def streams(self) -> list[bus.Stream]:
-        """Every stream of the context's partitions that the engine reads."""
-        return [p.inbox for p in self._partitions()] + [
-            p.commands(name) for p in self._partitions() for name in ("shop", "_local")
-        ]
+    async def streams(self) -> list[str]:
+        """Every stream key of the context's partitions (inbox, command streams, dead letters)."""
+        keys: list[str] = []
+        for partition in self._partitions():
+            pattern = f"rs:{{{partition.tag}}}:*"
+            keys += [
+                k.decode() async for k in self.redis.scan_iter(match=pattern, count=1000, _type="STREAM")
+            ]
+        return sorted(keys)
 
     def _partitions(self) -> list[Partition]:
         return [Partition(self.context, i) for i in range(self.partitions)]
 
     async def groups(self) -> dict[str, list[dict[str, Any]]]:
         """``XINFO GROUPS`` of every stream that exists: stream key -> groups."""
-        out: dict[str, list[dict[str, Any]]] = {}
-        for stream in self.streams():
-            if await self.redis.exists(stream.key):
-                out[stream.key] = await self.redis.xinfo_groups(stream.key)
-        return out
+        return {key: await self.redis.xinfo_groups(key) for key in await self.streams()}
 
     async def dead_letters(self) -> list[dict[str, str]]:
         """Every dead letter of the context, fields decoded."""
@@ -355,10 +355,10 @@ class Checker:
             timers = await self.redis.zcard(partition.timers)
             if timers > self.bounds.timers:
                 self.problem("G8", f"{partition.timers} still holds {timers} timers")
-        for stream in self.streams():
-            length = await self.redis.xlen(stream.key)
+        for stream in await self.streams():
+            length = await self.redis.xlen(stream)
             if length > self.bounds.stream_entries_per_saga * max(1, sagas):
-                self.problem("G8", f"{stream.key} holds {length} entries for {sagas} sagas")
+                self.problem("G8", f"{stream} holds {length} entries for {sagas} sagas")
         total = 0
         async for key in self.redis.scan_iter(count=1000):
             total += await self.redis.memory_usage(key) or 0

@@ -62,6 +62,26 @@ async def test_crash_point_kills_a_worker_and_the_next_one_applies_nothing_twice
         assert redone, "no handler ran again after the crash"
 
 
+async def test_sigkill_with_500_sagas_in_flight_loses_nothing_and_applies_nothing_twice(
+    scenario: Scenario,
+) -> None:
+    """SIGKILL the only worker at a random moment with 500 sagas in flight (some of them
+    compensating); another worker finishes them all: G1-G8."""
+    first = await scenario.worker("first")
+    mix = ["", "", "", "pack", "ship"]
+    ids = await scenario.start(Order(id=f"job-{n}", fail_step=scenario.rng.choice(mix)) for n in range(500))
+    kill_at = scenario.rng.randrange(len(ids) // 10, len(ids) // 2)
+
+    async def ended() -> bool:
+        return len(ids) - len(await scenario.checker.ended(ids)) >= kill_at
+
+    await eventually(ended, 60, f"{kill_at} sagas ended", poll=0.01)
+    first.kill()
+    assert await scenario.checker.ended(ids), "the kill came too late to test anything"
+    await scenario.worker("second")
+    await scenario.check(ids, timeout=90, dead_letters=0)
+
+
 async def test_stalled_worker_past_its_lease_is_fenced_and_applies_nothing(scenario: Scenario) -> None:
     """FAULTS 3: SIGSTOP a worker inside a handler past its lease; another worker takes the
     command over; on SIGCONT the stalled worker's heartbeat is refused, so it abandons the

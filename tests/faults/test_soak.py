@@ -87,11 +87,9 @@ class Pool:
 
     async def _holds_nothing(self, proc: Proc) -> bool:
         redis = self.scenario.redis
-        for stream in self.scenario.checker.streams():
-            if not await redis.exists(stream.key):
-                continue
-            for group in await redis.xinfo_groups(stream.key):
-                for consumer in await redis.xinfo_consumers(stream.key, group["name"]):
+        for stream, groups in (await self.scenario.checker.groups()).items():
+            for group in groups:
+                for consumer in await redis.xinfo_consumers(stream, group["name"]):
                     if consumer["name"].decode() == proc.name and consumer["pending"]:
                         return False
         return True
