@@ -185,11 +185,19 @@ class Checker:
 
     async def idle(self) -> bool:
         """Whether no group of the context has an entry pending or unread."""
-        for groups in (await self.groups()).values():
+        for stream, groups in (await self.groups()).items():
             for group in groups:
-                if group["pending"] or (group.get("lag") or 0):
+                if group["pending"] or await self._unread(stream, group):
                     return False
         return True
+
+    async def _unread(self, stream: str, group: dict[str, Any]) -> int:
+        """Entries of ``stream`` the group has not read (``lag``, or counted when Redis
+        cannot tell it, after deletions)."""
+        if group.get("lag") is not None:
+            return int(group["lag"])
+        info = await self.redis.xinfo_stream(stream)
+        return int(info["entries-added"]) - int(group.get("entries-read") or 0)
 
     async def quiesce(self, saga_ids: Iterable[str], timeout: float) -> None:
         """Wait (bounded) until every saga has ended and nothing is pending; never fails.
@@ -238,7 +246,7 @@ class Checker:
             if state is None:
                 continue
             self._g3(state, by_saga[saga_id], steps(saga_id) if steps else None)
-            self._g4(saga_id, await self.history(saga_id))
+            self._g4(state, await self.history(saga_id))
         self._g5(attempts, fenced)
         await self._g6(dead_letters)
         await self._g7()
@@ -303,11 +311,16 @@ class Checker:
         if any(e.seq < last_do for e in effects if e.kind == "undo"):
             self.problem("G3", f"{saga_id}: an undo was applied before the last step's effect", saga_id)
 
-    def _g4(self, saga_id: str, history: list[HistoryEntry]) -> None:
+    def _g4(self, state: SagaState, history: list[HistoryEntry]) -> None:
+        saga_id = state.id
         applied = [h for h in history if not h.ignored]
         revisions = [h.revision for h in applied]
         if revisions != list(range(1, len(revisions) + 1)):
             self.problem("G4", f"{saga_id}: revisions {revisions}", saga_id)
+        if revisions and state.revision != revisions[-1]:
+            self.problem(
+                "G4", f"{saga_id} is at revision {state.revision}, its history at {revisions[-1]}", saga_id
+            )
         twice = [i for i, n in Counter(getattr(h.event, "id", "") for h in applied).items() if i and n > 1]
         if twice:
             self.problem("G4", f"{saga_id}: events {twice} were applied twice", saga_id)
@@ -347,8 +360,9 @@ class Checker:
                 name = group["name"].decode()
                 if group["pending"]:
                     self.problem("G7", f"{stream} group {name} has {group['pending']} entries pending")
-                if group.get("lag"):
-                    self.problem("G7", f"{stream} group {name} has {group['lag']} entries never read")
+                unread = await self._unread(stream, group)
+                if unread:
+                    self.problem("G7", f"{stream} group {name} has {unread} entries never read")
 
     async def _g8(self, sagas: int) -> None:
         for partition in self._partitions():

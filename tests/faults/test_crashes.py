@@ -185,8 +185,10 @@ async def test_orchestrator_killed_while_compensating_undoes_each_step_once(scen
     first.kill()
     await scenario.worker("second")
     await scenario.check(ids, dead_letters=0)
-    for order in retried:
-        assert scenario.calls(f"{order.id}:charge:undo") == 3
+    for order in retried:  # (a handler killed mid-call runs again: count the saga's attempts)
+        state = await scenario.client.get(order.id)
+        undos = [a for a in state.steps["charge"].attempts if a.kind == "undo"]
+        assert [a.outcome for a in undos] == ["transient", "transient", "ok"]
     for order in stuck:
         state = await scenario.client.get(order.id)
         assert state.steps["charge"].status == StepStatus.COMPENSATION_FAILED
