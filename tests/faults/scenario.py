@@ -117,6 +117,10 @@ class Scenario:
             return int(self.query(sql, key)[0][0])  # type: ignore[call-overload]
         return int(self.query(sql + " AND worker = %s", key, worker)[0][0])  # type: ignore[call-overload]
 
+    def last_attempt(self) -> int:
+        """The sequence number of the latest attempts-log row (0 when there is none)."""
+        return int(str(self.query("SELECT coalesce(max(seq), 0) FROM attempts")[0][0]))
+
     async def wait_calls(self, key: str, n: int, worker: str | None = None, timeout: float = 20) -> None:
         """Wait until a handler for ``key`` started ``n`` times (by ``worker``)."""
         await eventually(
