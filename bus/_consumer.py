@@ -22,6 +22,7 @@ from bus._clock import Clock
 from bus._completer import Completer
 from bus._config import BusConfig
 from bus._connection import is_lean, send_batch
+from bus._crash import AFTER_SIDE_EFFECT, crash_point
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, Fields, decode_fields
 from bus._errors import (
@@ -396,6 +397,7 @@ class GroupConsumer:
                     if delivery.acked_by_handler:
                         self._settled(delivery.entry_id, b"done", "completed by the handler")
                     else:
+                        crash_point(AFTER_SIDE_EFFECT)
                         self._complete(delivery, result, remember=remember)
                     return
         log().warning("handler abandoned; the entry stays pending for another consumer")

@@ -20,6 +20,15 @@ AFTER_CLAIM: Final = "after_claim"
 """The relay claimed a batch of outbox rows and has published none of them."""
 AFTER_XADD_BEFORE_MARK_SENT: Final = "after_xadd_before_mark_sent"
 """The relay published a batch to Redis and has not marked the rows sent."""
+# bus and saga runtimes
+AFTER_SIDE_EFFECT: Final = "after_side_effect"
+"""A handler returned its result (its side effect is done) and the worker has neither
+recorded the result nor completed the entry: the redelivery runs the handler again."""
+BEFORE_COMMIT: Final = "before_commit"
+"""The orchestrator decided an inbox entry and has not run the transition script."""
+AFTER_COMMIT_BEFORE_ACK: Final = "after_commit_before_ack"
+"""The transition script committed (and, inside it, acknowledged the inbox entry); the
+orchestrator has done nothing else yet."""
 
 
 def _parse(spec: str) -> tuple[str, int]:

@@ -42,6 +42,7 @@ from bus import (
     TransientError,
     message_type,
 )
+from bus._crash import AFTER_COMMIT_BEFORE_ACK, BEFORE_COMMIT, crash_point
 from bus._log import get_logger
 from saga import _event_waits as waits
 from saga._branch_store import load_saga
@@ -196,8 +197,10 @@ class Orchestrator:
                 timer_now_ms=self.clock.script_now_ms(),
                 retention_s=self.config.retention_s,
             )
+            crash_point(BEFORE_COMMIT)
             result = commit_result(await delivery.call(call))
             if result.outcome == "ok":
+                crash_point(AFTER_COMMIT_BEFORE_ACK)
                 decision.state.revision = result.revision
                 self._remember(after)
                 delivery.mark_acked()

@@ -25,6 +25,21 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 pytest_plugins = ["tests.faults.servers"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-minutes",
+        type=float,
+        default=0.5,
+        help="how long the fault soak (tests/faults/test_soak.py, marker soak) runs its load",
+    )
+
+
+@pytest.fixture
+def soak_minutes(request: pytest.FixtureRequest) -> float:
+    """The soak's load duration (``--soak-minutes``)."""
+    return float(request.config.getoption("--soak-minutes"))
+
+
 def _answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1):

@@ -1,8 +1,9 @@
 """A fan-out saga app for crash tests, run as a worker process: ``python -m tests.saga.fan_crash_app``.
 
-Like ``tests/saga/crash_app.py`` (each effect is stored atomically with its idempotency key
-in ``test:effects``), with a map step in the middle: ``one`` -> ``each`` (a map over the
-job's items, four at a time) -> ``last``; an item or ``last`` may fail for good.
+Each effect is stored atomically with its idempotency key in ``test:effects`` (FAULTS.md
+G2), with a map step in the middle: ``one`` -> ``each`` (a map over the job's items, four at
+a time) -> ``last``; an item or ``last`` may fail for good. (The saga fault app with the
+G1-G8 checker is ``tests/faults/app.py``; this one keeps the map step's crash test small.)
 """
 
 from __future__ import annotations
@@ -13,10 +14,28 @@ import anyio
 import msgspec
 
 import bus
-from saga import App, Command, CommandContext, Participant, Saga, SagaWorker, StepContext, command
-from tests.saga.crash_app import CONFIG, RECORD, RETRY
+from saga import (
+    App,
+    Command,
+    CommandContext,
+    EngineConfig,
+    Participant,
+    Retry,
+    Saga,
+    SagaWorker,
+    StepContext,
+    command,
+)
 
 URL_ENV = "CRASH_REDIS_URL"
+RETRY = Retry(attempts=50, initial=0.05, max_delay=0.5)
+CONFIG = EngineConfig(
+    bus=bus.BusConfig(lease_ms=1_500, reclaim_interval_ms=300, block_ms=200, retry_base_ms=50),
+)
+RECORD = """
+redis.call('INCR', KEYS[1])
+if redis.call('SET', KEYS[2], 1, 'NX') then redis.call('RPUSH', KEYS[3], ARGV[1]) end
+"""
 
 
 class FanJob(msgspec.Struct, frozen=True):

@@ -1,0 +1,152 @@
+"""One saga fault scenario: a Redis database, a PostgreSQL schema, worker processes, a checker.
+
+:func:`open_scenario` gives a :class:`Scenario` whose workers run ``tests/faults/app.py``
+against the given Redis URL and a fresh PostgreSQL schema (dropped afterwards), with every
+spawned process killed at the end. The seed (``FAULTS_SEED``, else random) is printed
+first, so a failing run can be repeated.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+
+import bus
+from bus._crash import ENV as CRASH_ENV
+from saga import Saga, SagaClient, SagaStatus
+from tests.faults import app
+from tests.faults.checker import Checker
+from tests.faults.procs import Proc, Procs, eventually
+
+SEED_ENV = "FAULTS_SEED"
+
+
+def seed() -> int:
+    """The scenario's seed: ``$FAULTS_SEED``, else a random one (printed by the caller)."""
+    return int(os.environ.get(SEED_ENV) or random.randrange(1 << 30))
+
+
+@dataclass
+class Scenario:
+    """What a saga fault test works with."""
+
+    redis: bus.Redis
+    client: SagaClient
+    procs: Procs
+    checker: Checker
+    rng: random.Random
+    pg_dsn: str
+    schema: str
+    orders: dict[str, app.Order] = field(default_factory=dict)
+    """Every ``order`` saga started, by id."""
+
+    async def worker(self, name: str, *, crash_at: str | None = None) -> Proc:
+        """Start a worker process and wait until it reads; ``crash_at`` arms a crash point."""
+        env = {"FAULTS_CONSUMER": name}
+        if crash_at:
+            env[CRASH_ENV] = crash_at
+        return await self.procs.start(name, **env)
+
+    def spawn(self, name: str) -> Proc:
+        """Start a worker process without waiting for it (a restart storm starts many at once)."""
+        return self.procs.spawn(name, FAULTS_CONSUMER=name)
+
+    async def start(self, orders: Iterable[app.Order]) -> list[str]:
+        """Start one ``order`` saga per item (its id is the saga id); return the ids."""
+        items = list(orders)
+        for order in items:
+            self.orders[order.id] = order
+        await self._start_all([(app.order, order, order.id) for order in items])
+        return [order.id for order in items]
+
+    async def start_naps(self, ids: Iterable[str], ms: int) -> list[str]:
+        """Start one ``napper`` saga per id, each sleeping ``ms`` before its step."""
+        started = list(ids)
+        await self._start_all([(app.napper, app.Nap(id=saga_id, ms=ms), saga_id) for saga_id in started])
+        return started
+
+    async def _start_all(self, items: list[tuple[Saga[Any], object, str]]) -> None:
+        """Start sagas a few at a time (side by side, so that AOF fsyncs are shared)."""
+        limit = anyio.Semaphore(32)
+
+        async def one(definition: Saga[Any], data: object, saga_id: str) -> None:
+            async with limit:
+                await self.client.start(definition, data, saga_id=saga_id)
+
+        async with anyio.create_task_group() as group:
+            for item in items:
+                group.start_soon(one, *item)
+
+    def expected(self, saga_id: str) -> SagaStatus:
+        """The end state a saga started here must reach (``napper`` sagas complete)."""
+        order = self.orders.get(saga_id)
+        return app.expected_end(order) if order else SagaStatus.COMPLETED
+
+    def steps(self, saga_id: str) -> tuple[str, ...]:
+        """The steps a completed saga applied effects for."""
+        return app.STEPS if saga_id in self.orders else ("woke",)
+
+    async def check(self, ids: Iterable[str], *, timeout: float = 30, **options: Any) -> None:
+        """Wait for quiescence, then assert G1-G8 with the expected end states."""
+        ids = list(ids)
+        await self.checker.quiesce(ids, timeout)
+        await self.checker.check(ids, expect=self.expected, steps=self.steps, **options)
+
+    async def status(self, saga_id: str) -> SagaStatus:
+        """A saga's current status."""
+        return (await self.client.get(saga_id)).status
+
+    def query(self, sql: str, *params: object) -> list[tuple[object, ...]]:
+        """Rows from the participant's tables."""
+        with psycopg.connect(self.pg_dsn, autocommit=True, options=f"-c search_path={self.schema}") as pg:
+            return pg.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def calls(self, key: str, worker: str | None = None) -> int:
+        """How many times a handler started for idempotency key ``key`` (by ``worker``)."""
+        sql = "SELECT count(*) FROM attempts WHERE idem_key = %s AND phase = 'call'"
+        if worker is None:
+            return int(self.query(sql, key)[0][0])  # type: ignore[call-overload]
+        return int(self.query(sql + " AND worker = %s", key, worker)[0][0])  # type: ignore[call-overload]
+
+    def last_attempt(self) -> int:
+        """The sequence number of the latest attempts-log row (0 when there is none)."""
+        return int(str(self.query("SELECT coalesce(max(seq), 0) FROM attempts")[0][0]))
+
+    async def wait_calls(self, key: str, n: int, worker: str | None = None, timeout: float = 20) -> None:
+        """Wait until a handler for ``key`` started ``n`` times (by ``worker``)."""
+        await eventually(
+            lambda: self.calls(key, worker) >= n, timeout, f"{n} calls for {key} by {worker or 'anyone'}"
+        )
+
+
+@asynccontextmanager
+async def open_scenario(redis_url: str, pg_dsn: str, logs: Path) -> AsyncIterator[Scenario]:
+    """A :class:`Scenario` on ``redis_url`` (an empty database) with its own schema."""
+    chosen = seed()
+    print(f"fault scenario seed {chosen} (repeat with {SEED_ENV}={chosen})")
+    schema = f"faults_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+        pg.execute(f"SET search_path TO {schema}")  # type: ignore[arg-type]
+        pg.execute(app.SCHEMA)  # type: ignore[arg-type]
+    redis = bus.connect(redis_url)
+    client = SagaClient(redis, app.REGISTRY)
+    env = {"FAULTS_REDIS_URL": redis_url, "FAULTS_PG_DSN": pg_dsn, "FAULTS_SCHEMA": schema}
+    procs = Procs("tests.faults.app", logs, env)
+    checker = Checker(redis, client, pg_dsn, schema, app.CONTEXT.name, chosen)
+    try:
+        yield Scenario(redis, client, procs, checker, random.Random(chosen), pg_dsn, schema)
+    finally:
+        procs.kill_all()
+        await redis.aclose()
+        with psycopg.connect(pg_dsn, autocommit=True) as pg:
+            pg.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
