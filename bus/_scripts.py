@@ -1,8 +1,10 @@
 """Lua scripts: loaded from ``.lua`` files once, called by SHA, reloaded on ``NOSCRIPT``.
 
 The script cache is empty after a Redis restart or ``SCRIPT FLUSH``; a call that meets
-``NOSCRIPT`` loads the source and runs again, which is safe because the first call did not
-run. Pipelined calls are recovered the same way, one reload for the whole batch. A batch may
+``NOSCRIPT`` runs again with ``EVAL`` and the source (which caches it again), which is safe
+because the first call did not run. ``SCRIPT LOAD`` then ``EVALSHA`` would not do: another
+flush between the two fails the call. In a pipeline only the calls that met ``NOSCRIPT``
+are re-sent (in one more round trip); the others ran and must not run twice. A batch may
 also carry plain read commands (:class:`CommandCall`), so that a read shares the round trip.
 """
 
@@ -43,8 +45,7 @@ class Script:
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
             except rx.NoScriptError:
-                await client.script_load(self.source)
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
+                return await client.eval(self.source, len(keys), *keys, *args)  # type: ignore[misc]
 
     def call(self, keys: Sequence[str], args: Sequence[Arg]) -> ScriptCall:
         """Describe a call to run later in a batch (see :func:`run_batch`)."""
@@ -127,26 +128,23 @@ async def run_batch(client: Redis, calls: Sequence[Call]) -> list[Any | BusError
     results: list[Any] = await _pipeline(client, calls)
     missing = [index for index, result in enumerate(results) if isinstance(result, rx.NoScriptError)]
     if missing:
-        with redis_errors():
-            for script in {_script_of(calls[index]) for index in missing}:
-                await client.script_load(script.source)
-        retried = await _pipeline(client, [calls[index] for index in missing])
+        retried = await _pipeline(client, [calls[index] for index in missing], by_source=True)
         for index, result in zip(missing, retried, strict=True):
             results[index] = result
     return [translate(result) if isinstance(result, rx.RedisError) else result for result in results]
 
 
-def _script_of(call: Call) -> Script:
-    if isinstance(call, CommandCall):  # pragma: no cover - a plain command never says NOSCRIPT
-        raise TypeError(f"{call.args[0]!r} is not a script call")
-    return call.script
-
-
-async def _pipeline(client: Redis, calls: Sequence[Call]) -> list[Any]:
+async def _pipeline(client: Redis, calls: Sequence[Call], *, by_source: bool = False) -> list[Any]:
     commands = [
         call.args
         if isinstance(call, CommandCall)
-        else ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        else (
+            "EVAL" if by_source else "EVALSHA",
+            call.script.source if by_source else call.script.sha,
+            len(call.keys),
+            *call.keys,
+            *call.args,
+        )
         for call in calls
     ]
     with redis_errors():
