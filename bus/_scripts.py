@@ -45,7 +45,7 @@ class Script:
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
             except rx.NoScriptError:
-                return await client.eval(self.source, len(keys), *keys, *args)  # type: ignore[misc]
+                return await client.eval(self.source, len(keys), *keys, *args)
 
     def call(self, keys: Sequence[str], args: Sequence[Arg]) -> ScriptCall:
         """Describe a call to run later in a batch (see :func:`run_batch`)."""
