@@ -17,6 +17,7 @@ from bus._dead_letters import purge as purge_dead_letters
 from bus._dead_letters import requeue as requeue_dead_letters
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, decode_fields, message_type, new_envelope
+from bus._epoch import EPOCH_KEY, accept_epoch, read_epoch
 from bus._errors import (
     BusError,
     DefinitionError,
@@ -27,6 +28,7 @@ from bus._errors import (
     PayloadTooLarge,
     PermanentError,
     RedisCommandError,
+    RedisDataLost,
     RedisOutOfMemory,
     RedisUnavailable,
     TransientError,
@@ -41,6 +43,7 @@ from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
 
 __all__ = [
+    "EPOCH_KEY",
     "MEMORY_URL",
     "URL_ENV",
     "Backoff",
@@ -67,6 +70,7 @@ __all__ = [
     "Publisher",
     "Redis",
     "RedisCommandError",
+    "RedisDataLost",
     "RedisOutOfMemory",
     "RedisUnavailable",
     "Reply",
@@ -80,6 +84,7 @@ __all__ = [
     "SystemClock",
     "TransientError",
     "Worker",
+    "accept_epoch",
     "connect",
     "dead_letter_sizes",
     "dead_letters",
@@ -89,6 +94,7 @@ __all__ = [
     "message_type",
     "new_envelope",
     "purge_dead_letters",
+    "read_epoch",
     "reply_to_command",
     "requeue_dead_letters",
     "resolve_url",

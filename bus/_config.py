@@ -66,6 +66,9 @@ class BusConfig:
             group has not acknowledged are never trimmed); ``None`` keeps everything.
         maintenance_interval_ms: How often trimming and consumer clean-up run.
         consumer_idle_ms: A consumer idle this long with nothing pending is deleted.
+        epoch_check_ms: How often a running worker checks that Redis still holds its data
+            (the ``rs:epoch`` key, see ``bus/_epoch.py``); it also checks before recreating
+            a vanished consumer group. ``None`` turns the check off.
 
     """
 
@@ -88,6 +91,7 @@ class BusConfig:
     retention_ms: int | None = 7 * 86_400_000
     maintenance_interval_ms: int = 60_000
     consumer_idle_ms: int = 3_600_000
+    epoch_check_ms: int | None = 5_000
 
     def __post_init__(self) -> None:
         positive = {
@@ -99,6 +103,7 @@ class BusConfig:
             "max_deliveries": self.max_deliveries,
             "max_payload_bytes": self.max_payload_bytes,
             "max_fields": self.max_fields,
+            "epoch_check_ms": 1 if self.epoch_check_ms is None else self.epoch_check_ms,
         }
         for name, value in positive.items():
             if value <= 0:

@@ -6,6 +6,7 @@
     ├── RedisUnavailable        connection refused, reset or timed out (a retry may help)
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
     │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
@@ -46,6 +47,31 @@ class RedisOutOfMemory(RedisCommandError):
     """Redis is at ``maxmemory`` and refuses writes; back off and retry, nothing was written."""
 
     retryable = True
+
+
+class RedisDataLost(BusError):
+    """Redis no longer holds the data this deployment wrote: ``rs:epoch`` is gone or changed.
+
+    Raised by a running worker (which stops consuming) and by a starting worker once a
+    loss was seen. Not retryable: an operator restores a backup or accepts a new epoch
+    (``saga epoch accept``). ``expected`` is the epoch the worker joined (``None`` at
+    start), ``found`` what ``rs:epoch`` holds now (``None``: nothing).
+    """
+
+    def __init__(self, *, expected: str | None, found: str | None) -> None:
+        if expected is None:
+            what = f"a worker saw Redis lose its data earlier (rs:epoch is {found!r})"
+        elif found is None:
+            what = f"rs:epoch (epoch {expected!r}) is gone: Redis restarted empty or was flushed"
+        else:
+            what = f"rs:epoch changed from {expected!r} to {found!r} under this worker"
+        super().__init__(
+            f"Redis lost its data: {what}. Consumption stopped; sagas in flight may be lost. "
+            "Restore Redis from a backup, or accept a fresh epoch with `saga epoch accept`, "
+            "then restart the workers."
+        )
+        self.expected = expected
+        self.found = found
 
 
 class GroupMissing(BusError):

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from bus import Backoff, Bus, BusError, Clock, SystemClock, Worker
+from bus import Backoff, Bus, BusError, Clock, RedisDataLost, SystemClock, Worker
 from bus._log import get_logger
 from saga._app import App
 from saga._config import EngineConfig
@@ -92,7 +92,10 @@ class SagaWorker:
 
         Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
         shape incompatibly while sagas are in flight on it; nothing is registered then.
+        Raises :class:`~bus.RedisDataLost` when a worker saw Redis lose its data (the epoch
+        check, ``bus/_epoch.py``) and no operator accepted a new epoch since.
         """
+        await self.bus_worker.join_epoch()  # before writing anything: refuse a Redis that lost its data
         if not self.orchestrators:
             return Registration()
         backoff = Backoff(self.clock)
@@ -143,6 +146,7 @@ class SagaWorker:
         await self.register()
         for hook in self.app.on_start:
             await hook()
+        lost: RedisDataLost | None = None
         try:
             async with anyio.create_task_group() as tg:
                 if self.orchestrators:
@@ -152,8 +156,13 @@ class SagaWorker:
                         self._every, self.config.stranded_check_ms, "stranded check", self.check_stranded
                     )
                     tg.start_soon(run_schedules, self.schedulers, self.clock, self.config)
-                await self.bus_worker.run()
+                try:
+                    await self.bus_worker.run()
+                except RedisDataLost as error:  # raised as itself below, not wrapped in a group
+                    lost = error
                 tg.cancel_scope.cancel()
+            if lost is not None:
+                raise lost
         finally:
             await self._leave()
             for hook in self.app.on_stop:
