@@ -32,6 +32,7 @@ from bus._errors import (
     RedisOutOfMemory,
     RedisUnavailable,
     TransientError,
+    UnsafeRedisConfig,
 )
 from bus._ids import derived_id, uuid7
 from bus._keys import Stream, tagged_key
@@ -83,6 +84,7 @@ __all__ = [
     "Subscription",
     "SystemClock",
     "TransientError",
+    "UnsafeRedisConfig",
     "Worker",
     "accept_epoch",
     "connect",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class BusConfig:
             group has not acknowledged are never trimmed); ``None`` keeps everything.
         maintenance_interval_ms: How often trimming and consumer clean-up run.
         consumer_idle_ms: A consumer idle this long with nothing pending is deleted.
+        on_eviction: What a worker does at start when Redis may evict keys
+            (``maxmemory-policy`` not ``noeviction``): ``refuse`` (raise
+            :class:`~bus.UnsafeRedisConfig`), ``warn`` (log an error) or ``ignore``.
+        on_no_aof: The same, when Redis runs without AOF (``appendonly no``); default ``warn``.
         epoch_check_ms: How often a running worker checks that Redis still holds its data
             (the ``rs:epoch`` key, see ``bus/_epoch.py``); it also checks before recreating
             a vanished consumer group. ``None`` turns the check off.
@@ -91,6 +96,8 @@ class BusConfig:
     retention_ms: int | None = 7 * 86_400_000
     maintenance_interval_ms: int = 60_000
     consumer_idle_ms: int = 3_600_000
+    on_eviction: Literal["refuse", "warn", "ignore"] = "refuse"
+    on_no_aof: Literal["refuse", "warn", "ignore"] = "warn"
     epoch_check_ms: int | None = 5_000
 
     def __post_init__(self) -> None:
@@ -110,6 +117,9 @@ class BusConfig:
                 raise ValueError(f"BusConfig.{name} must be positive, got {value}")
         if self.effective_heartbeat_ms >= self.lease_ms:
             raise ValueError("BusConfig.heartbeat_ms must be shorter than lease_ms")
+        for name, mode in (("on_eviction", self.on_eviction), ("on_no_aof", self.on_no_aof)):
+            if mode not in ("refuse", "warn", "ignore"):
+                raise ValueError(f"BusConfig.{name} must be 'refuse', 'warn' or 'ignore', got {mode!r}")
         if self.max_entry_bytes < self.max_payload_bytes:
             raise ValueError("BusConfig.max_entry_bytes must be at least max_payload_bytes")
 

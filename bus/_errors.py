@@ -7,6 +7,7 @@
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
     │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
     ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
+    ├── UnsafeRedisConfig       Redis settings that lose data (an eviction policy); refused
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
@@ -72,6 +73,21 @@ class RedisDataLost(BusError):
         )
         self.expected = expected
         self.found = found
+
+
+class UnsafeRedisConfig(BusError):
+    """Redis is configured to lose data silently, and ``BusConfig`` says to refuse it.
+
+    ``problems`` names each setting and what to set instead (``bus/_safety.py``).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(
+            "refusing to start on unsafe Redis settings: "
+            + "; ".join(problems)
+            + " (or set BusConfig.on_eviction / on_no_aof to 'warn')"
+        )
+        self.problems = problems
 
 
 class GroupMissing(BusError):

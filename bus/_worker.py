@@ -37,11 +37,12 @@ from bus._completer import Completer
 from bus._config import BusConfig
 from bus._consumer import GroupConsumer, Runtime
 from bus._epoch import check_epoch, join_epoch
-from bus._errors import BusError, GroupMissing, RedisDataLost
+from bus._errors import BusError, GroupMissing, RedisDataLost, UnsafeRedisConfig
 from bus._log import get_logger
 from bus._maintenance import run_maintenance
 from bus._pool import HandlerPool
 from bus._publisher import Publisher
+from bus._safety import check_redis_settings
 from bus._signals import DEFAULT_SIGNALS, serve
 from bus._slots import Slots
 
@@ -86,8 +87,9 @@ class Worker:
         )
         self.started = anyio.Event()
         self.epoch: str | None = None
+        self._prepared = False
         self._lost: RedisDataLost | None = None
-        self._abort = anyio.CancelScope()
+        self._abort: anyio.CancelScope | None = None  # run()'s, made there (it needs a loop)
         self._stopping = anyio.Event()
         self._log = _log.bind(consumer=self.runtime.consumer)
 
@@ -107,18 +109,27 @@ class Worker:
         """
         await serve(self, signals)
 
-    async def join_epoch(self) -> None:
-        """Join the deployment's epoch (once; retried while Redis is unreachable).
+    async def preflight(self) -> None:
+        """Check Redis's settings and join the deployment's epoch, before anything is written.
 
-        Raises :class:`~bus.RedisDataLost` when a worker saw Redis lose its data and no
-        operator accepted a new epoch since. Does nothing with ``epoch_check_ms=None``.
+        Done once; retried while Redis is unreachable. Raises
+        :class:`~bus.UnsafeRedisConfig` on settings that lose data when configured to refuse
+        them (``bus/_safety.py``), and :class:`~bus.RedisDataLost` when a worker saw Redis
+        lose its data and no operator accepted a new epoch since (``bus/_epoch.py``).
         """
-        if self.epoch is None and self.runtime.config.epoch_check_ms is not None:
+        if self._prepared:
+            return
+        await self._retrying("check Redis settings", self._check_settings)
+        if self.runtime.config.epoch_check_ms is not None:
 
             async def join() -> None:
                 self.epoch = await join_epoch(self.runtime.redis)
 
             await self._retrying("join epoch", join)
+        self._prepared = True
+
+    async def _check_settings(self) -> None:
+        await check_redis_settings(self.runtime.redis, self.runtime.config)
 
     async def setup(self) -> None:
         """Create every consumer group (idempotent)."""
@@ -132,8 +143,9 @@ class Worker:
         would wait for a lease to expire): the loops finish their current call and exit.
         Raises :class:`~bus.RedisDataLost`, at once, when Redis lost its data.
         """
-        await self.join_epoch()
+        await self.preflight()
         await self._retrying("setup", self.setup)
+        self._abort = anyio.CancelScope()
         with self._abort:
             await self._run()
         if self._lost is not None:
@@ -271,7 +283,8 @@ class Worker:
         """Stop at once: there is nothing left to consume correctly."""
         self._log.error("Redis lost its data; the worker stops", error=str(lost))
         self._lost = lost
-        self._abort.cancel()
+        if self._abort is not None:
+            self._abort.cancel()
 
     async def _maintain(self) -> None:
         await run_maintenance(
@@ -296,7 +309,7 @@ class Worker:
         while True:
             try:
                 await job()
-            except RedisDataLost:
+            except (RedisDataLost, UnsafeRedisConfig):
                 raise
             except BusError as error:
                 self._log.warning("call failed; retrying", job=name, error=str(error))

@@ -92,10 +92,10 @@ class SagaWorker:
 
         Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
         shape incompatibly while sagas are in flight on it; nothing is registered then.
-        Raises :class:`~bus.RedisDataLost` when a worker saw Redis lose its data (the epoch
-        check, ``bus/_epoch.py``) and no operator accepted a new epoch since.
+        Raises what :meth:`bus.Worker.preflight` raises: :class:`~bus.UnsafeRedisConfig`
+        and :class:`~bus.RedisDataLost`.
         """
-        await self.bus_worker.join_epoch()  # before writing anything: refuse a Redis that lost its data
+        await self.bus_worker.preflight()  # before writing anything: Redis settings, and the epoch
         if not self.orchestrators:
             return Registration()
         backoff = Backoff(self.clock)

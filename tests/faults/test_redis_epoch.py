@@ -111,5 +111,5 @@ async def test_workers_of_a_new_deployment_share_one_epoch_without_ceremony(priv
     workers = [Worker(private_redis, jobs_app()) for _ in range(3)]
     async with anyio.create_task_group() as tg:
         for worker in workers:
-            tg.start_soon(worker.join_epoch)
+            tg.start_soon(worker.preflight)
     assert {w.epoch for w in workers} == {await bus.read_epoch(private_redis)}
