@@ -31,6 +31,7 @@ from bus._errors import (
     RedisDataLost,
     RedisOutOfMemory,
     RedisUnavailable,
+    ReplicaAckTimeout,
     TransientError,
     UnsafeRedisConfig,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "RedisDataLost",
     "RedisOutOfMemory",
     "RedisUnavailable",
+    "ReplicaAckTimeout",
     "Reply",
     "Requeued",
     "Route",

@@ -71,6 +71,10 @@ class BusConfig:
             (``maxmemory-policy`` not ``noeviction``): ``refuse`` (raise
             :class:`~bus.UnsafeRedisConfig`), ``warn`` (log an error) or ``ignore``.
         on_no_aof: The same, when Redis runs without AOF (``appendonly no``); default ``warn``.
+        replica_acks: Producers (``SagaClient`` starts, ``Publisher``) wait, in the same
+            pipeline, until this many replicas acknowledged their writes (``WAIT``), and
+            raise :class:`~bus.ReplicaAckTimeout` when fewer did in time. 0: no wait.
+        replica_ack_timeout_ms: The longest such wait.
         epoch_check_ms: How often a running worker checks that Redis still holds its data
             (the ``rs:epoch`` key, see ``bus/_epoch.py``); it also checks before recreating
             a vanished consumer group. ``None`` turns the check off.
@@ -98,6 +102,8 @@ class BusConfig:
     consumer_idle_ms: int = 3_600_000
     on_eviction: Literal["refuse", "warn", "ignore"] = "refuse"
     on_no_aof: Literal["refuse", "warn", "ignore"] = "warn"
+    replica_acks: int = 0
+    replica_ack_timeout_ms: int = 1_000
     epoch_check_ms: int | None = 5_000
 
     def __post_init__(self) -> None:
@@ -120,6 +126,8 @@ class BusConfig:
         for name, mode in (("on_eviction", self.on_eviction), ("on_no_aof", self.on_no_aof)):
             if mode not in ("refuse", "warn", "ignore"):
                 raise ValueError(f"BusConfig.{name} must be 'refuse', 'warn' or 'ignore', got {mode!r}")
+        if self.replica_acks < 0 or self.replica_ack_timeout_ms <= 0:
+            raise ValueError("BusConfig.replica_acks must be >= 0 and replica_ack_timeout_ms positive")
         if self.max_entry_bytes < self.max_payload_bytes:
             raise ValueError("BusConfig.max_entry_bytes must be at least max_payload_bytes")
 

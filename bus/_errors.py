@@ -8,6 +8,7 @@
     │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
     ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
     ├── UnsafeRedisConfig       Redis settings that lose data (an eviction policy); refused
+    ├── ReplicaAckTimeout       written on the master, too few replicas acknowledged (WAIT)
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
@@ -88,6 +89,25 @@ class UnsafeRedisConfig(BusError):
             + " (or set BusConfig.on_eviction / on_no_aof to 'warn')"
         )
         self.problems = problems
+
+
+class ReplicaAckTimeout(BusError):
+    """A write reached the master but fewer replicas than asked acknowledged it in time.
+
+    Raised with ``BusConfig.replica_acks`` set (``WAIT``). The write stands on the master;
+    a failover before the replicas catch up could lose it. Every redsaga write is safe to
+    repeat, so a caller that needs it on replicas retries.
+    """
+
+    retryable = True
+
+    def __init__(self, acked: int, wanted: int, timeout_ms: int) -> None:
+        super().__init__(
+            f"written on the master, but acknowledged by {acked} of {wanted} replicas within "
+            f"{timeout_ms} ms: a failover now could lose it; the call is safe to repeat"
+        )
+        self.acked = acked
+        self.wanted = wanted
 
 
 class GroupMissing(BusError):

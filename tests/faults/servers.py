@@ -138,11 +138,22 @@ class PrivateRedis:
         return PrivateRedis(directory, appendfsync=appendfsync, options=options)
 
     async def wait_synced(self) -> None:
-        """Poll until this replica's link to its master is up and the initial sync is done."""
+        """Poll until this replica's link is up and its AOF holds the initial sync.
+
+        After a sync the replica rewrites its AOF; killed before that rewrite ends, it
+        comes back without what it was sent.
+        """
         client = bus.connect(self.url)
         try:
             with anyio.fail_after(15):
                 while (await client.info("replication")).get("master_link_status") != "up":
+                    await anyio.sleep(0.02)
+                while True:
+                    persistence = await client.info("persistence")
+                    if not int(persistence["aof_rewrite_in_progress"]) + int(
+                        persistence["aof_rewrite_scheduled"]
+                    ):
+                        break
                     await anyio.sleep(0.02)
         finally:
             await client.aclose()
