@@ -8,6 +8,7 @@ stop with :class:`bus.RedisDataLost` (a worker process exits non-zero), leave th
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -59,6 +60,9 @@ async def test_workers_stop_loudly_when_redis_restarts_empty_and_wait_for_the_op
         assert LOST in load.log.read_bytes()
         assert await redis.exists("rs:{crashctx:0}:inbox") == 0  # refused before writing anything
 
+        show = ["epoch", "show", "--json", "--redis-url", server.url]
+        shown = await anyio.to_thread.run_sync(CliRunner().invoke, cli, show)  # the CLI runs its own loop
+        assert json.loads(shown.output) == {"epoch": marker, "lost": True}
         accept = ["epoch", "accept", "--yes", "--redis-url", server.url]
         result = await anyio.to_thread.run_sync(CliRunner().invoke, cli, accept)  # the CLI runs its own loop
         assert result.exit_code == 0, result.output

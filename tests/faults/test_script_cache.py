@@ -17,15 +17,20 @@ import pytest
 import redis.asyncio
 
 import bus
-from bus._scripts import CommandCall, Script, run_batch
+from bus._scripts import CommandCall, ReplicaAcks, Script, run_batch
 from tests.faults.server_load import SagaLoad, effects_tables
 from tests.faults.servers import PrivateRedis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 __all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
 
-_COUNT = "return redis.call('INCR', KEYS[1])"  # not idempotent on purpose: a re-run shows
-COUNT = Script("count", _COUNT, hashlib.sha1(_COUNT.encode()).hexdigest())  # noqa: S324 - Redis's script name
+
+def inline(name: str, source: str) -> Script:
+    """A script from source text (redsaga's own scripts load from their ``.lua`` files)."""
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 - Redis's script name
+
+
+COUNT = inline("count", "return redis.call('INCR', KEYS[1])")  # not idempotent on purpose: a re-run shows
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["bus-client", "plain-redis-py"])
@@ -89,3 +94,17 @@ async def test_script_flush_over_and_over_under_load_is_invisible(
         await redis_client.aclose()
         await flusher.aclose()
         server.kill()
+
+
+async def test_replica_acks_end_the_pipeline_and_fail_only_the_calls_that_wrote(
+    private_redis: bus.Redis,
+) -> None:
+    acks = ReplicaAcks(replicas=1, timeout_ms=10)  # the private server has no replica
+    bad = inline("bad", "return redis.error_reply('ERR no')")
+    await private_redis.script_flush()  # the NOSCRIPT re-send ends with a WAIT too
+    results = await run_batch(private_redis, [COUNT.call(["n"], []), bad.call([], [])], acks=acks)
+    assert isinstance(results[0], bus.ReplicaAckTimeout)
+    assert (results[0].acked, results[0].wanted) == (0, 1)
+    assert isinstance(results[1], bus.RedisCommandError)  # its own error, not the replicas'
+    assert await private_redis.get("n") == b"1"  # the write stands on the master
+    assert await run_batch(private_redis, [COUNT.call(["n"], [])], acks=ReplicaAcks(0, 10)) == [2]
