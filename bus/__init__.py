@@ -17,6 +17,7 @@ from bus._dead_letters import purge as purge_dead_letters
 from bus._dead_letters import requeue as requeue_dead_letters
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, decode_fields, message_type, new_envelope
+from bus._epoch import EPOCH_KEY, accept_epoch, read_epoch
 from bus._errors import (
     BusError,
     DefinitionError,
@@ -27,10 +28,13 @@ from bus._errors import (
     PayloadTooLarge,
     PermanentError,
     RedisCommandError,
+    RedisDataLost,
     RedisOutOfMemory,
     RedisUnavailable,
+    ReplicaAckTimeout,
     StreamDeleted,
     TransientError,
+    UnsafeRedisConfig,
 )
 from bus._ids import derived_id, uuid7
 from bus._keys import Stream, tagged_key
@@ -42,6 +46,7 @@ from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
 
 __all__ = [
+    "EPOCH_KEY",
     "MEMORY_URL",
     "URL_ENV",
     "Backoff",
@@ -68,8 +73,10 @@ __all__ = [
     "Publisher",
     "Redis",
     "RedisCommandError",
+    "RedisDataLost",
     "RedisOutOfMemory",
     "RedisUnavailable",
+    "ReplicaAckTimeout",
     "Reply",
     "Requeued",
     "Route",
@@ -81,7 +88,9 @@ __all__ = [
     "Subscription",
     "SystemClock",
     "TransientError",
+    "UnsafeRedisConfig",
     "Worker",
+    "accept_epoch",
     "connect",
     "dead_letter_sizes",
     "dead_letters",
@@ -91,6 +100,7 @@ __all__ = [
     "message_type",
     "new_envelope",
     "purge_dead_letters",
+    "read_epoch",
     "reply_to_command",
     "requeue_dead_letters",
     "resolve_url",

@@ -19,7 +19,7 @@ from typing import Any
 
 from bus._client import Redis
 from bus._errors import BusError
-from bus._scripts import Call, run_batch
+from bus._scripts import Call, ReplicaAcks, run_batch
 
 MAX_BATCH = 256
 """Most calls in one pipeline: a burst of starts goes in several round trips, so no single
@@ -29,8 +29,9 @@ one holds Redis (or this event loop) for long."""
 class Batcher:
     """Sends the calls made at the same time in one pipeline."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, acks: ReplicaAcks | None = None) -> None:
         self._redis = redis
+        self._acks = acks
         self._queue: list[tuple[Call, asyncio.Future[Any]]] = []
         self._sender: asyncio.Task[None] | None = None
 
@@ -51,7 +52,9 @@ class Batcher:
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 try:
-                    results: list[Any] = await run_batch(self._redis, [call for call, _ in batch])
+                    results: list[Any] = await run_batch(
+                        self._redis, [call for call, _ in batch], acks=self._acks
+                    )
                 except BusError as error:
                     results = [error] * len(batch)
                 except Exception as error:  # noqa: BLE001 - a bug: every waiting caller sees it

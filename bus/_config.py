@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,17 @@ class BusConfig:
             group has not acknowledged are never trimmed); ``None`` keeps everything.
         maintenance_interval_ms: How often trimming and consumer clean-up run.
         consumer_idle_ms: A consumer idle this long with nothing pending is deleted.
+        on_eviction: What a worker does at start when Redis may evict keys
+            (``maxmemory-policy`` not ``noeviction``): ``refuse`` (raise
+            :class:`~bus.UnsafeRedisConfig`), ``warn`` (log an error) or ``ignore``.
+        on_no_aof: The same, when Redis runs without AOF (``appendonly no``); default ``warn``.
+        replica_acks: Producers (``SagaClient`` starts, ``Publisher``) wait, in the same
+            pipeline, until this many replicas acknowledged their writes (``WAIT``), and
+            raise :class:`~bus.ReplicaAckTimeout` when fewer did in time. 0: no wait.
+        replica_ack_timeout_ms: The longest such wait.
+        epoch_check_ms: How often a running worker checks that Redis still holds its data
+            (the ``rs:epoch`` key, see ``bus/_epoch.py``); it also checks before recreating
+            a vanished consumer group. ``None`` turns the check off.
 
     """
 
@@ -90,6 +102,11 @@ class BusConfig:
     retention_ms: int | None = 7 * 86_400_000
     maintenance_interval_ms: int = 60_000
     consumer_idle_ms: int = 3_600_000
+    on_eviction: Literal["refuse", "warn", "ignore"] = "refuse"
+    on_no_aof: Literal["refuse", "warn", "ignore"] = "warn"
+    replica_acks: int = 0
+    replica_ack_timeout_ms: int = 1_000
+    epoch_check_ms: int | None = 5_000
 
     def __post_init__(self) -> None:
         positive = {
@@ -101,6 +118,7 @@ class BusConfig:
             "max_deliveries": self.max_deliveries,
             "max_payload_bytes": self.max_payload_bytes,
             "max_fields": self.max_fields,
+            "epoch_check_ms": 1 if self.epoch_check_ms is None else self.epoch_check_ms,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -110,6 +128,11 @@ class BusConfig:
                 "BusConfig.heartbeat_ms must be at most half of lease_ms, so that a missed "
                 "heartbeat can be retried before the lease expires"
             )
+        for name, mode in (("on_eviction", self.on_eviction), ("on_no_aof", self.on_no_aof)):
+            if mode not in ("refuse", "warn", "ignore"):
+                raise ValueError(f"BusConfig.{name} must be 'refuse', 'warn' or 'ignore', got {mode!r}")
+        if self.replica_acks < 0 or self.replica_ack_timeout_ms <= 0:
+            raise ValueError("BusConfig.replica_acks must be >= 0 and replica_ack_timeout_ms positive")
         if self.max_entry_bytes < self.max_payload_bytes:
             raise ValueError("BusConfig.max_entry_bytes must be at least max_payload_bytes")
 

@@ -6,6 +6,9 @@
     ├── RedisUnavailable        connection refused, reset or timed out (a retry may help)
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
     │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
+    ├── UnsafeRedisConfig       Redis settings that lose data (an eviction policy); refused
+    ├── ReplicaAckTimeout       written on the master, too few replicas acknowledged (WAIT)
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
     │   └── StreamDeleted       a blocking read was ended because its stream was deleted
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
@@ -47,6 +50,65 @@ class RedisOutOfMemory(RedisCommandError):
     """Redis is at ``maxmemory`` and refuses writes; back off and retry, nothing was written."""
 
     retryable = True
+
+
+class RedisDataLost(BusError):
+    """Redis no longer holds the data this deployment wrote: ``rs:epoch`` is gone or changed.
+
+    Raised by a running worker (which stops consuming) and by a starting worker once a
+    loss was seen. Not retryable: an operator restores a backup or accepts a new epoch
+    (``saga epoch accept``). ``expected`` is the epoch the worker joined (``None`` at
+    start), ``found`` what ``rs:epoch`` holds now (``None``: nothing).
+    """
+
+    def __init__(self, *, expected: str | None, found: str | None) -> None:
+        if expected is None:
+            what = f"a worker saw Redis lose its data earlier (rs:epoch is {found!r})"
+        elif found is None:
+            what = f"rs:epoch (epoch {expected!r}) is gone: Redis restarted empty or was flushed"
+        else:
+            what = f"rs:epoch changed from {expected!r} to {found!r} under this worker"
+        super().__init__(
+            f"Redis lost its data: {what}. Consumption stopped; sagas in flight may be lost. "
+            "Restore Redis from a backup, or accept a fresh epoch with `saga epoch accept`, "
+            "then restart the workers."
+        )
+        self.expected = expected
+        self.found = found
+
+
+class UnsafeRedisConfig(BusError):
+    """Redis is configured to lose data silently, and ``BusConfig`` says to refuse it.
+
+    ``problems`` names each setting and what to set instead (``bus/_safety.py``).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(
+            "refusing to start on unsafe Redis settings: "
+            + "; ".join(problems)
+            + " (or set BusConfig.on_eviction / on_no_aof to 'warn')"
+        )
+        self.problems = problems
+
+
+class ReplicaAckTimeout(BusError):
+    """A write reached the master but fewer replicas than asked acknowledged it in time.
+
+    Raised with ``BusConfig.replica_acks`` set (``WAIT``). The write stands on the master;
+    a failover before the replicas catch up could lose it. Every redsaga write is safe to
+    repeat, so a caller that needs it on replicas retries.
+    """
+
+    retryable = True
+
+    def __init__(self, acked: int, wanted: int, timeout_ms: int) -> None:
+        super().__init__(
+            f"written on the master, but acknowledged by {acked} of {wanted} replicas within "
+            f"{timeout_ms} ms: a failover now could lose it; the call is safe to repeat"
+        )
+        self.acked = acked
+        self.wanted = wanted
 
 
 class GroupMissing(BusError):

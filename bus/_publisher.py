@@ -10,7 +10,7 @@ from bus._envelope import Envelope, new_envelope
 from bus._errors import BusError, PayloadTooLarge
 from bus._keys import Stream
 from bus._lua import PUBLISH, PUBLISH_BATCH
-from bus._scripts import Arg, BatchPart, ScriptCall, merge, run_batch
+from bus._scripts import Arg, BatchPart, ScriptCall, acks_of, merge, run_batch
 
 MAX_BATCH = 100
 """Most messages one publish script call carries (bounds the time Redis spends in it)."""
@@ -90,7 +90,14 @@ class Publisher:
         """
         self._check_size(envelope)
         target = stream if isinstance(stream, Stream) else Stream.named(stream)
-        return _entry_id(await publish_call(target, envelope, self._config).run(self._redis))
+        call = publish_call(target, envelope, self._config)
+        acks = acks_of(self._config)
+        if acks is None:
+            return _entry_id(await call.run(self._redis))
+        (reply,) = await run_batch(self._redis, [call], acks=acks)
+        if isinstance(reply, BusError):
+            raise reply
+        return _entry_id(reply)
 
     async def publish_many(self, items: Sequence[tuple[Stream, Envelope]]) -> list[str | None]:
         """Publish several envelopes in one round trip; raise the first error.
@@ -112,7 +119,7 @@ class Publisher:
             calls.append(merge([publish_part(stream, e, self._config) for _, e in items[start:end]]))
             sizes.append(end - start)
             start = end
-        replies = await run_batch(self._redis, calls)
+        replies = await run_batch(self._redis, calls, acks=acks_of(self._config))
         entry_ids: list[str | None] = []
         for reply, size in zip(replies, sizes, strict=True):
             if isinstance(reply, BusError):

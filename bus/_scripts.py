@@ -1,8 +1,10 @@
 """Lua scripts: loaded from ``.lua`` files once, called by SHA, reloaded on ``NOSCRIPT``.
 
 The script cache is empty after a Redis restart or ``SCRIPT FLUSH``; a call that meets
-``NOSCRIPT`` loads the source and runs again, which is safe because the first call did not
-run. Pipelined calls are recovered the same way, one reload for the whole batch. A batch may
+``NOSCRIPT`` runs again with ``EVAL`` and the source (which caches it again), which is safe
+because the first call did not run. ``SCRIPT LOAD`` then ``EVALSHA`` would not do: another
+flush between the two fails the call. In a pipeline only the calls that met ``NOSCRIPT``
+are re-sent (in one more round trip); the others ran and must not run twice. A batch may
 also carry plain read commands (:class:`CommandCall`), so that a read shares the round trip.
 """
 
@@ -17,8 +19,9 @@ from typing import Any
 from redis import exceptions as rx
 
 from bus._client import Redis
+from bus._config import BusConfig
 from bus._connection import send_batch
-from bus._errors import BusError, redis_errors, translate
+from bus._errors import BusError, ReplicaAckTimeout, redis_errors, translate
 
 Arg = str | bytes | int | float
 
@@ -43,8 +46,7 @@ class Script:
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
             except rx.NoScriptError:
-                await client.script_load(self.source)
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
+                return await client.eval(self.source, len(keys), *keys, *args)
 
     def call(self, keys: Sequence[str], args: Sequence[Arg]) -> ScriptCall:
         """Describe a call to run later in a batch (see :func:`run_batch`)."""
@@ -118,35 +120,63 @@ def merge(parts: Sequence[BatchPart]) -> ScriptCall:
     return first.script.call(keys, args)
 
 
-async def run_batch(client: Redis, calls: Sequence[Call]) -> list[Any | BusError]:
+@dataclass(frozen=True, slots=True)
+class ReplicaAcks:
+    """Wait for ``replicas`` replicas (up to ``timeout_ms``) after a batch: ``WAIT`` in its pipeline."""
+
+    replicas: int
+    timeout_ms: int
+
+    @property
+    def command(self) -> CommandCall:
+        """The ``WAIT`` that ends a pipeline."""
+        return CommandCall(("WAIT", self.replicas, self.timeout_ms))
+
+
+def acks_of(config: BusConfig) -> ReplicaAcks | None:
+    """The replica acknowledgement ``config`` asks producers for, if any."""
+    return ReplicaAcks(config.replica_acks, config.replica_ack_timeout_ms) if config.replica_acks else None
+
+
+async def run_batch(
+    client: Redis, calls: Sequence[Call], *, acks: ReplicaAcks | None = None
+) -> list[Any | BusError]:
     """Run ``calls`` in one pipeline (one round trip); a failed call's result is its error.
 
     Connection errors for the whole batch are raised; per-call script errors are returned in
-    place so one bad call does not hide the others' results.
+    place so one bad call does not hide the others' results. With ``acks`` a ``WAIT`` ends
+    the pipeline (and the re-sent calls' pipeline after a ``NOSCRIPT``); when too few
+    replicas acknowledged, every call that succeeded gets :class:`~bus.ReplicaAckTimeout`.
     """
-    results: list[Any] = await _pipeline(client, calls)
+    tail = [acks.command] if acks else []
+    results: list[Any] = await _pipeline(client, [*calls, *tail])
+    acked = results.pop() if acks else 0
     missing = [index for index, result in enumerate(results) if isinstance(result, rx.NoScriptError)]
     if missing:
-        with redis_errors():
-            for script in {_script_of(calls[index]) for index in missing}:
-                await client.script_load(script.source)
-        retried = await _pipeline(client, [calls[index] for index in missing])
+        retried = await _pipeline(client, [*(calls[index] for index in missing), *tail], by_source=True)
+        acked = retried.pop() if acks else 0
         for index, result in zip(missing, retried, strict=True):
             results[index] = result
-    return [translate(result) if isinstance(result, rx.RedisError) else result for result in results]
+    results = [translate(result) if isinstance(result, rx.RedisError) else result for result in results]
+    if acks and (isinstance(acked, rx.RedisError) or acked < acks.replicas):
+        late = ReplicaAckTimeout(
+            0 if isinstance(acked, rx.RedisError) else acked, acks.replicas, acks.timeout_ms
+        )
+        results = [result if isinstance(result, BusError) else late for result in results]
+    return results
 
 
-def _script_of(call: Call) -> Script:
-    if isinstance(call, CommandCall):  # pragma: no cover - a plain command never says NOSCRIPT
-        raise TypeError(f"{call.args[0]!r} is not a script call")
-    return call.script
-
-
-async def _pipeline(client: Redis, calls: Sequence[Call]) -> list[Any]:
+async def _pipeline(client: Redis, calls: Sequence[Call], *, by_source: bool = False) -> list[Any]:
     commands = [
         call.args
         if isinstance(call, CommandCall)
-        else ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        else (
+            "EVAL" if by_source else "EVALSHA",
+            call.script.source if by_source else call.script.sha,
+            len(call.keys),
+            *call.keys,
+            *call.args,
+        )
         for call in calls
     ]
     with redis_errors():

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import anyio
 
+from bus._errors import BusError
 from bus._log import get_logger
 
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
@@ -34,8 +35,10 @@ async def serve(worker: Stoppable, signals: Sequence[signal.Signals] = DEFAULT_S
     """Run ``worker`` until one of ``signals`` arrives, then drain it gracefully.
 
     The signal handlers are installed before the worker starts, so a signal that arrives
-    once ``worker.started`` is set always leads to a graceful stop.
+    once ``worker.started`` is set always leads to a graceful stop. An error that stops the
+    worker (:class:`~bus.RedisDataLost`, …) is raised as itself.
     """
+    failure: BusError | None = None
     with anyio.open_signal_receiver(*signals) as received:
         async with anyio.create_task_group() as group:
 
@@ -51,5 +54,10 @@ async def serve(worker: Stoppable, signals: Sequence[signal.Signals] = DEFAULT_S
                         group.cancel_scope.cancel()
 
             group.start_soon(watch)
-            await worker.run()
+            try:
+                await worker.run()
+            except BusError as error:  # raised as itself below, not wrapped in a group
+                failure = error
             group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure

@@ -9,7 +9,9 @@ Loops, all on one anyio task group:
 - the reclaimer: XAUTOCLAIM entries idle past the lease (dead or stalled consumers, and
   redeliveries scheduled after transient failures);
 - the completer: sends acks, results and dead letters in pipelined batches;
-- maintenance: safe trimming and removal of idle, empty consumers.
+- maintenance: safe trimming and removal of idle, empty consumers;
+- the epoch check: stops the worker with :class:`~bus.RedisDataLost` when Redis came back
+  without its data (``bus/_epoch.py``).
 
 Every loop survives Redis outages (back-off with jitter, then resume) and recreates a
 consumer group that an operator deleted. :meth:`Worker.stop` drains gracefully: readers
@@ -37,11 +39,13 @@ from bus._clock import Clock, SystemClock
 from bus._completer import Completer
 from bus._config import BusConfig
 from bus._consumer import GroupConsumer, Runtime
-from bus._errors import BusError, GroupMissing
+from bus._epoch import check_epoch, join_epoch
+from bus._errors import BusError, GroupMissing, RedisDataLost, UnsafeRedisConfig
 from bus._log import get_logger
 from bus._maintenance import run_maintenance
 from bus._pool import HandlerPool
 from bus._publisher import Publisher
+from bus._safety import check_redis_settings
 from bus._signals import DEFAULT_SIGNALS, serve
 from bus._slots import Slots
 
@@ -85,6 +89,10 @@ class Worker:
             1, min(config.read_batch, config.concurrency // max(1, len(self.consumers)))
         )
         self.started = anyio.Event()
+        self.epoch: str | None = None
+        self._prepared = False
+        self._lost: RedisDataLost | None = None
+        self._abort: anyio.CancelScope | None = None  # run()'s, made there (it needs a loop)
         self._stopping = anyio.Event()
         self._log = _log.bind(consumer=self.runtime.consumer)
 
@@ -116,6 +124,28 @@ class Worker:
         """
         await serve(self, signals)
 
+    async def preflight(self) -> None:
+        """Check Redis's settings and join the deployment's epoch, before anything is written.
+
+        Done once; retried while Redis is unreachable. Raises
+        :class:`~bus.UnsafeRedisConfig` on settings that lose data when configured to refuse
+        them (``bus/_safety.py``), and :class:`~bus.RedisDataLost` when a worker saw Redis
+        lose its data and no operator accepted a new epoch since (``bus/_epoch.py``).
+        """
+        if self._prepared:
+            return
+        await self._retrying("check Redis settings", self._check_settings)
+        if self.runtime.config.epoch_check_ms is not None:
+
+            async def join() -> None:
+                self.epoch = await join_epoch(self.runtime.redis)
+
+            await self._retrying("join epoch", join)
+        self._prepared = True
+
+    async def _check_settings(self) -> None:
+        await check_redis_settings(self.runtime.redis, self.runtime.config)
+
     async def setup(self) -> None:
         """Create every consumer group (idempotent)."""
         for consumer in self.consumers:
@@ -126,8 +156,17 @@ class Worker:
 
         Stopping never cancels a Redis call in flight (entries Redis already handed over
         would wait for a lease to expire): the loops finish their current call and exit.
+        Raises :class:`~bus.RedisDataLost`, at once, when Redis lost its data.
         """
+        await self.preflight()
         await self._retrying("setup", self.setup)
+        self._abort = anyio.CancelScope()
+        with self._abort:
+            await self._run()
+        if self._lost is not None:
+            raise self._lost
+
+    async def _run(self) -> None:
         config, clock = self.runtime.config, self.runtime.clock
         async with anyio.create_task_group() as services:
             services.start_soon(self.runtime.completer.run)
@@ -148,6 +187,10 @@ class Worker:
                         loops.start_soon(
                             self._every, config.maintenance_interval_ms, "maintenance", self._maintain
                         )
+                        if self.epoch is not None and config.epoch_check_ms is not None:
+                            loops.start_soon(
+                                self._every, config.epoch_check_ms, "epoch check", self._check_epoch
+                            )
                         self.started.set()
                         self._log.info("worker started", subscriptions=len(self.consumers))
                 self._log.info(
@@ -194,7 +237,12 @@ class Worker:
                 await consumer.read(handlers, block_ms=self.runtime.config.block_ms)
                 backoff.reset()
             except GroupMissing as error:
-                await self._retrying("recreate group", functools.partial(consumer.recreate_group, error))
+                try:
+                    await self._retrying(
+                        "recreate group", functools.partial(self._recreate_group, consumer, error)
+                    )
+                except RedisDataLost as lost:
+                    self._data_lost(lost)
             except BusError as error:
                 self._log.warning("read failed; backing off", stream=consumer.stream.key, error=str(error))
                 await self._unless_stopping(backoff.wait())
@@ -242,7 +290,23 @@ class Worker:
             try:
                 await consumer.reclaim(handlers)
             except GroupMissing as error:
-                await consumer.recreate_group(error)
+                await self._recreate_group(consumer, error)
+
+    async def _recreate_group(self, consumer: GroupConsumer, error: GroupMissing) -> None:
+        """Recreate a vanished group, unless it vanished with the rest of Redis's data."""
+        await self._check_epoch()
+        await consumer.recreate_group(error)
+
+    async def _check_epoch(self) -> None:
+        if self.epoch is not None:
+            await check_epoch(self.runtime.redis, self.epoch)
+
+    def _data_lost(self, lost: RedisDataLost) -> None:
+        """Stop at once: there is nothing left to consume correctly."""
+        self._log.error("Redis lost its data; the worker stops", error=str(lost))
+        self._lost = lost
+        if self._abort is not None:
+            self._abort.cancel()
 
     async def _maintain(self) -> None:
         await run_maintenance(
@@ -256,6 +320,9 @@ class Worker:
                 return
             try:
                 await job()
+            except RedisDataLost as lost:
+                self._data_lost(lost)
+                return
             except BusError as error:
                 self._log.warning("periodic job failed; will try again", job=name, error=str(error))
 
@@ -264,6 +331,8 @@ class Worker:
         while True:
             try:
                 await job()
+            except (RedisDataLost, UnsafeRedisConfig):
+                raise
             except BusError as error:
                 self._log.warning("call failed; retrying", job=name, error=str(error))
                 await self._unless_stopping(backoff.wait())

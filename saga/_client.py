@@ -15,6 +15,7 @@ import msgspec
 from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, uuid7
 from bus._batcher import Batcher
 from bus._errors import redis_errors
+from bus._scripts import acks_of
 from saga._branch_store import load_saga
 from saga._config import EngineConfig
 from saga._decider import start as decide_start
@@ -51,7 +52,7 @@ class SagaClient:
         self.source = source
         self._publisher = Publisher(redis, source=source, config=self.config.bus)
         self._signers: dict[str, Signer] = {}
-        self._batcher = Batcher(redis)
+        self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
 
     async def signer(self, context: str) -> Signer:
         """The resume-token signer of ``context`` (its secret is loaded once)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from bus import Backoff, Bus, BusError, Clock, SystemClock, Worker
+from bus import Backoff, Bus, BusError, Clock, RedisDataLost, SystemClock, Worker
 from bus._log import get_logger
 from saga._app import App
 from saga._config import EngineConfig
@@ -95,8 +95,11 @@ class SagaWorker:
         Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
         shape incompatibly while sagas are in flight on it; nothing is registered then.
         Raises :class:`~saga.PartitionMismatch` when a participant serves a context with
-        fewer or more partitions than the context registered.
+        fewer or more partitions than the context registered, and what
+        :meth:`bus.Worker.preflight` raises: :class:`~bus.UnsafeRedisConfig` and
+        :class:`~bus.RedisDataLost`.
         """
+        await self.bus_worker.preflight()  # before writing anything: Redis settings, and the epoch
         backoff = Backoff(self.clock)
         while True:  # wait out a Redis outage, as the bus worker's set-up does
             try:
@@ -162,6 +165,7 @@ class SagaWorker:
         await self.register()
         for hook in self.app.on_start:
             await hook()
+        lost: RedisDataLost | None = None
         try:
             async with anyio.create_task_group() as tg:
                 if self.orchestrators:
@@ -172,8 +176,13 @@ class SagaWorker:
                     )
                     tg.start_soon(self._every, self.config.prune_interval_ms, "prune ended", self.prune_ended)
                     tg.start_soon(run_schedules, self.schedulers, self.clock, self.config)
-                await self.bus_worker.run()
+                try:
+                    await self.bus_worker.run()
+                except RedisDataLost as error:  # raised as itself below, not wrapped in a group
+                    lost = error
                 tg.cancel_scope.cancel()
+            if lost is not None:
+                raise lost
         finally:
             await self._leave()
             for hook in self.app.on_stop:

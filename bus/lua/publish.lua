@@ -7,6 +7,10 @@
 --
 -- Returns the new entry id, or false when this id was already published in the window
 -- (redis-py re-sent the call after a lost reply, or a relay re-published a row).
+--
+-- The first write is ZADD, a command Redis refuses at maxmemory: a script is refused only
+-- until it has written something, so trimming first (not refused) would let the publish
+-- through at maxmemory. The trim comes last.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window_start = now - tonumber(ARGV[2])
@@ -14,6 +18,7 @@ local seen = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if seen and tonumber(seen) > window_start then
   return false
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', window_start)
 redis.call('ZADD', KEYS[2], now, ARGV[1])
-return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', window_start)
+return id

@@ -7,20 +7,26 @@
 --          argument count), then m arguments: its message id, field, value, …
 --
 -- Returns one reply per message: the new entry id, or false when that id was already
--- published in the window (a re-sent batch, or the same id twice in one batch). Ids older
--- than the window are dropped first, so ZADD NX alone tells a repeat from a new id.
+-- published in the window (a re-sent batch, or the same id twice in one batch).
+--
+-- The first write is ZADD, a command Redis refuses at maxmemory: a script is refused only
+-- until it has written something, so trimming ids older than the window first (not
+-- refused) would let the batch through at maxmemory. The trim comes last.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[1]))
+local window_start = now - tonumber(ARGV[1])
 local out = {}
 local a = 2
 while a <= #ARGV do
   local nargs = tonumber(ARGV[a + 1])
-  if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[a + 2]) == 1 then
-    out[#out + 1] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a + 3, a + 1 + nargs))
-  else
+  local seen = redis.call('ZSCORE', KEYS[2], ARGV[a + 2])
+  if seen and tonumber(seen) > window_start then
     out[#out + 1] = false
+  else
+    redis.call('ZADD', KEYS[2], now, ARGV[a + 2])
+    out[#out + 1] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a + 3, a + 1 + nargs))
   end
   a = a + 2 + nargs
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', window_start)
 return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import Any
 
 import anyio
 import pytest
@@ -79,9 +80,9 @@ async def test_a_burst_is_split_into_bounded_pipelines(
     sizes: list[int] = []
     run_batch = batcher_module.run_batch
 
-    async def counting(client: bus.Redis, calls: list[object]) -> list[object]:
+    async def counting(client: bus.Redis, calls: list[object], **options: Any) -> list[object]:
         sizes.append(len(calls))
-        return await run_batch(client, calls)  # type: ignore[arg-type]
+        return await run_batch(client, calls, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(batcher_module, "run_batch", counting)
     batcher = Batcher(redis)

@@ -132,6 +132,44 @@ class PrivateRedis:
         self.kill()
         await self.start()
 
+    def replica(self, directory: Path, appendfsync: Fsync = "always") -> PrivateRedis:
+        """A server (not started) that replicates this one, with its own AOF."""
+        options = (*self.options, "--replicaof", "127.0.0.1", str(self.port))
+        return PrivateRedis(directory, appendfsync=appendfsync, options=options)
+
+    async def wait_synced(self) -> None:
+        """Poll until this replica's link is up and its AOF holds the initial sync.
+
+        After a sync the replica rewrites its AOF; killed before that rewrite ends, it
+        comes back without what it was sent.
+        """
+        client = bus.connect(self.url)
+        try:
+            with anyio.fail_after(15):
+                while (await client.info("replication")).get("master_link_status") != "up":
+                    await anyio.sleep(0.02)
+                while True:
+                    persistence = await client.info("persistence")
+                    if not int(persistence["aof_rewrite_in_progress"]) + int(
+                        persistence["aof_rewrite_scheduled"]
+                    ):
+                        break
+                    await anyio.sleep(0.02)
+        finally:
+            await client.aclose()
+
+    def promoted(self, port: int) -> PrivateRedis:
+        """This replica's data as a master (not started) on ``port``: a failover onto it.
+
+        Start it after killing this server: what the replica had not read from its link
+        when it died is lost, as on a replica that lagged. Taking the old master's port
+        stands in for a Sentinel or DNS switch: clients reconnect to the URL they know.
+        """
+        options = list(self.options)
+        at = options.index("--replicaof")
+        del options[at : at + 3]
+        return PrivateRedis(self.directory, appendfsync=self.appendfsync, options=tuple(options), port=port)
+
     def aof_files(self) -> list[Path]:
         """The AOF files the server appends to (Redis 7 keeps them in ``appendonlydir``)."""
         return sorted((self.directory / "appendonlydir").glob("*.incr.aof"))

@@ -1,0 +1,61 @@
+"""The start-up check of Redis settings that silently lose saga data (FAULTS.md 13).
+
+- ``maxmemory-policy`` other than ``noeviction``: at ``maxmemory`` Redis deletes keys on its
+  own: a saga's state, a pending stream, a dedupe key (and with it the exactly-once
+  effect). Every such policy, ``volatile-*`` included (ended sagas and dedupe keys carry a
+  TTL), is unsafe. ``BusConfig.on_eviction`` decides: ``refuse`` (the default) raises
+  :class:`~bus.UnsafeRedisConfig`, ``warn`` logs an error and starts, ``ignore`` is silent.
+- ``appendonly no``: a crash loses everything since the last snapshot (or everything, with
+  none). ``BusConfig.on_no_aof``, default ``warn``: many teams run a cache-grade Redis in
+  development, and a replica with AOF may hold the durable copy.
+
+Managed services and ACL users without ``CONFIG`` cannot be checked: the worker logs a
+warning that says so and starts.
+"""
+
+from __future__ import annotations
+
+from bus._client import Redis, is_embedded
+from bus._config import BusConfig
+from bus._errors import RedisCommandError, UnsafeRedisConfig, redis_errors
+from bus._log import get_logger
+
+_log = get_logger("redsaga.bus")
+
+
+async def check_redis_settings(redis: Redis, config: BusConfig) -> list[str]:
+    """Check the server's settings; return the problems found (raise on a refused one)."""
+    if is_embedded(redis):
+        return []
+    try:
+        with redis_errors():
+            settings = {
+                **await redis.config_get("maxmemory-policy"),
+                **await redis.config_get("appendonly"),
+            }
+    except RedisCommandError as error:  # NOPERM, or CONFIG renamed away by a managed service
+        _log.warning(
+            "could not check the Redis settings that protect saga data (CONFIG GET refused); "
+            "make sure maxmemory-policy is noeviction and AOF is on",
+            error=str(error),
+        )
+        return []
+    found: list[tuple[str, str]] = []
+    policy = _text(settings.get("maxmemory-policy", "noeviction"))
+    if policy != "noeviction":
+        evicts = f"maxmemory-policy is {policy}: at maxmemory Redis deletes saga state, pending entries "
+        found.append((evicts + "and dedupe keys; set it to noeviction", config.on_eviction))
+    if _text(settings.get("appendonly", "yes")) != "yes":
+        no_aof = "appendonly is no: a Redis crash loses every transition since the last snapshot; "
+        found.append((no_aof + "turn AOF on (appendfsync everysec or always)", config.on_no_aof))
+    refused = [problem for problem, mode in found if mode == "refuse"]
+    if refused:
+        raise UnsafeRedisConfig(refused)
+    problems = [problem for problem, mode in found if mode == "warn"]
+    for problem in problems:
+        _log.error("unsafe Redis configuration", problem=problem)
+    return problems
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

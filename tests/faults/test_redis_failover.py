@@ -1,0 +1,108 @@
+"""FAULTS 20: failover to a replica that lagged behind the master.
+
+A master and a replica on loopback; the replica is stopped (SIGSTOP) while sagas progress
+on the master, the master is killed, and the replica's data is promoted onto the master's
+port. (The stopped replica is killed and restarted as a master from its AOF rather than
+resumed: resumed, it would first read what the kernel still buffered from the dead
+master's link, and lag far less than a real one.) The transitions only the master saw
+are gone: sagas go back to what the replica holds, their
+pending entries are redelivered and decided again, commands go out again with the same
+idempotency keys, and the participants' dedupe keeps one effect per key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import bus
+from bus import BusConfig
+from saga import EngineConfig, SagaClient, SagaNotFound
+from tests.faults.server_load import SagaLoad, effects_tables
+from tests.faults.servers import PrivateRedis
+from tests.saga.crash_app import Job, app, crash
+
+pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
+__all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
+
+
+async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
+    tmp_path: Path, pg_dsn: str, effects_tables: str
+) -> None:
+    master = PrivateRedis(tmp_path / "master", appendfsync="everysec")
+    replica = master.replica(tmp_path / "replica")
+    await master.start()
+    await replica.start()
+    await replica.wait_synced()
+    promoted = replica
+    redis = bus.connect(master.url)
+    load = SagaLoad(master, pg_dsn, effects_tables, tmp_path / "workers.log")
+    try:
+        await load.start(redis)
+        assert await redis.execute_command("WAIT", 1, 10_000) == 1  # the starts reached the replica
+        load.spawn()
+        load.spawn()
+        await load.wait_ended(redis, load.sagas // 5, within_s=30)
+        replica.pause()  # the replica lags from here on
+        lagging_from = await load.ended(redis)
+        await load.wait_ended(redis, lagging_from + load.sagas // 5, within_s=30)
+        ended_on_master = await load.ended(redis)
+        master.kill()
+        replica.kill()
+        promoted = replica.promoted(master.port)
+        await promoted.start()
+        lost_ends = ended_on_master - await load.ended(redis)
+        await load.wait_ended(redis, load.sagas, within_s=90)
+        assert all(w.poll() is None for w in load.workers), "a worker died in the failover"
+    finally:
+        load.stop_workers()
+    try:
+        await load.check(redis)
+        assert lost_ends > 0, "no end was lost: the replica did not lag"
+        assert load.runs() > len(load.effects()), "nothing was re-driven: the failover tested nothing"
+    finally:
+        await redis.aclose()
+        for server in (promoted, replica, master):
+            server.kill()
+
+
+async def test_with_replica_acks_no_acknowledged_start_is_lost_in_a_failover(tmp_path: Path) -> None:
+    """DESIGN §8's WAIT option: a start returns only once a replica holds it, so a failover
+    loses only starts whose caller got :class:`bus.ReplicaAckTimeout` (and may retry)."""
+    master = PrivateRedis(tmp_path / "master", appendfsync="everysec")
+    replica = master.replica(tmp_path / "replica")
+    await master.start()
+    await replica.start()
+    await replica.wait_synced()
+    promoted = replica
+    redis = bus.connect(master.url)
+    waiting = EngineConfig(bus=BusConfig(replica_acks=1, replica_ack_timeout_ms=200))
+    client = SagaClient(redis, app.registry, config=waiting)
+    unwaiting = SagaClient(redis, app.registry)
+    try:
+        acknowledged = [
+            await client.start(crash, Job(id=f"acked-{n}"), saga_id=f"acked-{n}") for n in range(20)
+        ]
+        replica.pause()
+        for n in range(3):
+            with pytest.raises(bus.ReplicaAckTimeout) as late:
+                await client.start(crash, Job(id=f"late-{n}"), saga_id=f"late-{n}")
+            assert (late.value.acked, late.value.wanted, late.value.retryable) == (0, 1, True)
+        await unwaiting.start(
+            crash, Job(id="unwaited"), saga_id="unwaited"
+        )  # acknowledged by the master alone
+        master.kill()
+        replica.kill()
+        promoted = replica.promoted(master.port)
+        await promoted.start()
+        for saga_id in acknowledged:
+            assert (await client.get(saga_id)).id == saga_id
+        with pytest.raises(SagaNotFound):  # what the option protects against
+            await unwaiting.get("unwaited")
+        with pytest.raises(bus.ReplicaAckTimeout):  # the promoted master has no replica (yet)
+            await client.start(crash, Job(id="late-0"), saga_id="late-0")
+    finally:
+        await redis.aclose()
+        for server in (promoted, replica, master):
+            server.kill()

@@ -1,0 +1,110 @@
+"""FAULTS 9: the script cache flushed (``SCRIPT FLUSH``, as after a restart) under load.
+
+Scripts are called by SHA; a call that meets ``NOSCRIPT`` did not run, so it is loaded and
+run again (``bus/_scripts.py``). In a pipeline only the calls that said ``NOSCRIPT`` are
+re-sent: the calls before the flush ran already and must not run twice. redsaga's
+transactional (MULTI) pipelines carry plain reads only, never a script, so they cannot
+meet ``NOSCRIPT``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import anyio
+import pytest
+import redis.asyncio
+
+import bus
+from bus._scripts import CommandCall, ReplicaAcks, Script, run_batch
+from tests.faults.server_load import SagaLoad, effects_tables
+from tests.faults.servers import PrivateRedis
+
+pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
+__all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
+
+
+def inline(name: str, source: str) -> Script:
+    """A script from source text (redsaga's own scripts load from their ``.lua`` files)."""
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 - Redis's script name
+
+
+COUNT = inline("count", "return redis.call('INCR', KEYS[1])")  # not idempotent on purpose: a re-run shows
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["bus-client", "plain-redis-py"])
+async def test_a_flush_mid_pipeline_reruns_only_the_calls_that_did_not_run(
+    private_redis_server: PrivateRedis, lean: bool
+) -> None:
+    client = (
+        bus.connect(private_redis_server.url)
+        if lean
+        else redis.asyncio.Redis.from_url(private_redis_server.url)
+    )
+    try:
+        await COUNT(client, ["before"], [])  # loaded: the calls before the flush run at once
+        results = await run_batch(
+            client,
+            [
+                COUNT.call(["before"], []),
+                CommandCall(("SCRIPT", "FLUSH")),
+                COUNT.call(["after"], []),
+                COUNT.call(["after"], []),
+            ],
+        )
+        assert results[0] == 2
+        assert results[2:] == [1, 2]
+        assert await client.mget("before", "after") == [b"2", b"2"]  # nothing ran twice
+    finally:
+        await client.aclose()
+
+
+async def test_script_flush_over_and_over_under_load_is_invisible(
+    tmp_path: Path, pg_dsn: str, effects_tables: str
+) -> None:
+    server = PrivateRedis(tmp_path / "redis", options=("--maxmemory-policy", "noeviction"))
+    await server.start()
+    redis_client = bus.connect(server.url)
+    flusher = bus.connect(server.url)
+    load = SagaLoad(server, pg_dsn, effects_tables, tmp_path / "workers.log")
+    flushes = 0
+    try:
+        load.spawn()
+        load.spawn()
+        async with anyio.create_task_group() as tg:
+
+            async def flush_until_all_ended() -> None:
+                nonlocal flushes
+                while await load.ended(flusher) < load.sagas:  # one flush per round trip
+                    await flusher.script_flush()
+                    flushes += 1
+
+            await load.start(redis_client)  # the client's starts raise on any error
+            tg.start_soon(flush_until_all_ended)
+            await load.wait_ended(redis_client, load.sagas, within_s=60)
+        assert all(w.poll() is None for w in load.workers)
+    finally:
+        load.stop_workers()
+    try:
+        await load.check(redis_client)
+        assert flushes > 10
+        assert b"NoScriptError" not in (tmp_path / "workers.log").read_bytes()
+    finally:
+        await redis_client.aclose()
+        await flusher.aclose()
+        server.kill()
+
+
+async def test_replica_acks_end_the_pipeline_and_fail_only_the_calls_that_wrote(
+    private_redis: bus.Redis,
+) -> None:
+    acks = ReplicaAcks(replicas=1, timeout_ms=10)  # the private server has no replica
+    bad = inline("bad", "return redis.error_reply('ERR no')")
+    await private_redis.script_flush()  # the NOSCRIPT re-send ends with a WAIT too
+    results = await run_batch(private_redis, [COUNT.call(["n"], []), bad.call([], [])], acks=acks)
+    assert isinstance(results[0], bus.ReplicaAckTimeout)
+    assert (results[0].acked, results[0].wanted) == (0, 1)
+    assert isinstance(results[1], bus.RedisCommandError)  # its own error, not the replicas'
+    assert await private_redis.get("n") == b"1"  # the write stands on the master
+    assert await run_batch(private_redis, [COUNT.call(["n"], [])], acks=ReplicaAcks(0, 10)) == [2]
