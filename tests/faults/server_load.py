@@ -29,8 +29,7 @@ import bus
 from saga import HistoryEntry, SagaClient, SagaStatus
 from tests.faults import server_app
 from tests.faults.servers import PrivateRedis
-from tests.saga.crash_app import Job, app, crash
-from tests.saga.test_crash import expected_effects
+from tests.saga.crash_app import Job, app, crash, expected_effects
 
 
 @dataclass

@@ -23,6 +23,7 @@ from saga import (
     Participant,
     Retry,
     Saga,
+    SagaStatus,
     SagaWorker,
     StepContext,
     command,
@@ -48,6 +49,14 @@ class Undo(msgspec.Struct, tag=True, frozen=True):
 
 class Done(msgspec.Struct, tag=True, frozen=True):
     step: str
+
+
+def expected_effects(job: Job, status: SagaStatus) -> list[str]:
+    """The idempotency keys that must have taken effect, in order, for a saga's end state."""
+    if status == SagaStatus.COMPLETED:
+        return [f"{job.id}:{s}:do" for s in STEPS]
+    done = list(STEPS[: STEPS.index(job.fail_at)])
+    return [f"{job.id}:{s}:do" for s in done] + [f"{job.id}:{s}:undo" for s in reversed(done)]
 
 
 RETRY = Retry(attempts=50, initial=0.05, max_delay=0.5)
