@@ -28,6 +28,7 @@ from bus._errors import (
     PermanentError,
     RedisCommandError,
     RedisOutOfMemory,
+    RedisPermissionDenied,
     RedisUnavailable,
     TransientError,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "Redis",
     "RedisCommandError",
     "RedisOutOfMemory",
+    "RedisPermissionDenied",
     "RedisUnavailable",
     "Reply",
     "Requeued",

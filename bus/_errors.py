@@ -5,7 +5,8 @@
     BusError
     ├── RedisUnavailable        connection refused, reset or timed out (a retry may help)
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
-    │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    │   ├── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    │   └── RedisPermissionDenied  the Redis ACL user may not run the command or touch the key
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
@@ -46,6 +47,14 @@ class RedisOutOfMemory(RedisCommandError):
     """Redis is at ``maxmemory`` and refuses writes; back off and retry, nothing was written."""
 
     retryable = True
+
+
+class RedisPermissionDenied(RedisCommandError):
+    """The Redis ACL user may not run this command or touch this key (``NOPERM``).
+
+    A command a script runs is checked against the caller's ACL too, but Redis 7.0 reports a
+    refusal inside a script as a plain script error (:class:`RedisCommandError`).
+    """
 
 
 class GroupMissing(BusError):
@@ -114,6 +123,11 @@ def translate(error: rx.RedisError) -> BusError:
     """Map one redis-py exception to the bus's error tree (the only such mapping)."""
     if isinstance(error, rx.OutOfMemoryError):
         return RedisOutOfMemory(str(error))
+    if isinstance(error, rx.NoPermissionError):
+        return RedisPermissionDenied(
+            f"Redis refused: {error} (the ACL user lacks this permission; `saga acl --app …` prints "
+            "the users each process needs, see docs/security.md)"
+        )
     if isinstance(error, _UNAVAILABLE) or (
         type(error) is rx.ConnectionError  # its subclasses are auth failures: not retryable
     ):

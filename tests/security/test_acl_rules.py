@@ -7,9 +7,11 @@ import json
 from fnmatch import fnmatchcase
 
 import pytest
+from redis import exceptions as rx
 from typer.testing import CliRunner
 
-from bus import Stream
+from bus import RedisCommandError, RedisPermissionDenied, Stream
+from bus._errors import translate
 from cli.main import app as cli
 from saga import AclUser, App, Participant, acl_rules
 from saga._acl import script_commands
@@ -167,3 +169,12 @@ def test_the_cli_refuses_an_unclear_password_choice(args: list[str], message: st
     result = runner.invoke(cli, ["acl", "--app", "services_example.all:app", *args])
     assert result.exit_code == 1
     assert message in result.output
+
+
+def test_a_refused_permission_is_a_typed_error_that_says_what_to_do() -> None:
+    error = translate(rx.NoPermissionError("this user has no permissions to run the 'evalsha' command"))
+    assert isinstance(error, RedisPermissionDenied)
+    assert isinstance(error, RedisCommandError)
+    assert not error.retryable
+    assert "'evalsha'" in str(error)
+    assert "saga acl" in str(error)
