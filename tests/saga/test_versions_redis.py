@@ -313,10 +313,14 @@ async def test_listing_workers_only_reads(redis: bus.Redis) -> None:
     w = worker(redis, app_v1, clock)
     await w.register()
     keys = ContextKeys("shop")
-    before = (await redis.zrange(keys.workers, 0, -1, withscores=True), await redis.hgetall(keys.served))
+
+    async def stored() -> tuple[object, object]:
+        return await redis.zrange(keys.workers, 0, -1, withscores=True), await redis.hgetall(keys.served)
+
+    before = await stored()
     clock.advance(31)
     assert await Versions(redis, clock=clock).workers("shop") == []
-    assert (await redis.zrange(keys.workers, 0, -1, withscores=True), await redis.hgetall(keys.served)) == before
+    assert await stored() == before
 
 
 async def test_a_worker_heartbeats_while_it_runs_and_withdraws_when_it_stops(redis: bus.Redis) -> None:
