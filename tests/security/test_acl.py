@@ -5,8 +5,6 @@ reach another context's or participant's keys, and the operator user cannot writ
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -26,7 +24,6 @@ from saga import (
     SagaWorker,
     Versions,
 )
-from saga._acl import AclUser, acl_rules
 from saga._keys import Partition
 from services_example import stateless
 from services_example.all import app as demo
@@ -37,6 +34,7 @@ from services_example.payments import ledger, payments
 from services_example.shipping import shipping
 from tests.faults.servers import PrivateRedis
 from tests.saga import compose_sagas, time_sagas
+from tests.security.acl_users import Users, applied
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ORDERS = Partition("orders", 0)
@@ -58,42 +56,6 @@ WITH_OUTBOX = {
     ),
     "redsaga.orders.shipping": App("shipping", participants=[shipping]),
 }
-
-
-@dataclass
-class Users:
-    """A private server with the demo's ACL users applied; ``client(name)`` logs in as one."""
-
-    server: PrivateRedis
-    admin: bus.Redis
-    users: dict[str, AclUser]
-    clients: list[bus.Redis]
-
-    def client(self, name: str) -> bus.Redis:
-        assert name in self.users, name
-        client = bus.connect(self.server.url.replace("redis://", f"redis://{name}:pw-{name}@"))
-        self.clients.append(client)
-        return client
-
-    async def denials(self) -> list[dict[str, object]]:
-        """``ACL LOG``: every command or key Redis refused since the users were applied."""
-        return list(await self.admin.acl_log())
-
-
-@asynccontextmanager
-async def applied(server: PrivateRedis, app: App) -> AsyncIterator[Users]:
-    """``app``'s generated users applied on ``server`` (password ``pw-<name>``), ACL LOG cleared."""
-    admin = bus.connect(server.url)
-    generated = {u.name: u for u in acl_rules(app)}
-    for user in generated.values():
-        await admin.execute_command("ACL", "SETUSER", user.name, *user.rules(f"pw-{user.name}"))
-    await admin.acl_log_reset()
-    found = Users(server, admin, generated, [])
-    try:
-        yield found
-    finally:
-        for client in [*found.clients, admin]:
-            await client.aclose()
 
 
 @pytest.fixture
