@@ -262,3 +262,31 @@ async def test_a_worker_whose_user_lacks_its_stream_stops_with_the_permission_er
     with anyio.fail_after(10), pytest.RaisesGroup(refused, flatten_subgroups=True):
         await worker.run()
     assert not worker.started.is_set()
+
+
+async def test_operator_writes_run_as_the_orchestrator_user(users: Users) -> None:
+    """What docs/security.md promises: cancel, dead-letter requeue and purge, drain and undrain
+    need no more than the context's orchestrator user."""
+    await run_orders(users, STATELESS, {"ok": order(1)})  # leaves a poison entry's dead letter
+    orders = users.client("redsaga.orders")
+    admin = SagaAdmin(orders, stateless.app)
+    await SagaClient(orders, stateless.app.registry).start(order_fulfilment, order(2), saga_id="c1")
+    orchestrator = SagaWorker(orders, ORCHESTRATOR, config=CONFIG)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(orchestrator.run)
+        assert (await admin.cancel("c1", reason="fraud", wait_s=10)).outcome == "applied"
+        orchestrator.stop()
+    letters = bus.LetterFilter(stream="cmd:payments")
+    assert len(await admin.requeue_dead_letters(letters)) == 1
+    payments = SagaWorker(users.client("redsaga.orders.payments"), STATELESS["redsaga.orders.payments"])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(payments.run)  # dead-letters the requeued poison entry again
+        with anyio.fail_after(30):
+            while not await users.admin.xlen(ORDERS.commands("payments").dlq_key):
+                await anyio.sleep(0.05)
+        payments.stop()
+    assert await admin.purge_dead_letters(letters) == 1
+    versions = Versions(orders)
+    await versions.drain("order_fulfilment", 1, context="orders", by="ops", reason="test")
+    await versions.undrain("order_fulfilment", 1, context="orders")
+    assert await users.denials() == []
