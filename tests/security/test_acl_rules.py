@@ -178,3 +178,11 @@ def test_a_refused_permission_is_a_typed_error_that_says_what_to_do() -> None:
     assert not error.retryable
     assert "'evalsha'" in str(error)
     assert "saga acl" in str(error)
+
+
+def test_a_participant_named_like_an_orchestrator_stream_gets_no_user() -> None:
+    """``cmd:_local`` and friends are the orchestrator's own streams: a participant of that
+    name would be granted them."""
+    impostor = Participant("_local", serves=["orders"])
+    with pytest.raises(ValueError, match="reserved for the orchestrator"):
+        acl_rules(App("x", participants=[impostor]))
