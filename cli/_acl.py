@@ -41,7 +41,8 @@ def acl(
     One user per orchestrator context, one per participant and context it serves, one for
     the outbox relay and a read-only operator user (inspect, list, stats, export, dlq list);
     operator writes (force-complete, cancel, retry, dlq requeue) need the orchestrator's
-    user. Pipe the lines into ``redis-cli`` or keep them in an ACL file.
+    user. The lines go to stdout (pipe them into ``redis-cli``), what each user is for to
+    stderr.
     """
     app = load_object(app_ref)
     if not isinstance(app, App):
@@ -60,5 +61,5 @@ def acl(
         emit_json(as_json(users, passwords))
         return
     for user in users:
-        typer.echo(f"# {user.note}")
+        typer.echo(f"# {user.name}: {user.note}", err=True)  # stdout stays pipeable into redis-cli
         typer.echo(user.line(passwords[user.name]))

@@ -22,7 +22,7 @@ def test_the_acl_lines_on_the_page_are_what_saga_acl_prints() -> None:
     command, shown = block
     result = runner.invoke(cli, shlex.split(command)[1:])
     assert result.exit_code == 0, result.output
-    assert shown == result.output, "regenerate the block: " + command
+    assert shown == result.stdout, "regenerate the block: " + command
 
 
 def test_the_size_limits_on_the_page_are_the_defaults() -> None:

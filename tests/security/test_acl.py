@@ -4,6 +4,8 @@ reach another context's or participant's keys, and the operator user cannot writ
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from saga import (
     SagaStatus,
     SagaWorker,
     Versions,
+    acl_rules,
 )
 from saga._keys import Partition
 from services_example import stateless
@@ -32,7 +35,7 @@ from services_example.inventory import inventory, stock
 from services_example.orders import order_fulfilment
 from services_example.payments import ledger, payments
 from services_example.shipping import shipping
-from tests.faults.servers import PrivateRedis
+from tests.faults.servers import PrivateRedis, require_binary
 from tests.saga import compose_sagas, time_sagas
 from tests.security.acl_users import Users, applied
 
@@ -290,3 +293,20 @@ async def test_operator_writes_run_as_the_orchestrator_user(users: Users) -> Non
     await versions.drain("order_fulfilment", 1, context="orders", by="ops", reason="test")
     await versions.undrain("order_fulfilment", 1, context="orders")
     assert await users.denials() == []
+
+
+async def test_the_printed_lines_pipe_into_redis_cli(private_redis_server: PrivateRedis) -> None:
+    """What docs/security.md shows: ``saga acl … | redis-cli`` creates the users."""
+    saga = subprocess.run(
+        [sys.executable, "-m", "cli", "acl", "--app", "services_example.all:app", "--nopass"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    cli = [str(require_binary("redis-cli")), "-p", str(private_redis_server.port)]
+    piped = subprocess.run(cli, input=saga.stdout, capture_output=True, text=True, check=True, timeout=60)
+    assert set(piped.stdout.split()) == {"OK"}
+    admin = bus.connect(private_redis_server.url)
+    try:
+        names = [line.split()[1].decode() for line in await admin.execute_command("ACL", "LIST")]
+    finally:
+        await admin.aclose()
+    assert set(names) == {u.name for u in acl_rules(demo)} | {"default"}

@@ -142,8 +142,9 @@ def test_a_password_is_stored_only_as_its_sha256() -> None:
 def test_the_cli_prints_one_line_per_user_and_reads_passwords_from_the_environment() -> None:
     result = runner.invoke(cli, ["acl", "--app", "services_example.all:app", "--nopass"])
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("ACL SETUSER")]
-    assert [line.split()[2] for line in lines] == list(users_of(demo))
+    lines = result.stdout.splitlines()
+    assert [line.split()[:3] for line in lines] == [["ACL", "SETUSER", name] for name in users_of(demo)]
+    assert "read-only operator" in result.stderr
 
     names = list(users_of(demo))
     env = {f"PW_{n.upper().replace('.', '_')}": f"pw-{n}" for n in names}
@@ -151,7 +152,7 @@ def test_the_cli_prints_one_line_per_user_and_reads_passwords_from_the_environme
         cli, ["acl", "--app", "services_example.all:app", "--password-env", "PW", "--json"], env=env
     )
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)
     assert [r["name"] for r in rows] == names
     assert all(f"pw-{r['name']}" not in json.dumps(r) for r in rows)
     assert all("#" + hashlib.sha256(f"pw-{r['name']}".encode()).hexdigest() in r["rules"] for r in rows)
