@@ -5,7 +5,8 @@
     BusError
     ├── RedisUnavailable        connection refused, reset or timed out (a retry may help)
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
-    │   └── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    │   ├── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
+    │   └── RedisPermissionDenied  the Redis ACL user may not run the command or touch the key
     ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
     ├── UnsafeRedisConfig       Redis settings that lose data (an eviction policy); refused
     ├── ReplicaAckTimeout       written on the master, too few replicas acknowledged (WAIT)
@@ -50,6 +51,14 @@ class RedisOutOfMemory(RedisCommandError):
     """Redis is at ``maxmemory`` and refuses writes; back off and retry, nothing was written."""
 
     retryable = True
+
+
+class RedisPermissionDenied(RedisCommandError):
+    """The Redis ACL user may not run this command or touch this key (``NOPERM``).
+
+    A command a script runs is checked against the caller's ACL too, but Redis 7.0 reports a
+    refusal inside a script as a plain script error (:class:`RedisCommandError`).
+    """
 
 
 class RedisDataLost(BusError):
@@ -185,20 +194,27 @@ def translate(error: rx.RedisError) -> BusError:
     """Map one redis-py exception to the bus's error tree (the only such mapping)."""
     if isinstance(error, rx.OutOfMemoryError):
         return RedisOutOfMemory(str(error))
+    if isinstance(error, rx.NoPermissionError):
+        return RedisPermissionDenied(
+            f"Redis refused: {error} (the ACL user lacks this permission; `saga acl --app …` prints "
+            "the users each process needs, see docs/security.md)"
+        )
     if isinstance(error, _UNAVAILABLE) or (
         type(error) is rx.ConnectionError  # its subclasses are auth failures: not retryable
     ):
         return RedisUnavailable(f"Redis unavailable: {error}")
     # Redis reports these only through the error code that starts the reply.
-    if isinstance(error, rx.ResponseError):
-        code = str(error).partition(" ")[0]
-        if code == "NOGROUP":
-            return GroupMissing(str(error))
-        if code == "UNBLOCKED":
-            return StreamDeleted(str(error))
-        if code == "BUSYGROUP":
-            return GroupExists(str(error))
+    by_code = _BY_CODE.get(str(error).partition(" ")[0]) if isinstance(error, rx.ResponseError) else None
+    if by_code is not None:
+        return by_code(str(error))
     return RedisCommandError(f"{type(error).__name__}: {error}")
+
+
+_BY_CODE: dict[str, type[BusError]] = {
+    "NOGROUP": GroupMissing,
+    "UNBLOCKED": StreamDeleted,
+    "BUSYGROUP": GroupExists,
+}
 
 
 @contextmanager

@@ -327,6 +327,12 @@ class Worker:
                 self._log.warning("periodic job failed; will try again", job=name, error=str(error))
 
     async def _retrying(self, name: str, job: Callable[[], Awaitable[object]]) -> None:
+        """Run ``job`` until it succeeds, backing off while Redis is unavailable.
+
+        A failure that retrying cannot fix (a missing ACL permission, a key of the wrong
+        type) is raised: a worker that cannot create its groups stops with that error
+        instead of logging the same warning forever.
+        """
         backoff = Backoff(self.runtime.clock)
         while True:
             try:
@@ -334,6 +340,9 @@ class Worker:
             except (RedisDataLost, UnsafeRedisConfig):
                 raise
             except BusError as error:
+                if not error.retryable:
+                    self._log.error("call failed; retrying cannot help", job=name, error=str(error))
+                    raise
                 self._log.warning("call failed; retrying", job=name, error=str(error))
                 await self._unless_stopping(backoff.wait())
                 if self._stopping.is_set():

@@ -14,6 +14,7 @@ stats; :func:`replay_trace` replays an exported trace in CI.
 """
 
 from bus import PermanentError, TransientError
+from saga._acl import AclUser, acl_rules
 from saga._admin import SagaAdmin
 from saga._app import App
 from saga._client import SagaClient
@@ -103,6 +104,7 @@ __all__ = [
     "LOCAL",
     "SAGA_TRANSITIONS",
     "STEP_TRANSITIONS",
+    "AclUser",
     "ActionRefused",
     "ActionResult",
     "App",
@@ -209,6 +211,7 @@ __all__ = [
     "Wait",
     "WaitInfo",
     "WorkerInfo",
+    "acl_rules",
     "check_registry",
     "command",
     "compare_shapes",

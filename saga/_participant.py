@@ -108,6 +108,11 @@ class Participant:
 
         return register
 
+    @property
+    def uses_outbox(self) -> bool:
+        """Whether a handler replies through the outbox (then the relay publishes its replies)."""
+        return any(h.outbox for h in self._handlers)
+
     def install(self, bus: Bus) -> None:
         """Register this participant's handlers on ``bus`` for every partition it serves."""
         if not self._handlers:

@@ -246,8 +246,20 @@ class Versions:
         return {key: n for key, per in counts.items() if (n := sum(per.get(s, 0) for s in IN_FLIGHT))}
 
     async def workers(self, context: str) -> list[WorkerInfo]:
-        """The live workers of ``context`` (registrations not yet expired)."""
-        return await self._workers(context, ["list"])
+        """The live workers of ``context`` (registrations not yet expired).
+
+        Only reads (a read-only operator user may list versions): expired registrations are
+        skipped here and removed by the next worker's heartbeat.
+        """
+        keys = ContextKeys(context)
+        now = self.clock.script_now_ms()
+        with redis_errors():
+            if now < 0:
+                seconds, micros = await self.redis.time()
+                now = seconds * 1000 + micros // 1000
+            ids = await self.redis.zrangebyscore(keys.workers, f"({now}", "+inf")
+            served = await self.redis.hmget(keys.served, ids) if ids else []
+        return [msgspec.json.decode(s or b"{}", type=WorkerInfo) for s in served]
 
     async def drained(self, context: str) -> dict[str, DrainNote]:
         """The drained versions of ``context`` with their notes."""

@@ -306,6 +306,23 @@ async def test_sagas_on_a_version_no_live_worker_serves_are_reported_and_logged(
     assert [s.version for s in await stranded_instances(redis, clock=clock)] == [1]
 
 
+async def test_listing_workers_only_reads(redis: bus.Redis) -> None:
+    """A read-only operator user may run ``saga versions list``: listing skips an expired
+    registration without removing it (the next heartbeat does)."""
+    clock = FakeClock()
+    w = worker(redis, app_v1, clock)
+    await w.register()
+    keys = ContextKeys("shop")
+
+    async def stored() -> tuple[object, object]:
+        return await redis.zrange(keys.workers, 0, -1, withscores=True), await redis.hgetall(keys.served)
+
+    before = await stored()
+    clock.advance(31)
+    assert await Versions(redis, clock=clock).workers("shop") == []
+    assert await stored() == before
+
+
 async def test_a_worker_heartbeats_while_it_runs_and_withdraws_when_it_stops(redis: bus.Redis) -> None:
     import anyio
 

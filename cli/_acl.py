@@ -1,0 +1,65 @@
+"""``saga acl``: the Redis ACL users an App's processes need (see docs/security.md)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated
+
+import typer
+
+from cli._common import CommandError, Json, emit_json
+from cli._load import load_object
+from saga import App, acl_rules
+from saga._acl import as_json
+
+
+def acl(
+    app_ref: Annotated[str, typer.Option("--app", help="The App whose users to print, as module:attribute.")],
+    password_env: Annotated[
+        str | None,
+        typer.Option(
+            "--password-env",
+            help="Read each user's password from the environment variable <VAR>_<USER> (user name "
+            "upper-cased, other characters as _), e.g. REDSAGA_ACL_REDSAGA_ORDERS_PAYMENTS; the "
+            "lines hold only its SHA-256.",
+            metavar="VAR",
+        ),
+    ] = None,
+    nopass: Annotated[
+        bool, typer.Option("--nopass", help="Users without a password (local use only).")
+    ] = False,
+    prefix: Annotated[str, typer.Option(help="Prefix of the user names.")] = "redsaga",
+    relay_stream: Annotated[
+        list[str] | None,
+        typer.Option("--relay-stream", help="Another stream key the relay publishes to (repeatable)."),
+    ] = None,
+    json_output: Json = False,
+) -> None:
+    """Print an ``ACL SETUSER`` line per Redis user the App's processes need.
+
+    One user per orchestrator context, one per participant and context it serves, one for
+    the outbox relay and a read-only operator user (inspect, list, stats, export, dlq list);
+    operator writes (force-complete, cancel, retry, dlq requeue) need the orchestrator's
+    user. The lines go to stdout (pipe them into ``redis-cli``), what each user is for to
+    stderr.
+    """
+    app = load_object(app_ref)
+    if not isinstance(app, App):
+        raise CommandError(f"{app_ref} is a {type(app).__name__}, not a saga.App")
+    if nopass == (password_env is not None):
+        raise CommandError("give exactly one of --password-env VAR and --nopass")
+    users = acl_rules(app, prefix=prefix, relay_streams=relay_stream or ())
+    passwords: dict[str, str | None] = {u.name: None for u in users}
+    if password_env is not None:
+        variables = {u.name: f"{password_env}_{re.sub(r'[^A-Za-z0-9]', '_', u.name).upper()}" for u in users}
+        missing = [v for v in variables.values() if not os.environ.get(v)]
+        if missing:
+            raise CommandError(f"set a password in each of: {', '.join(missing)}")
+        passwords = {name: os.environ[v] for name, v in variables.items()}
+    if json_output:
+        emit_json(as_json(users, passwords))
+        return
+    for user in users:
+        typer.echo(f"# {user.name}: {user.note}", err=True)  # stdout stays pipeable into redis-cli
+        typer.echo(user.line(passwords[user.name]))

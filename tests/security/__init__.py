@@ -1,0 +1,1 @@
+"""Security: Redis ACL users, TLS, payload limits."""
