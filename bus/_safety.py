@@ -9,8 +9,10 @@
   none). ``BusConfig.on_no_aof``, default ``warn``: many teams run a cache-grade Redis in
   development, and a replica with AOF may hold the durable copy.
 
-Managed services and ACL users without ``CONFIG`` cannot be checked: the worker logs a
-warning that says so and starts.
+The settings are read from ``INFO`` (``maxmemory_policy``, ``aof_enabled``), not ``CONFIG
+GET``: ACL users need not be granted ``CONFIG``, which would also show them the server's
+passwords. A server that refuses ``INFO`` cannot be checked: the worker logs a warning that
+says so and starts.
 """
 
 from __future__ import annotations
@@ -29,23 +31,20 @@ async def check_redis_settings(redis: Redis, config: BusConfig) -> list[str]:
         return []
     try:
         with redis_errors():
-            settings = {
-                **await redis.config_get("maxmemory-policy"),
-                **await redis.config_get("appendonly"),
-            }
-    except RedisCommandError as error:  # NOPERM, or CONFIG renamed away by a managed service
+            settings = {**await redis.info("memory"), **await redis.info("persistence")}
+    except RedisCommandError as error:  # NOPERM, or INFO renamed away by a managed service
         _log.warning(
-            "could not check the Redis settings that protect saga data (CONFIG GET refused); "
+            "could not check the Redis settings that protect saga data (INFO refused); "
             "make sure maxmemory-policy is noeviction and AOF is on",
             error=str(error),
         )
         return []
     found: list[tuple[str, str]] = []
-    policy = _text(settings.get("maxmemory-policy", "noeviction"))
+    policy = _text(settings.get("maxmemory_policy", "noeviction"))
     if policy != "noeviction":
         evicts = f"maxmemory-policy is {policy}: at maxmemory Redis deletes saga state, pending entries "
         found.append((evicts + "and dedupe keys; set it to noeviction", config.on_eviction))
-    if _text(settings.get("appendonly", "yes")) != "yes":
+    if _text(settings.get("aof_enabled", 1)) != "1":
         no_aof = "appendonly is no: a Redis crash loses every transition since the last snapshot; "
         found.append((no_aof + "turn AOF on (appendfsync everysec or always)", config.on_no_aof))
     refused = [problem for problem, mode in found if mode == "refuse"]

@@ -38,7 +38,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final, Literal
 
-from bus import Stream, tagged_key
+from bus import EPOCH_KEY, Stream, tagged_key
 from bus._keys import PREFIX
 from saga._app import App
 from saga._definition import LOCAL, Context, Saga
@@ -47,8 +47,9 @@ from saga._keys import CHILD, CONTEXTS, WAITS
 
 Role = Literal["orchestrator", "participant", "relay", "operator"]
 
-_CONNECT: Final = ("auth", "hello", "client|setname", "ping")
-_SCRIPTS: Final = ("evalsha", "script|load")
+_CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
+"""Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
+_SCRIPTS: Final = ("evalsha", "eval")  # EVAL re-runs a script after NOSCRIPT (bus/_scripts.py)
 _CONSUME: Final = ("xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers")
 _READ: Final = (
     "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
@@ -63,7 +64,7 @@ _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 """Plain writes of operator actions (drain, decommission, dlq purge)."""
 
 _CONSUMER_SCRIPTS: Final = (
-    ("bus", "ack"), ("bus", "complete"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
+    ("bus", "epoch"), ("bus", "ack"), ("bus", "complete"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
     ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
 )  # fmt: skip
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
@@ -135,7 +136,7 @@ def _orchestrator(prefix: str, context: Context, definitions: list[Saga[Any]]) -
     own = [d for d in definitions if d.context.name == name]
     keys = [
         _partitions(name, "*"), _key(f"{name}:w:*", "*"), _key(f"{name}:sched", "*"),
-        _key(f"{name}:meta", "*"), _key(name, "versions:*"), "~" + CONTEXTS,
+        _key(f"{name}:meta", "*"), _key(name, "versions:*"), "~" + CONTEXTS, "~" + EPOCH_KEY,
     ]  # fmt: skip
     for stream in event_waits(own):
         keys += _consumer_keys(stream, f"{name}.waits")
@@ -167,13 +168,15 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
         _partitions(context.name, "inbox"),
         _partitions(context.name, "published"),
         _partitions(context.name, "dlq"),
+        "~" + EPOCH_KEY,  # every worker joins and checks the deployment's epoch
+        "%R~" + tagged_key(context.name, "versions", "shapes"),  # its partition count, read at start
     ]
     note = f"participant {participant!r} serving context {context.name!r}"
     return AclUser(
         f"{prefix}.{context.name}.{participant}",
         "participant",
         context.name,
-        _commands((*_CONNECT, *_SCRIPTS, *_CONSUME), _CONSUMER_SCRIPTS),
+        _commands((*_CONNECT, *_SCRIPTS, *_CONSUME, "hgetall"), _CONSUMER_SCRIPTS),
         tuple(keys),
         note,
     )

@@ -166,7 +166,8 @@ async def test_a_participant_reaches_neither_the_sagas_nor_another_participants_
     await denied(payments.lrange(ORDERS.history("s1"), 0, -1))
     await denied(payments.xadd(ORDERS.commands("inventory").key, {"f": "v"}))
     await denied(payments.xreadgroup("inventory", "me", {ORDERS.commands("inventory").key: ">"}))
-    await denied(payments.hgetall("rs:{orders}:versions:shapes"))
+    await payments.hgetall("rs:{orders}:versions:shapes")  # read-only: its partition count at start
+    await denied(payments.hset("rs:{orders}:versions:shapes", "order_fulfilment@1", "{}"))
     await denied(payments.get("rs:{orders:meta}:signal-secret"))
     # a script runs with the caller's permissions: it cannot reach the saga hash either
     await denied(payments.eval("return redis.call('HGETALL', KEYS[1])", 1, ORDERS.saga("s1")))

@@ -85,10 +85,13 @@ def test_a_participant_reaches_only_its_stream_records_and_what_its_replies_writ
     foreign = [
         partition.saga("s"), partition.history("s"), partition.commands("inventory").key,
         partition.commands("payments2").key, stream.dedupe_key("inventory", "k"), partition.timers,
-        partition.counts, ContextKeys("orders").shapes, secret_key("orders"),
+        partition.counts, secret_key("orders"),
         Partition("billing", 0).commands("payments").key,
     ]  # fmt: skip
     assert [k for k in foreign if reaches(payments, k, write=False)] == []
+    shapes = ContextKeys("orders").shapes  # read at start: its partition count (PartitionMismatch)
+    assert reaches(payments, shapes, write=False)
+    assert not reaches(payments, shapes)
 
 
 def test_script_commands_are_read_from_the_scripts_themselves() -> None:
@@ -101,7 +104,7 @@ def test_script_commands_are_read_from_the_scripts_themselves() -> None:
     for name in ("ack", "complete", "fail", "heartbeat", "dedupe_claim"):
         assert set(script_commands("bus", name)) <= set(payments.commands), name
     assert "hset" in payments.commands  # fail.lua records the failure history
-    assert "hgetall" not in payments.commands
+    assert "hgetall" in payments.commands  # the registered partition count, read at start
 
 
 def test_the_operator_reads_everything_and_writes_nothing() -> None:
