@@ -1,10 +1,11 @@
 """Fault tests: real worker processes on real Redis, killed, stopped and cut off mid-work.
 
-Each worker is ``tests/bus/worker_proc.py`` in its own process; its participant records
-effects in PostgreSQL (a UNIQUE idempotency key) and appends every call to an attempts log,
-so the assertions count effects instead of trusting the bus. Leases are 1 s so that a
-takeover happens within the test; every wait is a bounded poll for an observable state
-(``anyio.fail_after``), never a sleep standing for time passing.
+Each worker is ``tests/bus/worker_proc.py`` in its own process (spawned, signalled and
+reaped by ``tests/faults/procs.py``); its participant records effects in PostgreSQL (a
+UNIQUE idempotency key) and appends every call to an attempts log, so the assertions count
+effects instead of trusting the bus. Leases are 1 s so that a takeover happens within the
+test; every wait is a bounded poll for an observable state (``eventually``), never a sleep
+standing for time passing.
 
 Invariants from FAULTS.md checked here: G2 (one effect per idempotency key), G5 (a stalled
 worker's heartbeat is refused and it does not take the entry back), G6 (dead letters carry
@@ -14,18 +15,14 @@ next worker; nothing silently dropped).
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import anyio
 import msgspec
 import psycopg
 import pytest
@@ -33,11 +30,11 @@ import pytest
 import bus
 from bus import Publisher
 from tests.bus.worker_proc import COMMANDS, GATE_KEY, REPLIES, SCHEMA, Charge, Charged
+from tests.faults.procs import Proc, Procs, eventually
 from tests.helpers import dead_letters, pending
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE_MS = 1_000
 GROUP = "payments"
 
@@ -46,76 +43,20 @@ GROUP = "payments"
 
 
 @dataclass
-class Proc:
-    """One worker process; its stdout (JSON log lines) goes to a file the test reads."""
-
-    consumer: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def events(self) -> list[dict[str, Any]]:
-        """Every JSON log line written so far."""
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue  # a line being written right now
-        return out
-
-    def saw(self, event: str) -> bool:
-        """Whether the worker logged ``event``."""
-        return any(e.get("event") == event for e in self.events())
-
-    async def wait_for(self, event: str, timeout: float = 10) -> None:
-        """Wait until the worker logs ``event``."""
-        await eventually(lambda: self.saw(event), timeout, f"{self.consumer} logs {event!r}")
-
-    def signal(self, number: signal.Signals) -> None:
-        """Send a signal to the worker."""
-        self.process.send_signal(number)
-
-    async def wait_exit(self, timeout: float = 15) -> int:
-        """Wait for the process to end; return its exit code."""
-        await eventually(lambda: self.process.poll() is not None, timeout, f"{self.consumer} exits")
-        return int(self.process.returncode)
-
-
-@dataclass
 class Faults:
-    """Starts worker processes and reads what they did (Redis and the participant's database)."""
+    """Starts worker processes (``tests/faults/procs.py``) and reads what they did (Redis
+    and the participant's database)."""
 
     redis: bus.Redis
     redis_url: str
     pg_dsn: str
-    tmp: Path
-    procs: list[Proc] = field(default_factory=list)
+    procs: Procs
 
     async def start(self, consumer: str, *options: str, ready: bool = True) -> Proc:
         """Start a worker named ``consumer``; wait until it reads unless ``ready`` is false."""
-        log_path = self.tmp / f"{consumer}.log"
-        command = [
-            sys.executable,
-            "-m",
-            "tests.bus.worker_proc",
-            "--redis-url",
-            self.redis_url,
-            "--pg-dsn",
-            self.pg_dsn,
-            "--consumer",
-            consumer,
-            "--lease-ms",
-            str(LEASE_MS),
-            *options,
-        ]
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        proc = Proc(consumer, process, log_path)
-        self.procs.append(proc)
-        if ready:
-            await proc.wait_for("ready")
-        return proc
+        args = ("--redis-url", self.redis_url, "--pg-dsn", self.pg_dsn, "--consumer", consumer,
+                "--lease-ms", str(LEASE_MS), *options)  # fmt: skip
+        return await self.procs.start(consumer, *args) if ready else self.procs.spawn(consumer, *args)
 
     async def publish(self, order: str, **extra: Any) -> str:
         """Publish the Charge for ``order`` (idempotency key ``saga-<order>:charge``)."""
@@ -159,26 +100,11 @@ class Faults:
 
     async def stop_all(self) -> None:
         """SIGTERM every live worker and check each drains and exits cleanly."""
-        live = [p for p in self.procs if p.process.poll() is None]
+        live = self.procs.running
         for proc in live:
-            proc.signal(signal.SIGTERM)
+            proc.terminate()
         for proc in live:
             assert await proc.wait_exit() == 0, proc.log_path.read_text()
-
-
-async def eventually(check: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``check`` (sync or async) until it is truthy; fail after ``timeout`` seconds."""
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                value = check()
-                if isinstance(value, Awaitable):
-                    value = await value
-                if value:
-                    return
-                await anyio.sleep(0.02)  # polling for an observable state, not standing for time
-    except TimeoutError:
-        pytest.fail(f"timed out after {timeout} s waiting until {what}")
 
 
 @pytest.fixture
@@ -209,17 +135,12 @@ def pg_database(pg_dsn: str) -> Iterator[str]:
 async def faults(
     real_redis: bus.Redis, real_redis_url: str, pg_database: str, tmp_path: Path
 ) -> AsyncIterator[Faults]:
-    env = Faults(real_redis, real_redis_url, pg_database, tmp_path)
+    procs = Procs("tests.bus.worker_proc", tmp_path / "logs")
     try:
-        yield env
+        yield Faults(real_redis, real_redis_url, pg_database, procs)
     finally:
-        for proc in env.procs:
-            if proc.process.poll() is None:
-                proc.process.send_signal(signal.SIGCONT)
-                proc.process.kill()
-            proc.process.wait(timeout=10)
-            print(f"--- {proc.consumer} (exit {proc.process.returncode})")
-            print(proc.log_path.read_text(errors="replace")[-4000:])
+        procs.kill_all()
+        print(procs.tail(60))
 
 
 # --- scenarios ---------------------------------------------------------------------------
@@ -236,7 +157,7 @@ async def test_sigkill_mid_handler_entry_is_taken_over_after_the_lease(faults: F
     await faults.publish("o1")
     expected = "started" if hold_at == "before" else "applied"
     await eventually(lambda: ("o1", "victim", 1, expected) in faults.attempts(), 10, f"victim {expected}")
-    victim.signal(signal.SIGKILL)
+    victim.kill()
     assert await victim.wait_exit() == -signal.SIGKILL
 
     await faults.start("rescuer")
@@ -268,11 +189,11 @@ async def test_sigstop_past_the_lease_heartbeat_is_refused_and_entry_handled_onc
     stalled = await faults.start("stalled", "--behaviour", "hold")
     await faults.publish("o1")
     await eventually(lambda: ("o1", "stalled", 1, "started") in faults.attempts(), 10, "stalled starts")
-    stalled.signal(signal.SIGSTOP)
+    stalled.stop()
 
     await faults.start("rescuer", "--behaviour", "hold")
     await eventually(lambda: ("o1", "rescuer", 2, "started") in faults.attempts(), 10, "rescuer takes over")
-    stalled.signal(signal.SIGCONT)
+    stalled.resume()
 
     # its next heartbeat is refused: it abandons the handler and leaves the entry alone
     await stalled.wait_for("lease lost; abandoning the handler")
@@ -339,7 +260,7 @@ async def test_entry_that_crashes_the_process_is_dead_lettered_after_the_limit(f
     async def supervise() -> bool:
         """Restart the worker whenever it died (what systemd or Kubernetes would do)."""
         nonlocal generation
-        if not faults.procs or faults.procs[-1].process.poll() is not None:
+        if not faults.procs.running:
             generation += 1
             await faults.start(f"crashy{generation}", *options, ready=False)
         return len(await dead_letters(faults.redis, COMMANDS)) == 1
@@ -378,7 +299,7 @@ async def test_malformed_entry_is_dead_lettered_at_once_and_the_worker_goes_on(f
     assert letter["reason"] == "malformed entry: missing envelope fields: id, at, v"
     assert letter["raw.type"] == "Charge"
     assert await faults.pending() == []
-    assert worker.process.poll() is None
+    assert worker.alive
     await faults.stop_all()
 
 
@@ -402,7 +323,7 @@ async def test_sigterm_during_a_burst_loses_nothing(faults: Faults) -> None:
         ]
     )
     await eventually(lambda: len(faults.effects()) >= 40, 15, "the burst is under way")
-    first.signal(signal.SIGTERM)
+    first.terminate()
     assert await first.wait_exit() == 0
     assert first.saw("worker stopped")
 
@@ -457,6 +378,6 @@ async def test_client_kill_mid_run_consumers_reconnect_and_continue(faults: Faul
     assert faults.effects() == {f"o{i}": "w1" for i in range(published)}
     assert not [a for a in faults.attempts() if a[3] == "duplicate"]
     assert len(await faults.replies()) == published
-    assert worker.process.poll() is None
+    assert worker.alive
     await faults.stop_all()
     assert await dead_letters(faults.redis, COMMANDS) == []

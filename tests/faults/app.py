@@ -126,6 +126,30 @@ def expected_end(data: Order) -> SagaStatus:
     return SagaStatus.COMPLETED
 
 
+def implied_effects(data: Order, status: SagaStatus) -> list[tuple[str, str]] | None:
+    """The effects, as ``(step, kind)`` in order of application, that an ``order`` saga
+    ending in ``status`` must have left in PostgreSQL (``None``: that end leaves them open).
+
+    A completed saga applied every step; otherwise the steps before the first failing or
+    raising one, then (when a step was refused) their undos in reverse order, up to the first
+    compensation that fails for good.
+    """
+    if status == SagaStatus.COMPLETED:
+        return [(step, "do") for step in STEPS]
+    stops = [i for i, step in enumerate(STEPS) if step in (data.fail_step, data.raise_step)]
+    if not stops:
+        return None
+    done = STEPS[: stops[0]]
+    if STEPS[stops[0]] != data.fail_step:  # a step that raises: its retries run out, nothing is undone
+        return [(step, "do") for step in done]
+    undone: list[str] = []
+    for step in reversed(done):
+        if data.undo_fails.get(step) == FOREVER:
+            break
+        undone.append(step)
+    return [(step, "do") for step in done] + [(step, "undo") for step in undone]
+
+
 class Do(msgspec.Struct, tag=True, frozen=True):
     step: str
     order: Order

@@ -15,7 +15,10 @@ What each invariant means here:
   also proves the handler ran again, when the scenario made it, through the attempts log);
 - G3 a compensated, cancelled or dead-lettered saga undid exactly its completed steps, each
   once, in strict reverse order of completion, after every step's effect; a completed saga
-  has every step's effect and no undo; the effects agree with the saga's ``completed`` list;
+  has every step's effect and no undo; the effects agree with the saga's ``completed`` list
+  and, when the test says what a saga's end implies (``implied``), equal exactly that
+  list of ``(step, kind)`` in order: a check against the test's own model, not the engine's
+  record (after a lost AOF tail or a failover, Redis forgets but PostgreSQL does not);
 - G4 the revisions of a saga's applied history entries run 1, 2, 3, …, and no event
   (message id) was applied twice;
 - G5 a worker whose lease on a command moved on (a :class:`Fence`) did not reach that
@@ -227,13 +230,15 @@ class Checker:
         fenced: Iterable[Fence] = (),
         steps: Callable[[str], tuple[str, ...]] | None = None,
         dead_letters: int | None = None,
+        implied: Callable[[SagaState], list[tuple[str, str]] | None] | None = None,
     ) -> None:
         """Check G1-G8 for ``saga_ids``; raise one ``AssertionError`` listing every violation.
 
         ``expect(saga_id)`` gives the end state(s) a saga must reach (``None``: any end);
         ``steps(saga_id)`` its definition's steps in order (for G3's completed sagas);
         ``fenced`` lists the leases that moved on (G5); ``dead_letters`` is the exact number
-        of dead letters expected.
+        of dead letters expected; ``implied(state)`` the effects, ``(step, kind)`` in order of
+        application, that the saga's end state implies (``None``: not determined).
         """
         ids = list(saga_ids)
         effects, attempts = self.effects(), self.attempts()
@@ -246,6 +251,8 @@ class Checker:
             if state is None:
                 continue
             self._g3(state, by_saga[saga_id], steps(saga_id) if steps else None)
+            if implied is not None:
+                self._g3_implied(state, by_saga[saga_id], implied(state))
             self._g4(state, await self.history(saga_id))
         self._g5(attempts, fenced)
         await self._g6(dead_letters)
@@ -310,6 +317,15 @@ class Checker:
         last_do = max((e.seq for e in effects if e.kind == "do"), default=0)
         if any(e.seq < last_do for e in effects if e.kind == "undo"):
             self.problem("G3", f"{saga_id}: an undo was applied before the last step's effect", saga_id)
+
+    def _g3_implied(
+        self, state: SagaState, effects: list[Effect], wanted: list[tuple[str, str]] | None
+    ) -> None:
+        got = [(e.step, e.kind) for e in effects]
+        if wanted is not None and got != wanted:
+            self.problem(
+                "G3", f"{state.id} ({state.status}) left effects {got}; its end implies {wanted}", state.id
+            )
 
     def _g4(self, state: SagaState, history: list[HistoryEntry]) -> None:
         saga_id = state.id

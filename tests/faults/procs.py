@@ -95,6 +95,10 @@ class Proc:
         self.process.wait(10)
         self.stopped = False
 
+    def terminate(self) -> None:
+        """SIGTERM: ask for a graceful stop."""
+        self.process.send_signal(signal.SIGTERM)
+
     def stop(self) -> None:
         """SIGSTOP: the process freezes with its sockets open (a GC pause, a stalled VM)."""
         self.process.send_signal(signal.SIGSTOP)
@@ -113,15 +117,16 @@ class Proc:
 
 @dataclass
 class Procs:
-    """Spawns ``python -m <module>`` processes with a base environment, and cleans them up."""
+    """Spawns ``python -m <module> [args]`` processes with a base environment, and cleans them up."""
 
     module: str
     logs: Path
     env: Mapping[str, str] = field(default_factory=dict)
     spawned: list[Proc] = field(default_factory=list)
 
-    def spawn(self, name: str, **env: str) -> Proc:
-        """Start one process named ``name`` (its log is ``<logs>/<name>.log``, appended to)."""
+    def spawn(self, name: str, *args: str, **env: str) -> Proc:
+        """Start one process named ``name`` with command-line ``args`` and extra ``env``
+        (its log is ``<logs>/<name>.log``, appended to)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         # a crash point is armed only for the process a test names it for
@@ -129,7 +134,7 @@ class Procs:
         environment.update({**self.env, **env})
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", self.module],
+                [sys.executable, "-m", self.module, *args],
                 cwd=ROOT,
                 env=environment,
                 stdout=log,
@@ -139,9 +144,9 @@ class Procs:
         self.spawned.append(proc)
         return proc
 
-    async def start(self, name: str, **env: str) -> Proc:
+    async def start(self, name: str, *args: str, **env: str) -> Proc:
         """:meth:`spawn`, then wait until the process logs ``ready``."""
-        proc = self.spawn(name, **env)
+        proc = self.spawn(name, *args, **env)
         await proc.wait_for("ready")
         return proc
 

@@ -1,9 +1,10 @@
 """One saga fault scenario: a Redis database, a PostgreSQL schema, worker processes, a checker.
 
 :func:`open_scenario` gives a :class:`Scenario` whose workers run ``tests/faults/app.py``
-against the given Redis URL and a fresh PostgreSQL schema (dropped afterwards), with every
-spawned process killed at the end. The seed (``FAULTS_SEED``, else random) is printed
-first, so a failing run can be repeated.
+against the given Redis URL (the shared test database, or a test's own
+:class:`~tests.faults.servers.PrivateRedis` for server faults) and a fresh PostgreSQL schema
+(dropped afterwards), with every spawned process killed at the end. The seed
+(``FAULTS_SEED``, else random) is printed first, so a failing run can be repeated.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import psycopg
 
 import bus
 from bus._crash import ENV as CRASH_ENV
-from saga import Saga, SagaClient, SagaStatus
+from saga import Saga, SagaClient, SagaState, SagaStatus
 from tests.faults import app
 from tests.faults.checker import Checker
 from tests.faults.procs import Proc, Procs, eventually
 
 SEED_ENV = "FAULTS_SEED"
+MIX = ("", "", "", "charge", "ship")
+"""A load's default failures: most sagas complete, one in five undoes a step, one in five three."""
 
 
 def seed() -> int:
@@ -48,6 +51,8 @@ class Scenario:
     schema: str
     orders: dict[str, app.Order] = field(default_factory=dict)
     """Every ``order`` saga started, by id."""
+    started: list[str] = field(default_factory=list)
+    """Every saga started (``order`` and ``napper``), in order."""
 
     async def worker(self, name: str, *, crash_at: str | None = None) -> Proc:
         """Start a worker process and wait until it reads; ``crash_at`` arms a crash point."""
@@ -59,6 +64,12 @@ class Scenario:
     def spawn(self, name: str) -> Proc:
         """Start a worker process without waiting for it (a restart storm starts many at once)."""
         return self.procs.spawn(name, FAULTS_CONSUMER=name)
+
+    def mixed(self, n: int, fail_steps: Iterable[str] = MIX, prefix: str = "job") -> list[app.Order]:
+        """``n`` orders ``<prefix>-<i>``, each failing at a step drawn from ``fail_steps``
+        by the seed (``""``: none), so a load completes some sagas and compensates others."""
+        choices = list(fail_steps)
+        return [app.Order(id=f"{prefix}-{i}", fail_step=self.rng.choice(choices)) for i in range(n)]
 
     async def start(self, orders: Iterable[app.Order]) -> list[str]:
         """Start one ``order`` saga per item (its id is the saga id); return the ids."""
@@ -77,6 +88,7 @@ class Scenario:
     async def _start_all(self, items: list[tuple[Saga[Any], object, str]]) -> None:
         """Start sagas a few at a time (side by side, so that AOF fsyncs are shared)."""
         limit = anyio.Semaphore(32)
+        self.started += [saga_id for *_, saga_id in items]
 
         async def one(definition: Saga[Any], data: object, saga_id: str) -> None:
             async with limit:
@@ -95,11 +107,34 @@ class Scenario:
         """The steps a completed saga applied effects for."""
         return app.STEPS if saga_id in self.orders else ("woke",)
 
+    def implied(self, state: SagaState) -> list[tuple[str, str]] | None:
+        """The effects a saga's end implies (``None`` when it ended other than expected:
+        G1 reports that)."""
+        if state.status != self.expected(state.id):
+            return None
+        order = self.orders.get(state.id)
+        if order is None:
+            return [("woke", "do")]
+        return app.implied_effects(order, state.status)
+
     async def check(self, ids: Iterable[str], *, timeout: float = 30, **options: Any) -> None:
-        """Wait for quiescence, then assert G1-G8 with the expected end states."""
+        """Wait for quiescence, then assert G1-G8 with the expected end states and the
+        effects each end implies."""
         ids = list(ids)
         await self.checker.quiesce(ids, timeout)
-        await self.checker.check(ids, expect=self.expected, steps=self.steps, **options)
+        await self.checker.check(ids, expect=self.expected, steps=self.steps, implied=self.implied, **options)
+
+    async def ended(self) -> int:
+        """How many of the sagas started here are in an end state."""
+        return len(self.started) - len(await self.checker.ended(self.started))
+
+    async def wait_ended(self, at_least: int, timeout: float = 30) -> None:
+        """Wait until ``at_least`` of the sagas started here ended."""
+
+        async def enough() -> bool:
+            return await self.ended() >= at_least
+
+        await eventually(enough, timeout, f"{at_least} sagas ended", poll=0.01)
 
     async def status(self, saga_id: str) -> SagaStatus:
         """A saga's current status."""
@@ -116,6 +151,11 @@ class Scenario:
         if worker is None:
             return int(self.query(sql, key)[0][0])  # type: ignore[call-overload]
         return int(self.query(sql + " AND worker = %s", key, worker)[0][0])  # type: ignore[call-overload]
+
+    def reruns(self) -> int:
+        """Handler calls that found their idempotency key applied already: work re-driven
+        after it took effect, which only the participant's dedupe kept from applying twice."""
+        return int(str(self.query("SELECT count(*) FROM attempts WHERE phase = 'duplicate'")[0][0]))
 
     def last_attempt(self) -> int:
         """The sequence number of the latest attempts-log row (0 when there is none)."""

@@ -148,13 +148,17 @@ class PrivateRedis:
             with anyio.fail_after(15):
                 while (await client.info("replication")).get("master_link_status") != "up":
                     await anyio.sleep(0.02)
-                while True:
-                    persistence = await client.info("persistence")
-                    if not int(persistence["aof_rewrite_in_progress"]) + int(
-                        persistence["aof_rewrite_scheduled"]
-                    ):
-                        break
-                    await anyio.sleep(0.02)
+            await _aof_rewritten(client)
+        finally:
+            await client.aclose()
+
+    async def rewrite_aof(self) -> None:
+        """``BGREWRITEAOF`` and wait for it: what was written so far is in an fsynced base
+        file (so a later kill or a cut tail cannot take it)."""
+        client = bus.connect(self.url)
+        try:
+            await client.bgrewriteaof()
+            await _aof_rewritten(client)
         finally:
             await client.aclose()
 
@@ -186,6 +190,16 @@ class PrivateRedis:
         with newest.open("r+b") as aof:
             aof.truncate(size - cut)
         return cut
+
+
+async def _aof_rewritten(client: bus.Redis) -> None:
+    """Poll until no AOF rewrite runs or is scheduled on ``client``'s server."""
+    with anyio.fail_after(20):
+        while True:
+            persistence = await client.info("persistence")
+            if not int(persistence["aof_rewrite_in_progress"]) + int(persistence["aof_rewrite_scheduled"]):
+                return
+            await anyio.sleep(0.02)
 
 
 @pytest.fixture

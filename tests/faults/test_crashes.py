@@ -68,8 +68,7 @@ async def test_sigkill_with_500_sagas_in_flight_loses_nothing_and_applies_nothin
     """SIGKILL the only worker at a random moment with 500 sagas in flight (some of them
     compensating); another worker finishes them all: G1-G8."""
     first = await scenario.worker("first")
-    mix = ["", "", "", "pack", "ship"]
-    ids = await scenario.start(Order(id=f"job-{n}", fail_step=scenario.rng.choice(mix)) for n in range(500))
+    ids = await scenario.start(scenario.mixed(500, ["", "", "", "pack", "ship"]))
     kill_at = scenario.rng.randrange(len(ids) // 10, len(ids) // 2)
 
     async def ended() -> bool:

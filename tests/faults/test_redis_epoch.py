@@ -9,7 +9,6 @@ stop with :class:`bus.RedisDataLost` (a worker process exits non-zero), leave th
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import anyio
@@ -19,64 +18,57 @@ from typer.testing import CliRunner
 import bus
 from bus import Bus, BusConfig, Envelope, Stream, Worker
 from cli.main import app as cli
-from tests.faults.server_load import SagaLoad, effects_tables
+from saga._keys import Partition
+from tests.faults.app import CONTEXT, Order
+from tests.faults.scenario import open_scenario
 from tests.faults.servers import PrivateRedis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
-__all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
-LOST = b"Redis lost its data"
-
-
-async def exited(process: subprocess.Popen[bytes], *, within_s: float) -> int:
-    """Poll until ``process`` exits; its exit code."""
-    with anyio.fail_after(within_s):
-        while process.poll() is None:
-            await anyio.sleep(0.02)
-    return process.returncode
+LOST = "Redis lost its data"
 
 
 @pytest.mark.postgres
 async def test_workers_stop_loudly_when_redis_restarts_empty_and_wait_for_the_operator(
-    tmp_path: Path, pg_dsn: str, effects_tables: str
+    tmp_path: Path, pg_dsn: str
 ) -> None:
     server = PrivateRedis(tmp_path / "redis")  # no persistence: a restart comes back empty
     await server.start()
-    redis = bus.connect(server.url)
-    load = SagaLoad(server, pg_dsn, effects_tables, tmp_path / "workers.log", sagas=50)
     try:
-        await load.start(redis)
-        first = load.spawn()
-        await load.wait_ended(redis, 5, within_s=30)
-        await server.restart()
-        assert await exited(first, within_s=20) != 0  # not a silent hang, not a silent success
-        assert LOST in load.log.read_bytes()
-        marker = await bus.read_epoch(redis)
-        assert marker is not None
-        assert marker.startswith("lost:")
+        async with open_scenario(server.url, pg_dsn, tmp_path / "logs") as scenario:
+            redis = scenario.redis
+            await scenario.start(Order(id=f"lost-{n}") for n in range(50))
+            first = await scenario.worker("first")
+            await scenario.wait_ended(5)
+            await server.restart()
+            assert await first.wait_exit() != 0  # not a silent hang, not a silent success
+            assert LOST in first.log_path.read_text()
+            marker = await bus.read_epoch(redis)
+            assert marker is not None
+            assert marker.startswith("lost:")
 
-        load.log.write_bytes(b"")
-        refused = load.spawn()  # a worker started later refuses too
-        assert await exited(refused, within_s=20) != 0
-        assert LOST in load.log.read_bytes()
-        assert await redis.exists("rs:{crashctx:0}:inbox") == 0  # refused before writing anything
+            refused = scenario.spawn("refused")  # a worker started later refuses too
+            assert await refused.wait_exit() != 0
+            assert LOST in refused.log_path.read_text()
+            inbox = Partition(CONTEXT.name, 0).inbox.key
+            assert await redis.exists(inbox) == 0  # refused before writing anything
 
-        show = ["epoch", "show", "--json", "--redis-url", server.url]
-        shown = await anyio.to_thread.run_sync(CliRunner().invoke, cli, show)  # the CLI runs its own loop
-        assert json.loads(shown.output) == {"epoch": marker, "lost": True}
-        accept = ["epoch", "accept", "--yes", "--redis-url", server.url]
-        result = await anyio.to_thread.run_sync(CliRunner().invoke, cli, accept)  # the CLI runs its own loop
-        assert result.exit_code == 0, result.output
-        accepted = await bus.read_epoch(redis)
-        assert accepted is not None
-        assert not accepted.startswith("lost:")
-        load.sagas = 20
-        await load.start(redis)  # the operator starts the lost sagas again
-        load.spawn()
-        await load.wait_ended(redis, load.sagas, within_s=30)
-        assert await bus.read_epoch(redis) == accepted
+            show = ["epoch", "show", "--json", "--redis-url", server.url]
+            shown = await anyio.to_thread.run_sync(CliRunner().invoke, cli, show)  # the CLI runs its own loop
+            assert json.loads(shown.output) == {"epoch": marker, "lost": True}
+            accept = ["epoch", "accept", "--yes", "--redis-url", server.url]
+            result = await anyio.to_thread.run_sync(
+                CliRunner().invoke, cli, accept
+            )  # the CLI runs its own loop
+            assert result.exit_code == 0, result.output
+            accepted = await bus.read_epoch(redis)
+            assert accepted is not None
+            assert not accepted.startswith("lost:")
+            # the operator starts the lost sagas again (new ids: the first run's effects stay)
+            ids = await scenario.start(Order(id=f"again-{n}") for n in range(20))
+            await scenario.worker("after")
+            await scenario.check(ids, dead_letters=0)
+            assert await bus.read_epoch(redis) == accepted
     finally:
-        load.stop_workers()
-        await redis.aclose()
         server.kill()
 
 

@@ -19,16 +19,17 @@ import pytest
 import bus
 from bus import BusConfig
 from saga import EngineConfig, SagaClient, SagaNotFound
-from tests.faults.server_load import SagaLoad, effects_tables
+from tests.faults.app import REGISTRY, Order, order
+from tests.faults.scenario import open_scenario
 from tests.faults.servers import PrivateRedis
-from tests.saga.crash_app import Job, app, crash
 
-pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
-__all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
+pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
+SAGAS = 200
 
 
+@pytest.mark.postgres
 async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
-    tmp_path: Path, pg_dsn: str, effects_tables: str
+    tmp_path: Path, pg_dsn: str
 ) -> None:
     master = PrivateRedis(tmp_path / "master", appendfsync="everysec")
     replica = master.replica(tmp_path / "replica")
@@ -36,33 +37,26 @@ async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
     await replica.start()
     await replica.wait_synced()
     promoted = replica
-    redis = bus.connect(master.url)
-    load = SagaLoad(master, pg_dsn, effects_tables, tmp_path / "workers.log")
     try:
-        await load.start(redis)
-        assert await redis.execute_command("WAIT", 1, 10_000) == 1  # the starts reached the replica
-        load.spawn()
-        load.spawn()
-        await load.wait_ended(redis, load.sagas // 5, within_s=30)
-        replica.pause()  # the replica lags from here on
-        lagging_from = await load.ended(redis)
-        await load.wait_ended(redis, lagging_from + load.sagas // 5, within_s=30)
-        ended_on_master = await load.ended(redis)
-        master.kill()
-        replica.kill()
-        promoted = replica.promoted(master.port)
-        await promoted.start()
-        lost_ends = ended_on_master - await load.ended(redis)
-        await load.wait_ended(redis, load.sagas, within_s=90)
-        assert all(w.poll() is None for w in load.workers), "a worker died in the failover"
+        async with open_scenario(master.url, pg_dsn, tmp_path / "logs") as scenario:
+            ids = await scenario.start(scenario.mixed(SAGAS))
+            assert (
+                await scenario.redis.execute_command("WAIT", 1, 10_000) == 1
+            )  # the starts reached the replica
+            workers = [await scenario.worker("w1"), await scenario.worker("w2")]
+            await scenario.wait_ended(SAGAS // 5)
+            replica.pause()  # the replica lags from here on
+            await scenario.wait_ended(await scenario.ended() + SAGAS // 5)
+            ended_on_master = await scenario.ended()
+            master.kill()
+            replica.kill()
+            promoted = replica.promoted(master.port)
+            await promoted.start()
+            assert await scenario.ended() < ended_on_master, "no end was lost: the replica did not lag"
+            await scenario.check(ids, timeout=90, dead_letters=0)
+            assert all(w.alive for w in workers), "a worker died in the failover"
+            assert scenario.reruns(), "nothing was re-driven: the failover tested nothing"
     finally:
-        load.stop_workers()
-    try:
-        await load.check(redis)
-        assert lost_ends > 0, "no end was lost: the replica did not lag"
-        assert load.runs() > len(load.effects()), "nothing was re-driven: the failover tested nothing"
-    finally:
-        await redis.aclose()
         for server in (promoted, replica, master):
             server.kill()
 
@@ -78,19 +72,19 @@ async def test_with_replica_acks_no_acknowledged_start_is_lost_in_a_failover(tmp
     promoted = replica
     redis = bus.connect(master.url)
     waiting = EngineConfig(bus=BusConfig(replica_acks=1, replica_ack_timeout_ms=200))
-    client = SagaClient(redis, app.registry, config=waiting)
-    unwaiting = SagaClient(redis, app.registry)
+    client = SagaClient(redis, REGISTRY, config=waiting)
+    unwaiting = SagaClient(redis, REGISTRY)
     try:
         acknowledged = [
-            await client.start(crash, Job(id=f"acked-{n}"), saga_id=f"acked-{n}") for n in range(20)
+            await client.start(order, Order(id=f"acked-{n}"), saga_id=f"acked-{n}") for n in range(20)
         ]
         replica.pause()
         for n in range(3):
             with pytest.raises(bus.ReplicaAckTimeout) as late:
-                await client.start(crash, Job(id=f"late-{n}"), saga_id=f"late-{n}")
+                await client.start(order, Order(id=f"late-{n}"), saga_id=f"late-{n}")
             assert (late.value.acked, late.value.wanted, late.value.retryable) == (0, 1, True)
         await unwaiting.start(
-            crash, Job(id="unwaited"), saga_id="unwaited"
+            order, Order(id="unwaited"), saga_id="unwaited"
         )  # acknowledged by the master alone
         master.kill()
         replica.kill()
@@ -101,7 +95,7 @@ async def test_with_replica_acks_no_acknowledged_start_is_lost_in_a_failover(tmp
         with pytest.raises(SagaNotFound):  # what the option protects against
             await unwaiting.get("unwaited")
         with pytest.raises(bus.ReplicaAckTimeout):  # the promoted master has no replica (yet)
-            await client.start(crash, Job(id="late-0"), saga_id="late-0")
+            await client.start(order, Order(id="late-0"), saga_id="late-0")
     finally:
         await redis.aclose()
         for server in (promoted, replica, master):

@@ -16,59 +16,54 @@ from pathlib import Path
 import pytest
 
 import bus
-from saga import SagaClient, SagaNotFound
-from tests.faults.server_load import SagaLoad, effects_tables
+from saga import SagaNotFound, SagaStatus
+from saga._keys import Partition
+from tests.faults.app import CONTEXT, Do, Order, order
+from tests.faults.scenario import open_scenario
 from tests.faults.servers import PrivateRedis
-from tests.saga.crash_app import Do, Job, app, crash
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
-__all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
 
 
 async def test_starts_and_publishes_are_refused_at_maxmemory_and_drain_after(
-    tmp_path: Path, pg_dsn: str, effects_tables: str
+    tmp_path: Path, pg_dsn: str
 ) -> None:
     server = PrivateRedis(tmp_path / "redis", appendfsync="everysec")
     await server.start()
-    redis = bus.connect(server.url)
-    client = SagaClient(redis, app.registry)
-    load = SagaLoad(server, pg_dsn, effects_tables, tmp_path / "workers.log", sagas=60)
-    late = Job(id="late")
     try:
-        await load.start(redis)
-        load.spawn()
-        await load.wait_ended(redis, 10, within_s=30)
-        await redis.set("ballast", "x" * 8_000_000)
-        # below what is used by more than client buffers swing, so every write is refused
-        await redis.config_set("maxmemory", int((await redis.info("memory"))["used_memory"]) - 4_000_000)
+        async with open_scenario(server.url, pg_dsn, tmp_path / "logs") as scenario:
+            redis = scenario.redis
+            ids = await scenario.start(scenario.mixed(60))
+            await scenario.worker("w1")
+            await scenario.wait_ended(10)
+            await redis.set("ballast", "x" * 8_000_000)
+            # below what is used by more than client buffers swing, so every write is refused
+            await redis.config_set("maxmemory", int((await redis.info("memory"))["used_memory"]) - 4_000_000)
 
-        with pytest.raises(bus.RedisOutOfMemory) as refused:
-            await client.start(crash, late, saga_id=late.id)
-        assert refused.value.retryable
-        with pytest.raises(SagaNotFound):
-            await client.get(late.id)
-        assert await redis.exists("rs:{crashctx:0}:saga:late", "rs:{crashctx:0}:hist:late") == 0
-        for index in ("rs:{crashctx:0}:active", "rs:{crashctx:0}:by_status"):
-            assert await redis.type(index) in (b"none", b"zset")
-        commands = await redis.xrange("rs:{crashctx:0}:cmd:worker")
-        assert not any(b"late" in value for _, fields in commands for value in fields.values())
+            late = Order(id="late")
+            with pytest.raises(bus.RedisOutOfMemory) as refused:
+                await scenario.client.start(order, late, saga_id=late.id)
+            assert refused.value.retryable
+            with pytest.raises(SagaNotFound):
+                await scenario.client.get(late.id)
+            partition = Partition(CONTEXT.name, 0)
+            assert await redis.exists(partition.saga(late.id), partition.history(late.id)) == 0
+            for index in (partition.active, *(partition.by_status(s) for s in SagaStatus)):
+                assert await redis.zscore(index, late.id) is None
+            commands = await redis.xrange(partition.commands("shop").key)
+            assert not any(b"late" in value for _, fields in commands for value in fields.values())
 
-        stream = bus.Stream.named("elsewhere")
-        publisher = bus.Publisher(redis, source="test")
-        with pytest.raises(bus.RedisOutOfMemory):
-            await publisher.publish(stream, Do(step="one"), message_id="m-1")
-        assert await redis.exists(stream.key, stream.published_key) == 0
+            stream = bus.Stream.named("elsewhere")
+            publisher = bus.Publisher(redis, source="test")
+            with pytest.raises(bus.RedisOutOfMemory):
+                await publisher.publish(stream, Do(step="reserve", order=late), message_id="m-1")
+            assert await redis.exists(stream.key, stream.published_key) == 0
 
-        await redis.config_set("maxmemory", 0)
-        assert await publisher.publish(stream, Do(step="one"), message_id="m-1") is not None
-        await client.start(crash, late, saga_id=late.id)  # the caller's retry
-        load.jobs.append(late)
-        load.sagas += 1
-        await load.wait_ended(redis, load.sagas, within_s=60)
+            await redis.config_set("maxmemory", 0)
+            assert (
+                await publisher.publish(stream, Do(step="reserve", order=late), message_id="m-1") is not None
+            )
+            ids += await scenario.start([late])  # the caller's retry
+            await scenario.check(ids, timeout=60, dead_letters=0)
     finally:
-        load.stop_workers()
-    try:
-        await load.check(redis)
-    finally:
-        await redis.aclose()
         server.kill()

@@ -18,11 +18,11 @@ import redis.asyncio
 
 import bus
 from bus._scripts import CommandCall, ReplicaAcks, Script, run_batch
-from tests.faults.server_load import SagaLoad, effects_tables
+from tests.faults.scenario import open_scenario
 from tests.faults.servers import PrivateRedis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
-__all__ = ["effects_tables"]  # the fixture, imported to be found by pytest
+SAGAS = 200
 
 
 def inline(name: str, source: str) -> Script:
@@ -60,38 +60,32 @@ async def test_a_flush_mid_pipeline_reruns_only_the_calls_that_did_not_run(
         await client.aclose()
 
 
-async def test_script_flush_over_and_over_under_load_is_invisible(
-    tmp_path: Path, pg_dsn: str, effects_tables: str
-) -> None:
+@pytest.mark.postgres
+async def test_script_flush_over_and_over_under_load_is_invisible(tmp_path: Path, pg_dsn: str) -> None:
     server = PrivateRedis(tmp_path / "redis", options=("--maxmemory-policy", "noeviction"))
     await server.start()
-    redis_client = bus.connect(server.url)
     flusher = bus.connect(server.url)
-    load = SagaLoad(server, pg_dsn, effects_tables, tmp_path / "workers.log")
     flushes = 0
     try:
-        load.spawn()
-        load.spawn()
-        async with anyio.create_task_group() as tg:
+        async with open_scenario(server.url, pg_dsn, tmp_path / "logs") as scenario:
+            workers = [await scenario.worker("w1"), await scenario.worker("w2")]
+            orders = scenario.mixed(SAGAS)
+            async with anyio.create_task_group() as tg:
 
-            async def flush_until_all_ended() -> None:
-                nonlocal flushes
-                while await load.ended(flusher) < load.sagas:  # one flush per round trip
-                    await flusher.script_flush()
-                    flushes += 1
+                async def flush_until_all_ended() -> None:
+                    nonlocal flushes
+                    while await scenario.ended() < SAGAS:  # one flush per round trip
+                        await flusher.script_flush()
+                        flushes += 1
 
-            await load.start(redis_client)  # the client's starts raise on any error
-            tg.start_soon(flush_until_all_ended)
-            await load.wait_ended(redis_client, load.sagas, within_s=60)
-        assert all(w.poll() is None for w in load.workers)
+                tg.start_soon(flush_until_all_ended)
+                ids = await scenario.start(orders)  # the client's starts raise on any error
+                await scenario.wait_ended(SAGAS, timeout=60)
+            await scenario.check(ids, dead_letters=0)
+            assert all(w.alive for w in workers)
+            assert flushes > 10
+            assert not any("NoScriptError" in w.log_path.read_text() for w in workers)
     finally:
-        load.stop_workers()
-    try:
-        await load.check(redis_client)
-        assert flushes > 10
-        assert b"NoScriptError" not in (tmp_path / "workers.log").read_bytes()
-    finally:
-        await redis_client.aclose()
         await flusher.aclose()
         server.kill()
 

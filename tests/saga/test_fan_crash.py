@@ -10,29 +10,18 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
 import bus
 from saga import HistoryEntry, SagaClient, SagaState, SagaStatus
-from tests.saga.fan_crash_app import FanJob, app, fan_crash
+from tests.faults.procs import Procs, eventually, owned
+from tests.saga.fan_crash_app import URL_ENV, FanJob, app, fan_crash
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 SAGAS = 80
-
-
-def spawn_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "CRASH_REDIS_URL": url}
-    with log.open("ab") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.saga.fan_crash_app"], env=env, stdout=sink, stderr=sink
-        )
 
 
 async def ended(client: SagaClient) -> int:
@@ -66,28 +55,20 @@ async def test_sigkill_with_fan_out_sagas_in_flight_undoes_exactly_the_completed
                 fail_last=fault == "last",
             )
         )
-    log = tmp_path / "workers.log"
-    first = spawn_worker(real_redis_url, log)
-    second = None
-    try:
+    with owned(Procs("tests.saga.fan_crash_app", tmp_path / "logs", {URL_ENV: real_redis_url})) as procs:
+        first = procs.spawn("first")
         for job in jobs:
             await client.start(fan_crash, job, saga_id=job.id)
         kill_at = rng.randrange(SAGAS // 10, SAGAS // 2)
-        with anyio.fail_after(60):
-            while await ended(client) < kill_at:
-                await anyio.sleep(0.002)  # polling an observable count, not waiting for time
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+
+        async def at_least(n: int) -> bool:
+            return await ended(client) >= n
+
+        await eventually(lambda: at_least(kill_at), 60, f"{kill_at} sagas ended", poll=0.002)
+        first.kill()
         assert await ended(client) < SAGAS, f"seed {seed}: the kill came too late to test anything"
-        second = spawn_worker(real_redis_url, log)
-        with anyio.fail_after(120):
-            while await ended(client) < SAGAS:
-                await anyio.sleep(0.05)  # polling an observable count
-    finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.kill()
-                process.wait()
+        procs.spawn("second")
+        await eventually(lambda: at_least(SAGAS), 120, "every saga ended")
 
     effects = [e.decode() for e in await real_redis.lrange("test:effects", 0, -1)]
     assert len(effects) == len(set(effects)), f"seed {seed}: an effect was applied twice"
