@@ -82,11 +82,15 @@ class Attempt:
 @dataclass(frozen=True)
 class Fence:
     """A lease that moved on: from attempts-log row ``since`` on, ``worker`` no longer held
-    the command with idempotency key ``key``, so it must not reach that effect (G5)."""
+    delivery ``delivery`` of attempt ``attempt`` of the command with idempotency key ``key``,
+    so that delivery must not reach the effect (G5). A later attempt or delivery the worker
+    is given anew (a retry after the step's timeout) is its own lease, not fenced."""
 
     worker: str
     key: str
     since: int
+    attempt: int = 1
+    delivery: int = 1
 
 
 @dataclass
@@ -345,7 +349,8 @@ class Checker:
         for fence in fenced:
             for attempt in attempts:
                 late = attempt.seq > fence.since and attempt.phase in ("applied", "duplicate")
-                if late and (attempt.worker, attempt.key) == (fence.worker, fence.key):
+                held = (attempt.worker, attempt.key, attempt.attempt, attempt.delivery)
+                if late and held == (fence.worker, fence.key, fence.attempt, fence.delivery):
                     text = f"fenced worker {fence.worker} reached its effect for {fence.key}"
                     self.problem("G5", text, attempt.saga_id)
 

@@ -90,7 +90,7 @@ async def test_stalled_worker_past_its_lease_is_fenced_and_applies_nothing(scena
     key = f"{saga_id}:charge:do"
     await scenario.wait_calls(key, 1, "stalled")
     stalled.stop()
-    fence = Fence("stalled", key, since=scenario.last_attempt())
+    fence = Fence("stalled", key, since=scenario.last_attempt(), attempt=1, delivery=1)
     await scenario.worker("successor")
     await scenario.wait_calls(key, 1, "successor")  # it took the command over
     stalled.resume()
