@@ -192,7 +192,9 @@ def bus_worker(client: bus.Redis, recorder: Recorder, consumer: str) -> Worker:
     async def handle(_work: Work) -> None:
         return None
 
-    worker = Worker(client, app, config=BusConfig(concurrency=512, block_ms=100), consumer=consumer)
+    # the bench's own throwaway redis-server runs without AOF on purpose: no warning about it
+    config = BusConfig(concurrency=512, block_ms=100, on_no_aof="ignore")
+    worker = Worker(client, app, config=config, consumer=consumer)
     for group_consumer in worker.consumers:
         settled = group_consumer._settled  # the bench times each ack reply (private on purpose)
 
@@ -393,6 +395,9 @@ def parse() -> argparse.Namespace:
 if __name__ == "__main__":
     import structlog
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings and up
+    structlog.configure(  # warnings and up, on stderr: stdout carries only the JSON result lines
+        wrapper_class=structlog.make_filtering_bound_logger(30),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
     arguments = parse()
     anyio.run(consumer_process if arguments.role == "consumer" else main, arguments)

@@ -14,11 +14,14 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window_start = now - tonumber(ARGV[2])
-local seen = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if seen and tonumber(seen) > window_start then
-  return false
+-- ZADD NX answers for a new id in one command; an id already there is a repeat unless it
+-- is older than the window and not trimmed yet (then it is published again).
+if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1]) == 0 then
+  if tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1])) > window_start then
+    return false
+  end
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
 end
-redis.call('ZADD', KEYS[2], now, ARGV[1])
 local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', window_start)
 return id

@@ -19,12 +19,18 @@ local out = {}
 local a = 2
 while a <= #ARGV do
   local nargs = tonumber(ARGV[a + 1])
-  local seen = redis.call('ZSCORE', KEYS[2], ARGV[a + 2])
-  if seen and tonumber(seen) > window_start then
-    out[#out + 1] = false
-  else
-    redis.call('ZADD', KEYS[2], now, ARGV[a + 2])
+  local id = ARGV[a + 2]
+  -- ZADD NX answers for a new id in one command; an id already there is a repeat unless it
+  -- is older than the window and not trimmed yet (then it is published again)
+  local fresh = redis.call('ZADD', KEYS[2], 'NX', now, id) == 1
+  if not fresh and tonumber(redis.call('ZSCORE', KEYS[2], id)) <= window_start then
+    redis.call('ZADD', KEYS[2], now, id)
+    fresh = true
+  end
+  if fresh then
     out[#out + 1] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a + 3, a + 1 + nargs))
+  else
+    out[#out + 1] = false
   end
   a = a + 2 + nargs
 end

@@ -86,6 +86,21 @@ async def test_publish_is_deduped_by_message_id(redis: bus.Redis) -> None:
     assert await redis.xlen(COMMANDS.key) == 1
 
 
+async def test_an_id_older_than_the_window_is_published_again_even_before_it_is_trimmed(
+    redis: bus.Redis,
+) -> None:
+    publisher = Publisher(redis)
+    other = Stream("orders:1", "cmd:payments")  # another tag: its own dedupe window
+    for stream in (COMMANDS, other):
+        await redis.zadd(stream.published_key, {"m-old": 1})  # published in 1970, not trimmed yet
+    assert await publisher.publish(COMMANDS, Charge(order="o1", amount=1), message_id="m-old") is not None
+    envelope = bus.new_envelope(Charge(order="o1", amount=1), max_bytes=1 << 20, message_id="m-old")
+    assert await publisher.publish_many([(other, envelope)]) != [None]
+    assert await redis.xlen(COMMANDS.key) == await redis.xlen(other.key) == 1
+    assert await publisher.publish(COMMANDS, Charge(order="o1", amount=1), message_id="m-old") is None
+    assert await publisher.publish_many([(other, envelope)]) == [None]
+
+
 async def test_publish_many_dedupes_within_a_batch_and_against_earlier_publishes(redis: bus.Redis) -> None:
     publisher = Publisher(redis)
     envelope = bus.new_envelope(Charge(order="o1", amount=1), max_bytes=1 << 20, message_id="m-1")
