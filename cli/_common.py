@@ -46,6 +46,19 @@ def run(job: Callable[[], Awaitable[T]]) -> T:
     return anyio.run(job)
 
 
+def with_redis(redis_url: str | None, job: Callable[[bus.Redis], Awaitable[T]]) -> T:
+    """Connect to ``redis_url``, run ``job(redis)``, close the connection; return its result."""
+
+    async def main() -> T:
+        redis = bus.connect(redis_url)
+        try:
+            return await job(redis)
+        finally:
+            await redis.aclose()
+
+    return run(main)
+
+
 def reporting_errors(command: Callable[P, None]) -> Callable[P, None]:
     """Wrap a command so known errors print one line on stderr and exit with code 1."""
 

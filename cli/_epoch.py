@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import bus
-from cli._common import Json, RedisUrl, emit_json, reporting_errors, run
+from cli._common import Json, RedisUrl, emit_json, reporting_errors, with_redis
 
 epoch_app = typer.Typer(
     help="The deployment's epoch (rs:epoch): workers stop when it vanishes (Redis restarted "
@@ -21,15 +21,7 @@ epoch_app = typer.Typer(
 @reporting_errors
 def show(redis_url: RedisUrl = None, json_output: Json = False) -> None:
     """Print the epoch: an id, `lost:<id>` after a loss was seen, or none before any worker ran."""
-
-    async def job() -> str | None:
-        redis = bus.connect(redis_url)
-        try:
-            return await bus.read_epoch(redis)
-        finally:
-            await redis.aclose()
-
-    epoch = run(job)
+    epoch = with_redis(redis_url, bus.read_epoch)
     lost = epoch is not None and epoch.startswith("lost:")
     if json_output:
         emit_json({"epoch": epoch, "lost": lost})
@@ -57,15 +49,7 @@ def accept(
     """
     if not yes:
         raise typer.BadParameter("accepting a new epoch needs --yes", param_hint="--yes")
-
-    async def job() -> str:
-        redis = bus.connect(redis_url)
-        try:
-            return await bus.accept_epoch(redis)
-        finally:
-            await redis.aclose()
-
-    epoch = run(job)
+    epoch = with_redis(redis_url, bus.accept_epoch)
     if json_output:
         emit_json({"epoch": epoch})
     else:

@@ -8,8 +8,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-import bus
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, run
+from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, with_redis
 from cli._load import load_object
 from saga import App, Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo
 
@@ -53,14 +52,9 @@ def signal(
     value = _json_data(data)
     registry = _registry(app_ref)
 
-    async def main() -> str:
-        redis = bus.connect(redis_url)
-        try:
-            return await SagaClient(redis, registry, source=by).signal(token, value, by=by)
-        finally:
-            await redis.aclose()
-
-    entry = run(main)
+    entry = with_redis(
+        redis_url, lambda redis: SagaClient(redis, registry, source=by).signal(token, value, by=by)
+    )
     if json_output:
         emit_json({"delivered": entry})
     else:
@@ -75,14 +69,7 @@ def _fmt(ms: int | None) -> str:
 
 
 def _with_client(redis_url: str | None, context: str, job: Any, registry: Registry | None = None) -> Any:
-    async def main() -> Any:
-        redis = bus.connect(redis_url)
-        try:
-            return await job(ScheduleClient(redis, context, registry=registry))
-        finally:
-            await redis.aclose()
-
-    return run(main)
+    return with_redis(redis_url, lambda redis: job(ScheduleClient(redis, context, registry=registry)))
 
 
 def _show(infos: list[ScheduleInfo], json_output: bool) -> None:

@@ -15,12 +15,11 @@ import msgspec
 import typer
 
 import bus
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, run
+from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, with_redis
 from cli._load import load_object
 from saga import (
     App,
     Change,
-    MigrationReport,
     RegistrySnapshot,
     Versions,
     VersionStatus,
@@ -85,14 +84,7 @@ def check(
                 "or --snapshot FILE (written by 'saga versions snapshot')"
             )
 
-        async def read() -> RegistrySnapshot:
-            redis = bus.connect(redis_url)
-            try:
-                return await Versions(redis).snapshot(app.registry.contexts)
-            finally:
-                await redis.aclose()
-
-        registry = run(read)
+        registry = with_redis(redis_url, lambda redis: Versions(redis).snapshot(app.registry.contexts))
     changes = check_registry(registry, app.registry)
     problems = [c for c in changes if c.breaking]
     if json_output:
@@ -123,15 +115,8 @@ def snapshot(
     redis_url: RedisUrl = None,
 ) -> None:
     """Write the registered shapes and in-flight counts as a file for 'saga versions check --snapshot'."""
-
-    async def read() -> RegistrySnapshot:
-        redis = bus.connect(redis_url)
-        try:
-            return await Versions(redis).snapshot(contexts or None)
-        finally:
-            await redis.aclose()
-
-    text = msgspec.json.format(msgspec.json.encode(run(read), order="sorted"), indent=2) + b"\n"
+    snapshot = with_redis(redis_url, lambda redis: Versions(redis).snapshot(contexts or None))
+    text = msgspec.json.format(msgspec.json.encode(snapshot, order="sorted"), indent=2) + b"\n"
     if output is None:
         sys.stdout.write(text.decode())
     else:
@@ -146,15 +131,7 @@ def list_versions(
 
     STRANDED marks a version with sagas in flight that no running worker serves.
     """
-
-    async def read() -> list[VersionStatus]:
-        redis = bus.connect(redis_url)
-        try:
-            return await Versions(redis).status(context)
-        finally:
-            await redis.aclose()
-
-    rows = run(read)
+    rows = with_redis(redis_url, lambda redis: Versions(redis).status(context))
     if json_output:
         emit_json(rows)
         return
@@ -195,14 +172,12 @@ def drain(
     """Stop new starts on a version; sagas already running end on it."""
     name, number = parse_key(version)
 
-    async def act() -> None:
-        redis = bus.connect(redis_url)
-        try:
-            await Versions(redis).drain(name, number, context=context, by=by or _default_by(), reason=reason)
-        finally:
-            await redis.aclose()
-
-    run(act)
+    with_redis(
+        redis_url,
+        lambda redis: Versions(redis).drain(
+            name, number, context=context, by=by or _default_by(), reason=reason
+        ),
+    )
     typer.echo(f"{version} drained: new sagas may not start on it")
 
 
@@ -214,14 +189,7 @@ def undrain(
     """Allow new starts on a drained version again."""
     name, number = parse_key(version)
 
-    async def act() -> None:
-        redis = bus.connect(redis_url)
-        try:
-            await Versions(redis).undrain(name, number, context=context)
-        finally:
-            await redis.aclose()
-
-    run(act)
+    with_redis(redis_url, lambda redis: Versions(redis).undrain(name, number, context=context))
     typer.echo(f"{version} undrained: new sagas may start on it")
 
 
@@ -233,14 +201,7 @@ def decommission(
     """Unregister a drained version once no saga is in flight on it (refused before)."""
     name, number = parse_key(version)
 
-    async def act() -> None:
-        redis = bus.connect(redis_url)
-        try:
-            await Versions(redis).decommission(name, number, context=context)
-        finally:
-            await redis.aclose()
-
-    run(act)
+    with_redis(redis_url, lambda redis: Versions(redis).decommission(name, number, context=context))
     typer.echo(f"{version} decommissioned")
 
 
@@ -263,14 +224,10 @@ def migrate(
     app = _load_app(app_ref)
     migration = app.migration(name, source, target)
 
-    async def act() -> MigrationReport:
-        redis = bus.connect(redis_url)
-        try:
-            return await run_migration(redis, migration, dry_run=dry_run, limit=limit, by=by or _default_by())
-        finally:
-            await redis.aclose()
-
-    report = run(act)
+    report = with_redis(
+        redis_url,
+        lambda redis: run_migration(redis, migration, dry_run=dry_run, limit=limit, by=by or _default_by()),
+    )
     if json_output:
         emit_json(report)
     else:
