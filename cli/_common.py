@@ -67,11 +67,30 @@ def reporting_errors(command: Callable[P, None]) -> Callable[P, None]:
         try:
             command(*args, **kwargs)
         except KNOWN_ERRORS as error:
-            message = error.args[0] if isinstance(error, KeyError) and error.args else error
-            typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+            _report(error)
             raise typer.Exit(1) from error
+        except BaseExceptionGroup as group:  # a worker's task group: report each known error
+            known, rest = group.split(KNOWN_ERRORS)
+            if known is None or rest is not None:
+                raise
+            for leaf in _leaves(known):
+                _report(leaf)
+            raise typer.Exit(1) from group
 
     return wrapper
+
+
+def _report(error: BaseException) -> None:
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for error in group.exceptions
+        for leaf in (_leaves(error) if isinstance(error, BaseExceptionGroup) else [error])
+    ]
 
 
 def emit_json(value: Any) -> None:

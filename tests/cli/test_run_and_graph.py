@@ -7,8 +7,10 @@ import sys
 
 import msgspec
 import pytest
+import typer
 from typer.testing import CliRunner
 
+import bus
 from cli.main import app
 
 runner = CliRunner()
@@ -73,3 +75,23 @@ def test_bad_references_are_one_line_errors(args: list[str], message: str) -> No
     assert result.exit_code == 1
     assert message in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_known_errors_from_a_task_group_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli._common import reporting_errors
+
+    @reporting_errors
+    def worker() -> None:
+        denied = bus.RedisPermissionDenied("Redis refused: no permission on rs:{orders:0}:inbox")
+        raise ExceptionGroup("unhandled errors in a TaskGroup", [ExceptionGroup("inner", [denied])])
+
+    @reporting_errors
+    def crashed() -> None:
+        raise ExceptionGroup("unhandled errors in a TaskGroup", [bus.GroupExists("x"), RuntimeError("bug")])
+
+    with pytest.raises(typer.Exit) as exited:
+        worker()
+    assert exited.value.exit_code == 1
+    assert capsys.readouterr().err == "error: Redis refused: no permission on rs:{orders:0}:inbox\n"
+    with pytest.raises(ExceptionGroup):  # an unknown error keeps its traceback
+        crashed()
