@@ -313,17 +313,20 @@ class Composition(Generic[D]):
         _check_concurrency(concurrency, f"{self.name}.{name}")
         spec = GroupSpec(mode=mode, concurrency=concurrency)
         output: Any = dict[str, Any] if mode == "all" else Any
-        step = self._add_step(
+        return Group(self, self._group_step(name, kind, output, spec))
+
+    def _group_step(self, name: str, kind: StepKind, output_type: Any, spec: GroupSpec) -> Step[D, Any]:
+        """Register the step that holds a group's branches (it runs nothing itself)."""
+        return self._add_step(
             name,
             _no_builder,
             kind=kind,
-            output_type=output,
+            output_type=output_type,
             compensate=None,
             retry=NO_RETRY,
             timeout=None,
             group=spec,
         )
-        return Group(self, step)
 
     def map(
         self,
@@ -355,16 +358,7 @@ class Composition(Generic[D]):
                     f"{where}: a map's builder must be a plain function returning a command"
                 )
             spec = self._map_spec(items, concurrency, limit, where)
-            step = self._add_step(
-                step_name,
-                _no_builder,
-                kind="map",
-                output_type=list[reply],  # type: ignore[valid-type]
-                compensate=None,
-                retry=NO_RETRY,
-                timeout=None,
-                group=spec,
-            )
+            step = self._group_step(step_name, "map", list[reply], spec)  # type: ignore[valid-type]
             self._branch_step(
                 step,
                 step_name,
@@ -400,16 +394,7 @@ class Composition(Generic[D]):
         spec = self._map_spec(items, concurrency, limit, where)
         child = self._child_spec(name, saga, data, per_item=True)
         output = _child_output(saga)
-        step = self._add_step(
-            name,
-            _no_builder,
-            kind="map",
-            output_type=list[output],  # type: ignore[valid-type]
-            compensate=None,
-            retry=NO_RETRY,
-            timeout=None,
-            group=spec,
-        )
+        step = self._group_step(name, "map", list[output], spec)  # type: ignore[valid-type]
         self._branch_step(
             step,
             name,
