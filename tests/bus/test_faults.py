@@ -30,8 +30,8 @@ import pytest
 import bus
 from bus import Publisher
 from tests.bus.worker_proc import COMMANDS, GATE_KEY, REPLIES, SCHEMA, Charge, Charged
-from tests.faults.procs import Proc, Procs, eventually
-from tests.helpers import dead_letters, pending
+from tests.faults.procs import Proc, Procs
+from tests.helpers import dead_letters, eventually, pending
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
 

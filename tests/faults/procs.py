@@ -14,34 +14,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
+from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], timeout: float, what: str, *, poll: float = 0.05
-) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds.
-
-    A bounded wait for an observable state, never a sleep standing for time passing.
-    """
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                result = check()
-                if not isinstance(result, bool):
-                    result = await result
-                if result:
-                    return
-                await anyio.sleep(poll)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting until {what}") from None
 
 
 @dataclass

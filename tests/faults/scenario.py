@@ -26,7 +26,8 @@ from bus._crash import ENV as CRASH_ENV
 from saga import Saga, SagaClient, SagaState, SagaStatus
 from tests.faults import app
 from tests.faults.checker import Checker
-from tests.faults.procs import Proc, Procs, eventually
+from tests.faults.procs import Proc, Procs
+from tests.helpers import eventually
 
 SEED_ENV = "FAULTS_SEED"
 MIX = ("", "", "", "charge", "ship")

@@ -28,9 +28,9 @@ from tests.faults.app import (
     gate_key,
 )
 from tests.faults.checker import Fence
-from tests.faults.procs import eventually
 from tests.faults.scenario import Scenario, open_scenario
 from tests.faults.servers import PrivateRedis
+from tests.helpers import eventually
 
 LEASE_LOST = "lease lost; abandoning the handler"
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]

@@ -17,8 +17,9 @@ import pytest
 
 from bus import _crash
 from tests.faults.app import FOREVER, STEPS, Order
-from tests.faults.procs import Proc, eventually
+from tests.faults.procs import Proc
 from tests.faults.scenario import Scenario
+from tests.helpers import eventually
 
 pytestmark = [
     pytest.mark.anyio,

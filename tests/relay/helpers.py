@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import anyio
 import msgspec
 
 import bus
+from tests.helpers import eventually
 
 
 class Charged(msgspec.Struct, tag=True):
@@ -40,6 +40,4 @@ async def orders(redis: bus.Redis, stream: bus.Stream = PAYMENTS) -> list[str]:
 
 async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
     """Poll ``check`` until it holds; fail after ``timeout_s`` (for real processes and servers)."""
-    with anyio.fail_after(timeout_s):
-        while not await check():
-            await anyio.sleep(0.01)
+    await eventually(check, timeout_s, "the relay's condition holds", poll=0.01)

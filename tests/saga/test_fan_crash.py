@@ -17,7 +17,8 @@ import pytest
 
 import bus
 from saga import HistoryEntry, SagaClient, SagaState, SagaStatus
-from tests.faults.procs import Procs, eventually, owned
+from tests.faults.procs import Procs, owned
+from tests.helpers import eventually
 from tests.saga.fan_crash_app import URL_ENV, FanJob, app, fan_crash
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]

@@ -36,6 +36,7 @@ from services_example.orders import order_fulfilment
 from services_example.payments import ledger, payments
 from services_example.shipping import shipping
 from tests.faults.servers import PrivateRedis, require_binary
+from tests.helpers import eventually
 from tests.saga import compose_sagas, time_sagas
 from tests.security.acl_users import Users, applied
 
@@ -71,13 +72,16 @@ def order(n: int, **failures: str) -> Order:
     return Order(id=f"o{n}", customer="c", lines=[Line(sku="s", quantity=1)], total_cents=100, **failures)
 
 
+async def dead_lettered(users: Users) -> bool:
+    return bool(await users.admin.xlen(ORDERS.commands("payments").dlq_key))
+
+
 async def ended(client: SagaClient, ids: list[str]) -> dict[str, SagaStatus]:
-    with anyio.fail_after(30):
-        while True:
-            states = {i: (await client.get(i)).status for i in ids}
-            if all(s.terminal for s in states.values()):
-                return states
-            await anyio.sleep(0.05)
+    async def all_ended() -> bool:
+        return all([(await client.get(i)).status.terminal for i in ids])
+
+    await eventually(all_ended, 30, f"sagas {ids} ended")
+    return {i: (await client.get(i)).status for i in ids}
 
 
 async def run_orders(
@@ -104,9 +108,7 @@ async def run_orders(
         # a poison entry on payments' stream: the payments user dead-letters it on its own
         await users.admin.xadd(ORDERS.commands("payments").key, {"garbage": "x"})
         states = await ended(client, list(orders))
-        with anyio.fail_after(30):
-            while not await users.admin.xlen(ORDERS.commands("payments").dlq_key):
-                await anyio.sleep(0.05)
+        await eventually(lambda: dead_lettered(users), 30, "the poison entry is dead-lettered")
         for one in relays:
             one.stop()
         for worker in workers:
@@ -241,9 +243,7 @@ async def test_child_sagas_signals_sleeps_and_event_waits_run_across_context_use
                 time_sagas.Loan(id="l1", amount=5, sleep_until="2000-01-01T00:00:00+00:00"),
                 saga_id="l1",
             )
-            with anyio.fail_after(30):
-                while not tokens:
-                    await anyio.sleep(0.05)
+            await eventually(lambda: bool(tokens), 30, "the loan waits for its signal")
             await loans.signal(tokens[0], time_sagas.Approval(approved=True, by="ops"))
             # the treasury context publishes the event the loan waits for (as its own process;
             # an event before the wait registers is kept for it)
@@ -285,9 +285,7 @@ async def test_operator_writes_run_as_the_orchestrator_user(users: Users) -> Non
     payments = SagaWorker(users.client("redsaga.orders.payments"), STATELESS["redsaga.orders.payments"])
     async with anyio.create_task_group() as tg:
         tg.start_soon(payments.run)  # dead-letters the requeued poison entry again
-        with anyio.fail_after(30):
-            while not await users.admin.xlen(ORDERS.commands("payments").dlq_key):
-                await anyio.sleep(0.05)
+        await eventually(lambda: dead_lettered(users), 30, "the requeued poison entry is dead-lettered")
         payments.stop()
     assert await admin.purge_dead_letters(letters) == 1
     versions = Versions(orders)

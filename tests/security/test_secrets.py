@@ -10,11 +10,16 @@ import bus
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga._tokens import secret_key
 from tests.faults.servers import PrivateRedis
+from tests.helpers import eventually
 from tests.saga import time_sagas
 from tests.security.acl_users import applied
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 LENDING = time_sagas.LENDING
+
+
+async def ended(client: SagaClient, saga_id: str) -> bool:
+    return (await client.get(saga_id)).status.terminal
 
 
 async def test_a_signalled_saga_logs_neither_the_signal_secret_nor_the_redis_password(
@@ -41,16 +46,12 @@ async def test_a_signalled_saga_logs_neither_the_signal_secret_nor_the_redis_pas
                 await loans.start(
                     time_sagas.loan, time_sagas.Loan(id="l1", amount=5, sleep_until=past), saga_id="l1"
                 )
-                with anyio.fail_after(30):
-                    while not tokens:
-                        await anyio.sleep(0.05)
+                await eventually(lambda: bool(tokens), 30, "the loan waits for its signal")
                 await loans.signal(tokens[0], time_sagas.Approval(approved=True, by="ops"))
                 await loans.signal(tokens[0], time_sagas.Approval(approved=True, by="ops"))  # a repeat
                 funds = time_sagas.FundsReady(loan_id="l1", ref="r1")
                 await bus.Publisher(users.admin).publish(bus.Stream.named(time_sagas.TREASURY_EVENTS), funds)
-                with anyio.fail_after(30):
-                    while not (await loans.get("l1")).status.terminal:
-                        await anyio.sleep(0.05)
+                await eventually(lambda: ended(loans, "l1"), 30, "the loan ended")
                 for worker in workers:
                     worker.stop()
             # a process with a wrong password is refused; its error names no password either
