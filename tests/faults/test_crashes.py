@@ -32,7 +32,7 @@ from tests.faults.scenario import Scenario, open_scenario
 from tests.faults.servers import PrivateRedis
 from tests.helpers import eventually
 
-LEASE_LOST = "lease lost; abandoning the handler"
+ABANDONED = "handler abandoned; the entry stays pending for another consumer"
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
 
 
@@ -83,7 +83,8 @@ async def test_sigkill_with_500_sagas_in_flight_loses_nothing_and_applies_nothin
 
 async def test_stalled_worker_past_its_lease_is_fenced_and_applies_nothing(scenario: Scenario) -> None:
     """FAULTS 3: SIGSTOP a worker inside a handler past its lease; another worker takes the
-    command over; on SIGCONT the stalled worker's heartbeat is refused, so it abandons the
+    command over; on SIGCONT the stalled worker is fenced (its heartbeat is refused, or its
+    watchdog gives up on the unrenewed lease, whichever runs first), so it abandons the
     handler before its effect (G5); one effect (G2)."""
     stalled = await scenario.worker("stalled")
     [saga_id] = await scenario.start([Order(id="o-stall", hold_step="charge")])
@@ -95,11 +96,11 @@ async def test_stalled_worker_past_its_lease_is_fenced_and_applies_nothing(scena
     await scenario.wait_calls(key, 1, "successor")  # it took the command over
     stalled.resume()
     with anyio.move_on_after(10):  # bounded: without the fence the line never comes, and G5 says why
-        await stalled.wait_for(LEASE_LOST)
+        await stalled.wait_for(ABANDONED)
     await scenario.redis.set(gate_key(saga_id), 1)
     await scenario.check([saga_id], dead_letters=0, fenced=[fence])
     assert scenario.query("SELECT worker FROM effects WHERE idem_key = %s", key) == [("successor",)]
-    assert stalled.saw(LEASE_LOST)
+    assert stalled.saw(ABANDONED)
     assert stalled.alive
 
 
