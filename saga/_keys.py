@@ -89,36 +89,40 @@ class Partition:
     @property
     def timers(self) -> str:
         """The sorted set of pending timers (score: due time in ms)."""
-        return tagged_key(self.tag, "timers")
+        return _key(self.tag, "timers")
 
     @property
     def timer_data(self) -> str:
         """The hash of pending timers' events."""
-        return tagged_key(self.tag, "timerdata")
+        return _key(self.tag, "timerdata")
 
     def by_status(self, status: str) -> str:
         """The index of sagas in ``status`` (score: when they entered it)."""
-        return tagged_key(self.tag, "idx", status)
+        return _key(self.tag, "idx", status)
 
     @property
     def active(self) -> str:
         """The index of non-terminal sagas by last movement (for ``--stuck-for``)."""
-        return tagged_key(self.tag, "active")
+        return _key(self.tag, "active")
 
     @property
     def counts(self) -> str:
         """Counters of sagas per definition version and status."""
-        return tagged_key(self.tag, "counts")
+        return _key(self.tag, "counts")
 
     @property
     def drained(self) -> str:
         """The set of ``name@version`` that new sagas may not start on."""
-        return tagged_key(self.tag, "drained")
+        return _key(self.tag, "drained")
 
     @property
     def ending(self) -> str:
         """Ended sagas whose hash expires (member ``name@version|status|id``, score: when)."""
-        return tagged_key(self.tag, "ending")
+        return _key(self.tag, "ending")
+
+
+_key = functools.lru_cache(maxsize=4096)(tagged_key)
+"""``tagged_key`` for a partition's fixed keys, built on every transition (cached)."""
 
 
 @functools.lru_cache(maxsize=4096)

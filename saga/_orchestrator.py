@@ -21,12 +21,11 @@ the loser decide again on fresh state.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
-import anyio
 import msgspec
 
 from bus import (
@@ -88,7 +87,8 @@ class Orchestrator:
         self._has_children = any(
             s.child is not None for d in definitions for s in [*d.steps, *d.branch_steps()]
         )
-        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._by_tag = {partition.tag: partition for partition in self.partitions}
 
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once)."""
@@ -145,14 +145,19 @@ class Orchestrator:
         while len(self._cache) > self.config.cache_size:
             self._cache.popitem(last=False)
 
-    @asynccontextmanager
-    async def _serial(self, saga_id: str) -> AsyncIterator[None]:
-        """Decide one saga's entries one at a time in this process (see the module docstring)."""
-        lock, users = self._locks.get(saga_id) or (anyio.Lock(), 0)
+    async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
+        """Decide and commit one inbox entry (the commit acknowledges it)."""
+        if envelope.type == PARENT_REPORT:  # a child saga of this context ended
+            await self._children.forward(envelope)
+            return
+        # One saga's entries one at a time (see the module docstring). An asyncio lock, not
+        # anyio's: that one yields to the loop even when free, ~8 µs per entry here.
+        saga_id = envelope.correlation_id
+        lock, users = self._locks.get(saga_id) or (asyncio.Lock(), 0)
         self._locks[saga_id] = (lock, users + 1)
         try:
             async with lock:
-                yield
+                await self._decide(envelope, delivery)
         finally:
             lock, users = self._locks[saga_id]
             if users == 1:
@@ -160,18 +165,10 @@ class Orchestrator:
             else:
                 self._locks[saga_id] = (lock, users - 1)
 
-    async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
-        """Decide and commit one inbox entry (the commit acknowledges it)."""
-        if envelope.type == PARENT_REPORT:  # a child saga of this context ended
-            await self._children.forward(envelope)
-            return
-        async with self._serial(envelope.correlation_id):
-            await self._decide(envelope, delivery)
-
     async def _decide(self, envelope: Envelope, delivery: Delivery) -> None:
         event = to_event(envelope)
         saga_id = envelope.correlation_id
-        partition = Partition(self.context.name, int(delivery.stream.tag.rsplit(":", 1)[1]))
+        partition = self._by_tag[delivery.stream.tag]
         log = _log.bind(saga_id=saga_id, event=type(event).__name__)
         for _ in range(self.config.max_conflicts):
             loaded = await self.load(partition, saga_id, delivery)
