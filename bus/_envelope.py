@@ -44,7 +44,7 @@ _encoder = msgspec.json.Encoder()
 _headers_decoder = msgspec.json.Decoder(dict[str, str])
 
 
-class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """One message on a stream: routing and tracing metadata around an encoded payload."""
 
     id: str

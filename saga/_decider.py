@@ -61,7 +61,7 @@ from saga._states import SagaStatus, StepStatus, move_saga, move_step
 from saga._tokens import Signer
 
 
-class LocalCall(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
+class LocalCall(msgspec.Struct, gc=False, tag=True, kw_only=True, omit_defaults=True):
     """The input of a local action attempt: the saga's data and the outputs so far.
 
     ``waits`` gives the wait number of each signal step, so the action's

@@ -26,7 +26,7 @@ the saga's deadline, or the expiry of a TCC step's reservation."""
 WaitKind = Literal["sleep", "signal", "event"]
 
 
-class Attempt(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Attempt(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """One attempt of a step (``do``) or of its compensation (``undo``)."""
 
     n: int
@@ -43,7 +43,7 @@ class Attempt(msgspec.Struct, kw_only=True, omit_defaults=True):
     worker: str | None = None
 
 
-class GroupState(msgspec.Struct, kw_only=True, omit_defaults=True):
+class GroupState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """Where a group step's branches are (parallel, first-of-N and map steps).
 
     Kept in the group step's own record, so its size depends on the concurrency limit, not
@@ -68,7 +68,7 @@ class GroupState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """First-of-N: the branch whose output is the group's output."""
 
 
-class StepState(msgspec.Struct, kw_only=True, omit_defaults=True):
+class StepState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """Where one step (or one branch of a group step) is, with every attempt of it."""
 
     status: StepStatus = StepStatus.PENDING
@@ -96,7 +96,7 @@ class StepState(msgspec.Struct, kw_only=True, omit_defaults=True):
         return sum(1 for a in self.attempts if a.kind == kind)
 
 
-class Note(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Note(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """Why the saga is where it is: the last error, a cancel request, an operator action."""
 
     at_ms: int
@@ -106,7 +106,7 @@ class Note(msgspec.Struct, kw_only=True, omit_defaults=True):
     step: str = ""
 
 
-class Wait(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Wait(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """What a suspended saga waits for: wait ``n`` of step ``step``.
 
     When it ends (the timer, signal or event came, it timed out, or the saga was cancelled)
@@ -122,7 +122,7 @@ class Wait(msgspec.Struct, kw_only=True, omit_defaults=True):
     key: str = ""
 
 
-class ParentLink(msgspec.Struct, kw_only=True, frozen=True):
+class ParentLink(msgspec.Struct, gc=False, kw_only=True, frozen=True):
     """Where a child saga reports its end: the parent's step attempt that started it."""
 
     context: str
@@ -137,7 +137,7 @@ class ParentLink(msgspec.Struct, kw_only=True, frozen=True):
     """The id of the parent's command that started the child: the end report names it."""
 
 
-class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
+class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """Everything the engine knows about one saga.
 
     ``revision`` is the optimistic-concurrency version: every transition checks it and
@@ -177,7 +177,7 @@ class SagaState(msgspec.Struct, kw_only=True, omit_defaults=True):
 # Events: what happened to a saga. ``id`` is the id of the message that carried it.
 
 
-class Started(msgspec.Struct, tag="started", kw_only=True):
+class Started(msgspec.Struct, gc=False, tag="started", kw_only=True):
     """The saga was created with its data.
 
     ``saga`` is the definition it started on (``name@version``) and ``steps`` the steps it
@@ -195,7 +195,7 @@ class Started(msgspec.Struct, tag="started", kw_only=True):
     parent: ParentLink | None = None
 
 
-class StepReplied(msgspec.Struct, tag="replied", kw_only=True, omit_defaults=True):
+class StepReplied(msgspec.Struct, gc=False, tag="replied", kw_only=True, omit_defaults=True):
     """A participant (or a local action) answered one attempt of a step or compensation."""
 
     id: str
@@ -212,7 +212,7 @@ class StepReplied(msgspec.Struct, tag="replied", kw_only=True, omit_defaults=Tru
     worker: str = ""
 
 
-class TimerFired(msgspec.Struct, tag="timer", kw_only=True):
+class TimerFired(msgspec.Struct, gc=False, tag="timer", kw_only=True):
     """A durable timer came due.
 
     A back-off elapsed, an attempt or a wait timed out, a sleep ended, or the deadline passed.
@@ -232,7 +232,7 @@ class TimerFired(msgspec.Struct, tag="timer", kw_only=True):
 # is recorded and ignored, so an action judged on a stale picture never applies (0: no check).
 
 
-class CancelRequested(msgspec.Struct, tag="cancel", kw_only=True):
+class CancelRequested(msgspec.Struct, gc=False, tag="cancel", kw_only=True):
     """Someone asked to cancel the saga (completed steps are compensated)."""
 
     id: str
@@ -242,7 +242,7 @@ class CancelRequested(msgspec.Struct, tag="cancel", kw_only=True):
     expected_revision: int = 0
 
 
-class RetryRequested(msgspec.Struct, tag="retry", kw_only=True):
+class RetryRequested(msgspec.Struct, gc=False, tag="retry", kw_only=True):
     """An operator asked to retry the dead-lettered step or compensation now."""
 
     id: str
@@ -252,7 +252,7 @@ class RetryRequested(msgspec.Struct, tag="retry", kw_only=True):
     expected_revision: int = 0
 
 
-class ForceCompleted(msgspec.Struct, tag="force_completed", kw_only=True):
+class ForceCompleted(msgspec.Struct, gc=False, tag="force_completed", kw_only=True):
     """An operator marked a stuck step (or compensation) done with a given output."""
 
     id: str
@@ -264,7 +264,7 @@ class ForceCompleted(msgspec.Struct, tag="force_completed", kw_only=True):
     expected_revision: int = 0
 
 
-class RedriveRequested(msgspec.Struct, tag="redrive", kw_only=True):
+class RedriveRequested(msgspec.Struct, gc=False, tag="redrive", kw_only=True):
     """An operator asked to re-run a stuck saga from ``step``, keeping earlier outputs.
 
     Allowed while the saga runs, waits or is dead-lettered on a forward step, from a step
@@ -279,7 +279,7 @@ class RedriveRequested(msgspec.Struct, tag="redrive", kw_only=True):
     expected_revision: int = 0
 
 
-class SignalReceived(msgspec.Struct, tag="signal", kw_only=True, omit_defaults=True):
+class SignalReceived(msgspec.Struct, gc=False, tag="signal", kw_only=True, omit_defaults=True):
     """Someone delivered a resume token for wait ``n`` of a signal step, with its data."""
 
     id: str
@@ -290,7 +290,7 @@ class SignalReceived(msgspec.Struct, tag="signal", kw_only=True, omit_defaults=T
     by: str = ""
 
 
-class EventReceived(msgspec.Struct, tag="event", kw_only=True):
+class EventReceived(msgspec.Struct, gc=False, tag="event", kw_only=True):
     """Another context's event matched wait ``n`` of an event step."""
 
     id: str
@@ -316,7 +316,7 @@ Event = (
 )
 
 
-class Migrated(msgspec.Struct, tag="migrated", kw_only=True, omit_defaults=True):
+class Migrated(msgspec.Struct, gc=False, tag="migrated", kw_only=True, omit_defaults=True):
     """An operator moved the saga from one definition version to another (a migration).
 
     Not a decider event: the migrate script writes the new state directly. It records
@@ -345,7 +345,7 @@ Recorded = Event | Migrated
 # Effects: what a decision asks the world to do, in the same atomic commit.
 
 
-class Dispatch(msgspec.Struct, tag="dispatch", kw_only=True):
+class Dispatch(msgspec.Struct, gc=False, tag="dispatch", kw_only=True):
     """Send an attempt's command to a participant's stream (or the local action stream)."""
 
     step: str
@@ -358,7 +358,7 @@ class Dispatch(msgspec.Struct, tag="dispatch", kw_only=True):
     timeout_ms: int | None = None
 
 
-class StartTimer(msgspec.Struct, tag="start_timer", kw_only=True, omit_defaults=True):
+class StartTimer(msgspec.Struct, gc=False, tag="start_timer", kw_only=True, omit_defaults=True):
     """Schedule a durable timer ``delay_ms`` from the commit, or at ``at_ms`` (Unix ms).
 
     Both are judged by the timer clock (Redis ``TIME``; the fake clock in tests): the delay
@@ -375,13 +375,13 @@ class StartTimer(msgspec.Struct, tag="start_timer", kw_only=True, omit_defaults=
     at_ms: int | None = None
 
 
-class CancelTimer(msgspec.Struct, tag="cancel_timer", kw_only=True):
+class CancelTimer(msgspec.Struct, gc=False, tag="cancel_timer", kw_only=True):
     """Remove a timer that is no longer needed."""
 
     timer_id: str
 
 
-class WatchEvent(msgspec.Struct, tag="watch_event", kw_only=True):
+class WatchEvent(msgspec.Struct, gc=False, tag="watch_event", kw_only=True):
     """Register wait ``n`` of ``step`` for events of ``message_type`` on ``stream`` with ``key``."""
 
     step: str
@@ -391,7 +391,7 @@ class WatchEvent(msgspec.Struct, tag="watch_event", kw_only=True):
     key: str
 
 
-class UnwatchEvent(msgspec.Struct, tag="unwatch_event", kw_only=True):
+class UnwatchEvent(msgspec.Struct, gc=False, tag="unwatch_event", kw_only=True):
     """Remove the registration of an event wait that ended."""
 
     step: str
@@ -401,7 +401,7 @@ class UnwatchEvent(msgspec.Struct, tag="unwatch_event", kw_only=True):
     key: str
 
 
-class NotifyParent(msgspec.Struct, tag="notify_parent", kw_only=True, omit_defaults=True):
+class NotifyParent(msgspec.Struct, gc=False, tag="notify_parent", kw_only=True, omit_defaults=True):
     """A child saga ended: report it to the parent step that waits for it.
 
     ``ok`` with the child's output (its last step's output), or the reason it did not
@@ -428,7 +428,7 @@ def idempotency_key(saga_id: str, step: str, kind: Kind, generation: int = 0) ->
     return f"{key}:g{generation}" if generation else key
 
 
-class HistoryEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+class HistoryEntry(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """One line of a saga's history: the event, what was decided, and the resulting status."""
 
     event: Recorded

@@ -28,7 +28,7 @@ from saga._model import (
 from saga._store import TimerTemplate
 
 
-class StepFailed(msgspec.Struct, tag="StepFailed", kw_only=True):
+class StepFailed(msgspec.Struct, gc=False, tag="StepFailed", kw_only=True):
     """A participant's (or an action's) failure reply."""
 
     error: str
@@ -36,13 +36,13 @@ class StepFailed(msgspec.Struct, tag="StepFailed", kw_only=True):
     permanent: bool = False
 
 
-class StepSucceeded(msgspec.Struct, tag="StepSucceeded", kw_only=True):
+class StepSucceeded(msgspec.Struct, gc=False, tag="StepSucceeded", kw_only=True):
     """A success reply that carries its output wrapped (actions, and ``None`` outputs)."""
 
     output: msgspec.Raw = NULL
 
 
-class OperatorRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+class OperatorRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """The payload of cancel, retry, force-complete and redrive requests sent to the inbox.
 
     ``revision`` is the saga revision the request was judged against (0: no check); the
@@ -56,7 +56,7 @@ class OperatorRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     revision: int = 0
 
 
-class SignalDelivery(msgspec.Struct, kw_only=True, omit_defaults=True):
+class SignalDelivery(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """The payload of a ``SignalReceived`` inbox entry: which wait, and the signal's data."""
 
     step: str
@@ -69,7 +69,7 @@ class SignalDelivery(msgspec.Struct, kw_only=True, omit_defaults=True):
         return SignalReceived(id=event_id, at_ms=at_ms, step=self.step, n=self.n, data=self.data, by=self.by)
 
 
-class EventDelivery(msgspec.Struct, kw_only=True):
+class EventDelivery(msgspec.Struct, gc=False, kw_only=True):
     """The payload of an ``EventReceived`` inbox entry: which wait, and the matched event."""
 
     step: str

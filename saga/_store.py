@@ -66,7 +66,7 @@ _json = msgspec.json.Encoder()
 _step_decoder = msgspec.json.Decoder(StepState)
 
 
-class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True):
+class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     context: str
     partition: int
     cursor: int = 0
@@ -79,7 +79,7 @@ class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True):
     parent: ParentLink | None = None
 
 
-class WatchRequest(msgspec.Struct, kw_only=True):
+class WatchRequest(msgspec.Struct, gc=False, kw_only=True):
     """The payload of a ``WatchEvent``/``UnwatchEvent`` command on ``cmd:_waits``."""
 
     saga_id: str
@@ -94,7 +94,7 @@ class WatchRequest(msgspec.Struct, kw_only=True):
 _meta_decoder = msgspec.json.Decoder(_Meta)
 
 
-class TimerTemplate(msgspec.Struct, kw_only=True, omit_defaults=True):
+class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """A timer's event as stored: a :class:`~saga._model.TimerFired` minus id and time.
 
     Stored in ``timerdata`` under the timer id as ``<byte length of the saga id>:<saga id>``
@@ -394,7 +394,7 @@ PARENT_REPORT: Final = "ParentReport"
 orchestrator, which forwards it to the parent's inbox (another slot)."""
 
 
-class ParentReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+class ParentReport(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """The payload of a child saga's end report (see :data:`PARENT_REPORT`)."""
 
     child: str
