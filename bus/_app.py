@@ -8,7 +8,7 @@ declaration fails at import time with a :class:`~bus.DefinitionError` naming the
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,16 +21,22 @@ if TYPE_CHECKING:
 
 M = TypeVar("M")
 Handler = Callable[[Any, "Delivery"], Awaitable[object | None]]
+BatchHandler = Callable[[list[tuple[Any, "Delivery"]]], Awaitable[Sequence[BaseException | None]]]
 F = TypeVar("F", bound=Callable[..., Awaitable[object | None]])
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One handler for one message type (or for every type) within a subscription."""
+    """One handler for one message type (or for every type) within a subscription.
+
+    A batch route's ``handler`` is a :data:`BatchHandler`: it is called once per read with
+    every entry of the read it routes (see :meth:`Bus.handler`).
+    """
 
     message_class: type[Any] | None
     handler: Handler
     name: str
+    batch: bool = False
 
     def decode(self, envelope: Envelope) -> Any:
         """Decode the payload for this route (the whole envelope for a catch-all route)."""
@@ -100,6 +106,7 @@ class Bus:
         *,
         group: str | None = None,
         idempotent: bool = True,
+        batch: bool = False,
     ) -> Callable[[F], F]:
         """Register a command handler for ``message`` on ``stream``.
 
@@ -107,6 +114,16 @@ class Bus:
         ``reply_to`` stream atomically with the acknowledgement. Entries of a type with no
         handler are dead-lettered. ``group`` defaults to the bus's name. With ``message``
         ``None`` the handler receives every entry's :class:`~bus.Envelope` undecoded.
+
+        With ``batch``, the handler is called once per read with the list of its
+        ``(message, delivery)`` pairs, on one task, and returns one outcome per pair, in
+        order: ``None`` when the entry was handled (acknowledged by the handler's own script,
+        :meth:`~bus.Delivery.mark_acked`, else completed without a reply), or the exception
+        that entry failed with (classified as a single handler's would be). Such a handler
+        is not cancelled when a lease is lost: it must look at ``delivery.scope.cancel_called``
+        before it acts for an entry, and its writes must be fenced by the lease (as the saga
+        orchestrator's transitions are). For handlers whose per-entry work is short and
+        whose writes batch well; a raise fails every entry of the call.
         """
 
         def register(function: F) -> F:
@@ -118,6 +135,7 @@ class Bus:
                 start_id="0",
                 idempotent=idempotent,
                 ignore_unknown=False,
+                batch=batch,
             )
             return function
 
@@ -164,9 +182,10 @@ class Bus:
         start_id: str,
         idempotent: bool,
         ignore_unknown: bool,
+        batch: bool = False,
     ) -> None:
         name = getattr(function, "__qualname__", repr(function))
-        handler = _normalise(function, name)
+        handler = _batch_handler(function, name) if batch else _normalise(function, name)
         subscription = self._subscriptions.setdefault(
             (stream, group),
             Subscription(stream, group, start_id, idempotent, ignore_unknown),
@@ -183,30 +202,43 @@ class Bus:
                     f"{name}: {type_name or 'every message'} on {stream} for group {group!r} "
                     f"is already handled by {taken}",
                 )
-            subscription.routes[type_name] = Route(message_class, handler, name)
+            subscription.routes[type_name] = Route(message_class, handler, name, batch)
 
 
 def _stream(stream: str | Stream) -> Stream:
     return stream if isinstance(stream, Stream) else Stream.named(stream)
 
 
-def _normalise(function: Callable[..., Awaitable[object | None]], name: str) -> Handler:
-    """Check a handler's shape and return it as ``(message, delivery) -> awaitable``."""
+def _positional_parameters(function: Callable[..., Awaitable[object | None]], name: str) -> int:
+    """How many positional parameters without defaults a coroutine function takes."""
     if not inspect.iscoroutinefunction(function):
         raise DefinitionError(f"{name}: a handler must be an 'async def' function")
-    parameters = [
-        p
+    return sum(
+        1
         for p in inspect.signature(function).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    ]
-    if len(parameters) == 1:
+    )
+
+
+def _batch_handler(function: Callable[..., Awaitable[object | None]], name: str) -> Any:
+    """Check a batch handler's shape: ``async def f(batch)``."""
+    parameters = _positional_parameters(function, name)
+    if parameters != 1:
+        raise DefinitionError(f"{name}: a batch handler takes (batch), not {parameters} arguments")
+    return function
+
+
+def _normalise(function: Callable[..., Awaitable[object | None]], name: str) -> Handler:
+    """Check a handler's shape and return it as ``(message, delivery) -> awaitable``."""
+    parameters = _positional_parameters(function, name)
+    if parameters == 1:
 
         async def one_argument(message: Any, _delivery: Delivery) -> object | None:
             return await function(message)
 
         return one_argument
-    if len(parameters) == 2:
+    if parameters == 2:
         return function
     raise DefinitionError(
-        f"{name}: a handler takes (message) or (message, delivery), not {len(parameters)} arguments",
+        f"{name}: a handler takes (message) or (message, delivery), not {parameters} arguments",
     )

@@ -8,7 +8,8 @@ completions is one pipeline holding one script call rather than a hundred.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bus._backoff import Backoff
@@ -68,6 +69,30 @@ class Completer:
         if isinstance(result, BusError):
             raise result
         return result
+
+    async def call_many(self, calls: Sequence[ScriptCall | CommandCall], *, retry: bool = True) -> list[Any]:
+        """Queue ``calls`` together and return their results in order, errors included.
+
+        One wait for the lot (a batch handler's commits): a failed call's result is its
+        :class:`BusError`, returned rather than raised.
+        """
+        if not calls:
+            return []
+        results: list[Any] = [None] * len(calls)
+        left = len(calls)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def finished(index: int, result: Any) -> None:
+            nonlocal left
+            results[index] = result
+            left -= 1
+            if left == 0 and not done.done():
+                done.set_result(None)
+
+        for index, call in enumerate(calls):
+            self.submit(call, functools.partial(finished, index), retry=retry)
+        await done
+        return results
 
     @property
     def pending(self) -> int:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from bus._app import Route, Subscription
+from bus._app import BatchHandler, Route, Subscription
 from bus._client import Redis
 from bus._clock import Clock
 from bus._completer import Completer
@@ -303,11 +303,14 @@ class GroupConsumer:
             self.rt.slots.release(len(ready))
             raise
         verdicts = dict(zip((d.entry_id for d, _, _ in deduped), claims, strict=True))
+        batches: dict[Route, list[tuple[Any, Delivery]]] = {}
         for delivery, route, message in ready:
             verdict = verdicts.get(delivery.entry_id)
             self.inflight[delivery.entry_id] = delivery
             delivery.last_beat_ms = self.rt.clock.now_ms()
-            if verdict is None:
+            if verdict is None and route.batch:
+                batches.setdefault(route, []).append((message, delivery))
+            elif verdict is None:
                 handlers.start(self._run, delivery, route, message)
             elif verdict.startswith(RESULT_PREFIX):
                 self._complete(delivery, verdict)
@@ -315,6 +318,8 @@ class GroupConsumer:
                 self._fail(
                     delivery, "another delivery with the same idempotency key is in flight", dead=False
                 )
+        for route, batch in batches.items():
+            handlers.start(self._run_batch, route, batch)
 
     def _prepare(  # noqa: PLR0911 - one early exit per way an entry can be unusable
         self, entry_id: str, fields: Fields | None, deliveries: int
@@ -365,18 +370,11 @@ class GroupConsumer:
             _beat=self._beat_one,
             _publisher=self.rt.publisher,
             _call=self.rt.completer.call,
+            _call_many=self.rt.completer.call_many,
         )
         return delivery, route, message
 
     async def _run(self, delivery: Delivery, route: Route, message: Any) -> None:
-        def log() -> Logger:  # bound only when there is something to say (hot path)
-            return self.log.bind(
-                entry=delivery.entry_id,
-                type=delivery.envelope.type,
-                correlation_id=delivery.envelope.correlation_id,
-                delivery=delivery.deliveries,
-            )
-
         with delivery.scope as scope:
             if not scope.cancel_called:  # else the lease was lost before the handler started
                 try:
@@ -385,23 +383,59 @@ class GroupConsumer:
                     remember = not isinstance(reply, Reply) or reply.remember
                 except LeaseLost:
                     scope.cancel()
-                except _PERMANENT as error:
-                    log().warning("handler failed permanently", error=error_chain(error))
-                    self._fail(delivery, error_chain(error), dead=True)
-                    return
-                except Exception as error:  # noqa: BLE001 - any other failure is transient by contract
-                    log().info("handler failed; will retry", error=error_chain(error))
-                    self._fail(delivery, error_chain(error), dead=False)
+                except Exception as error:  # noqa: BLE001 - classified in _failed
+                    self._failed(delivery, error)
                     return
                 else:
-                    if delivery.acked_by_handler:
-                        self._settled(delivery.entry_id, b"done", "completed by the handler")
-                    else:
-                        crash_point(AFTER_SIDE_EFFECT)
-                        self._complete(delivery, result, remember=remember)
+                    self._handled(delivery, result, remember=remember)
                     return
-        log().warning("handler abandoned; the entry stays pending for another consumer")
+        self._abandoned(delivery)
+
+    async def _run_batch(self, route: Route, batch: list[tuple[Any, Delivery]]) -> None:
+        """Run a batch route's handler once for ``batch``; end each entry by its outcome."""
+        handler = cast(BatchHandler, route.handler)
+        try:
+            outcomes = list(await handler(batch))
+        except Exception as error:  # noqa: BLE001 - a bug in the handler fails every entry
+            outcomes = [error] * len(batch)
+        if len(outcomes) != len(batch):
+            bug = RuntimeError(f"{route.name} returned {len(outcomes)} outcomes for {len(batch)} entries")
+            outcomes = [bug] * len(batch)
+        for (_, delivery), outcome in zip(batch, outcomes, strict=True):
+            if outcome is None:
+                self._handled(delivery, encode_result(None, self.rt.config))
+            elif isinstance(outcome, LeaseLost):
+                self._abandoned(delivery)
+            else:
+                self._failed(delivery, outcome)
+
+    def _handled(self, delivery: Delivery, result: bytes, *, remember: bool = True) -> None:
+        if delivery.acked_by_handler:
+            self._settled(delivery.entry_id, b"done", "completed by the handler")
+        else:
+            crash_point(AFTER_SIDE_EFFECT)
+            self._complete(delivery, result, remember=remember)
+
+    def _failed(self, delivery: Delivery, error: BaseException) -> None:
+        if isinstance(error, _PERMANENT):
+            self._log_for(delivery).warning("handler failed permanently", error=error_chain(error))
+            self._fail(delivery, error_chain(error), dead=True)
+        else:  # any other failure is transient by contract
+            self._log_for(delivery).info("handler failed; will retry", error=error_chain(error))
+            self._fail(delivery, error_chain(error), dead=False)
+
+    def _abandoned(self, delivery: Delivery) -> None:
+        self._log_for(delivery).warning("handler abandoned; the entry stays pending for another consumer")
         self._settled(delivery.entry_id, None, "abandoned")
+
+    def _log_for(self, delivery: Delivery) -> Logger:
+        """A logger bound to ``delivery`` (bound only when there is something to say)."""
+        return self.log.bind(
+            entry=delivery.entry_id,
+            type=delivery.envelope.type,
+            correlation_id=delivery.envelope.correlation_id,
+            delivery=delivery.deliveries,
+        )
 
     def _complete(self, delivery: Delivery, result: bytes, *, remember: bool = True) -> None:
         reply = reply_envelope(

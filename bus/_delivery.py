@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -113,6 +113,7 @@ class Delivery:
     _beat: Callable[[Delivery], Awaitable[bool]] | None = None
     _publisher: Publisher | None = None
     _call: Callable[..., Awaitable[Any]] | None = None
+    _call_many: Callable[..., Awaitable[list[Any]]] | None = None
     _published: int = 0
 
     def mark_acked(self) -> None:
@@ -134,6 +135,16 @@ class Delivery:
         if self._call is None:
             raise BusError("this delivery is not attached to a worker")
         return await self._call(call, retry=retry)
+
+    async def call_many(self, calls: Sequence[ScriptCall | CommandCall], *, retry: bool = True) -> list[Any]:
+        """Run ``calls`` in the worker's next pipelined batch; return their results in order.
+
+        For a batch handler's writes (see :meth:`bus.Bus.handler`): one wait for all of
+        them. A failed call's result is its :class:`~bus.BusError`, returned, not raised.
+        """
+        if self._call_many is None:
+            raise BusError("this delivery is not attached to a worker")
+        return await self._call_many(calls, retry=retry)
 
     async def heartbeat(self) -> None:
         """Extend the lease now; raise :class:`LeaseLost` if another consumer took it over.
