@@ -2,7 +2,9 @@
 
 For every inbox entry: decode the event, load the saga (from a revision-checked cache or
 Redis), decide, and commit the decision with the transition script, which also
-acknowledges the entry. A commit that loses a race (another worker moved the saga) is
+acknowledges the entry. The entries of one read are handled together on one task (a batch
+handler of the bus): their loads share one pipelined round trip, and so do their commits.
+A commit that loses a race (another worker moved the saga) is
 re-decided on fresh state; one whose lease was taken over is dropped (the new holder decides
 it). Replies and signals that do not match their step's declared output type, entries for
 unknown sagas and malformed entries are dead-lettered by the bus with the reason.
@@ -13,9 +15,9 @@ wait names to route the events to the waiting sagas. And it runs child sagas
 (``saga/_children.py``): it handles the ``cmd:_child`` commands of its sagas' child steps,
 and forwards its child sagas' end reports (``ParentReport`` inbox entries) to their parents.
 
-Entries of one saga are decided one at a time in this process (a lock per saga id): a saga
-with many branches gets many replies at once, and deciding them side by side would only
-lose revision races. Workers in other processes still race, and the revision check makes
+Entries of one saga are decided one at a time in this process (a lock per saga id, and one
+entry per saga in each round of a batch): a saga with many branches gets many replies at
+once, and deciding them side by side would only lose revision races. Workers in other processes still race, and the revision check makes
 the loser decide again on fresh state.
 """
 
@@ -23,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import msgspec
@@ -37,6 +40,7 @@ from bus import (
     LeaseLost,
     PermanentError,
     Publisher,
+    ScriptCall,
     Stream,
     TransientError,
     message_type,
@@ -47,7 +51,7 @@ from saga import _event_waits as waits
 from saga._branch_store import load_saga
 from saga._children import Children
 from saga._config import EngineConfig
-from saga._decider import LocalCall, decide
+from saga._decider import Decision, LocalCall, decide
 from saga._definition import LOCAL, Context, Saga, StepContext, invoke
 from saga._errors import UnknownDefinition
 from saga._keys import CHILD, WAITS, Partition
@@ -60,6 +64,8 @@ from saga._tokens import Signer, load_signer
 
 GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
+_Item = tuple[int, Envelope, Delivery]
+"""An inbox entry of a batch: its index in the batch, its envelope and its delivery."""
 
 
 class Orchestrator:
@@ -104,7 +110,8 @@ class Orchestrator:
     def install(self, bus: Bus) -> None:
         """Register the inbox and local-action consumers of every partition on ``bus``."""
         for partition in self.partitions:
-            bus.handler(partition.inbox, None, group=GROUP, idempotent=False)(self.on_inbox)
+            inbox = bus.handler(partition.inbox, None, group=GROUP, idempotent=False, batch=True)
+            inbox(self.on_inbox_batch)
             bus.handler(partition.commands(LOCAL), LocalCall, group=LOCAL)(self.on_local)
             if self._event_waits:
                 bus.handler(partition.commands(WAITS), None, group=WAITS, idempotent=False)(self.on_waits)
@@ -115,22 +122,16 @@ class Orchestrator:
             group = f"{self.context.name}.waits"
             bus.subscribe(stream, group=group, idempotent=False)(self.on_event)
 
-    async def load(
-        self, partition: Partition, saga_id: str, delivery: Delivery | None = None
-    ) -> Loaded | None:
-        """The saga as cached, else as stored (``None`` if there is no such saga).
+    async def load(self, partition: Partition, saga_id: str) -> Loaded | None:
+        """The saga as cached, else as stored (``None`` if there is no such saga)."""
+        cached = self._cached(saga_id)
+        return cached if cached is not None else await load_saga(self.redis, partition, saga_id)
 
-        With ``delivery``, the read goes in the worker's next pipelined batch, so the first
-        replies of many sagas share one round trip with each other and with commits.
-        """
+    def _cached(self, saga_id: str) -> Loaded | None:
         cached = self._cache.get(saga_id)
         if cached is not None:
             self._cache.move_to_end(saga_id)
-            return cached
-        raw = None
-        if delivery is not None:
-            raw = await delivery.call(CommandCall(("HGETALL", partition.saga(saga_id))), retry=False)
-        return await load_saga(self.redis, partition, saga_id, raw)
+        return cached
 
     def forget(self, saga_id: str) -> None:
         """Drop a cached saga (after a lost race)."""
@@ -147,72 +148,193 @@ class Orchestrator:
 
     async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
         """Decide and commit one inbox entry (the commit acknowledges it)."""
-        if envelope.type == PARENT_REPORT:  # a child saga of this context ended
-            await self._children.forward(envelope)
-            return
-        # One saga's entries one at a time (see the module docstring). An asyncio lock, not
-        # anyio's: that one yields to the loop even when free, ~8 µs per entry here.
-        saga_id = envelope.correlation_id
-        lock, users = self._locks.get(saga_id) or (asyncio.Lock(), 0)
-        self._locks[saga_id] = (lock, users + 1)
-        try:
-            async with lock:
-                await self._decide(envelope, delivery)
-        finally:
-            lock, users = self._locks[saga_id]
-            if users == 1:
-                del self._locks[saga_id]
-            else:
-                self._locks[saga_id] = (lock, users - 1)
+        [outcome] = await self.on_inbox_batch([(envelope, delivery)])
+        if outcome is not None:
+            raise outcome
 
-    async def _decide(self, envelope: Envelope, delivery: Delivery) -> None:
-        event = to_event(envelope)
-        saga_id = envelope.correlation_id
-        partition = self._by_tag[delivery.stream.tag]
-        log = _log.bind(saga_id=saga_id, event=type(event).__name__)
-        for _ in range(self.config.max_conflicts):
-            loaded = await self.load(partition, saga_id, delivery)
-            if loaded is None:
-                raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
-            try:
-                definition = self.registry.get(loaded.state.name, loaded.state.version)
-            except UnknownDefinition as error:
-                raise TransientError(f"{error}; a worker serving it must take this entry") from error
-            if isinstance(event, StepReplied):
-                _check_output(definition, event, envelope)
-            elif isinstance(event, SignalReceived):
-                check_signal(definition, event)
-            signer = await self.signer() if definition.takes_signals else None
-            decision = decide(definition, loaded.state, event, signer=signer)
-            call, after = commit_call(
-                partition,
-                loaded,
-                decision,
-                event,
-                delivery=delivery,
-                now_ms=self.clock.now_ms(),
-                timer_now_ms=self.clock.script_now_ms(),
-                retention_s=self.config.retention_s,
+    async def on_inbox_batch(self, batch: list[tuple[Envelope, Delivery]]) -> list[BaseException | None]:
+        """Decide and commit the inbox entries of one read; return each entry's outcome.
+
+        The entries of one read are decided together on one task and their transitions
+        sent in one pipelined batch (the bus's batch handler: ``bus.Bus.handler``), which
+        spares a task hand-off and a wait per entry. Entries of one saga are decided in
+        arrival order, one per round (see the module docstring).
+        """
+        outcomes: list[BaseException | None] = [None] * len(batch)
+        waiting: list[int] = []
+        for index, (envelope, _) in enumerate(batch):
+            if envelope.type != PARENT_REPORT:
+                waiting.append(index)
+                continue
+            try:  # a child saga of this context ended
+                await self._children.forward(envelope)
+            except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
+                outcomes[index] = error
+        while waiting:
+            this_round: list[int] = []
+            later: list[int] = []
+            seen: set[str] = set()
+            for index in waiting:
+                saga_id = batch[index][0].correlation_id
+                (later if saga_id in seen else this_round).append(index)
+                seen.add(saga_id)
+            await self._decide_round([(i, *batch[i]) for i in this_round], outcomes)
+            waiting = later
+        return outcomes
+
+    async def _decide_round(self, items: list[_Item], outcomes: list[BaseException | None]) -> None:
+        """Decide and commit entries of distinct sagas; re-decide those that lost a race."""
+        async with self._holding(sorted(envelope.correlation_id for _, envelope, _ in items)):
+            for _ in range(self.config.max_conflicts):
+                items = await self._decide_once(items, outcomes)
+                if not items:
+                    return
+        for index, envelope, _ in items:
+            outcomes[index] = TransientError(
+                f"saga {envelope.correlation_id}: {self.config.max_conflicts} concurrent updates in a row"
             )
+
+    @asynccontextmanager
+    async def _holding(self, saga_ids: list[str]) -> AsyncIterator[None]:
+        """Hold the lock of every saga in ``saga_ids`` (sorted: two rounds cannot deadlock).
+
+        An asyncio lock, not anyio's: that one yields to the loop even when it is free.
+        """
+        locks: list[asyncio.Lock] = []
+        for saga_id in saga_ids:
+            lock, users = self._locks.get(saga_id) or (asyncio.Lock(), 0)
+            self._locks[saga_id] = (lock, users + 1)
+            locks.append(lock)
+        try:
+            async with AsyncExitStack() as held:
+                for lock in locks:
+                    await held.enter_async_context(lock)
+                yield
+        finally:
+            for saga_id in saga_ids:
+                lock, users = self._locks[saga_id]
+                if users == 1:
+                    del self._locks[saga_id]
+                else:
+                    self._locks[saga_id] = (lock, users - 1)
+
+    async def _decide_once(self, items: list[_Item], outcomes: list[BaseException | None]) -> list[_Item]:
+        """One pass: load, decide, commit all of ``items``; return those that lost a race."""
+        loads = await self._load_all(items)
+        commits: list[tuple[_Item, Decision, Loaded]] = []
+        calls: list[ScriptCall] = []
+        for item, loaded in zip(items, loads, strict=True):
+            index, envelope, delivery = item
+            try:
+                decision, call, after = await self._plan(envelope, delivery, loaded)
+            except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
+                outcomes[index] = error
+                continue
             crash_point(BEFORE_COMMIT)
-            result = commit_result(await delivery.call(call))
+            commits.append((item, decision, after))
+            calls.append(call)
+        results = await items[0][2].call_many(list(calls)) if calls else []
+        again: list[_Item] = []
+        for (item, decision, after), raw in zip(commits, results, strict=True):
+            index, envelope, delivery = item
+            if isinstance(raw, BaseException):
+                outcomes[index] = raw
+                continue
+            result = commit_result(raw)
             if result.outcome == "ok":
                 crash_point(AFTER_COMMIT_BEFORE_ACK)
-                decision.state.revision = result.revision
-                self._remember(after)
-                delivery.mark_acked()
-                for observer in self.observers:
-                    observer(decision.state)
-                if decision.ignored:
-                    log.info("event recorded and ignored", reason=decision.ignored)
-                else:
-                    log.debug("transition committed", status=decision.state.status, revision=result.revision)
-                return
-            self.forget(saga_id)
+                self._committed(envelope, delivery, decision, after, result.revision)
+                continue
+            self.forget(envelope.correlation_id)
             if result.outcome == "lost":
-                raise LeaseLost(f"inbox entry {delivery.entry_id} was taken over before the commit")
-            log.debug("concurrent update; deciding again", revision=result.revision)
-        raise TransientError(f"saga {saga_id}: {self.config.max_conflicts} concurrent updates in a row")
+                outcomes[index] = LeaseLost(
+                    f"inbox entry {delivery.entry_id} was taken over before the commit"
+                )
+            else:
+                _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
+                again.append(item)
+        return again
+
+    async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
+        """Each item's saga: cached, else read in one pipelined batch (errors as values)."""
+        loads: list[Loaded | BaseException | None] = [self._cached(e.correlation_id) for _, e, _ in items]
+        missing = [i for i, loaded in enumerate(loads) if loaded is None]
+        if not missing:
+            return loads
+        reads = [
+            CommandCall(("HGETALL", self._by_tag[items[i][2].stream.tag].saga(items[i][1].correlation_id)))
+            for i in missing
+        ]
+        raws = await items[0][2].call_many(reads, retry=False)
+        for i, raw in zip(missing, raws, strict=True):
+            _, envelope, delivery = items[i]
+            if isinstance(raw, BaseException):
+                loads[i] = raw
+                continue
+            try:
+                partition = self._by_tag[delivery.stream.tag]
+                loads[i] = await load_saga(self.redis, partition, envelope.correlation_id, raw)
+            except Exception as error:  # noqa: BLE001 - that entry fails, not the batch
+                loads[i] = error
+        return loads
+
+    async def _plan(
+        self, envelope: Envelope, delivery: Delivery, loaded: Loaded | BaseException | None
+    ) -> tuple[Decision, ScriptCall, Loaded]:
+        """Decide an entry for its saga; the transition call and the saga as it will be."""
+        if isinstance(loaded, BaseException):  # the saga could not be read
+            raise loaded
+        if delivery.scope.cancel_called:  # the lease was lost: the new holder decides
+            raise _taken_over(delivery)
+        saga_id = envelope.correlation_id
+        partition = self._by_tag[delivery.stream.tag]
+        if loaded is None:
+            raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
+        event = to_event(envelope)
+        try:
+            definition = self.registry.get(loaded.state.name, loaded.state.version)
+        except UnknownDefinition as error:
+            raise TransientError(f"{error}; a worker serving it must take this entry") from error
+        if isinstance(event, StepReplied):
+            _check_output(definition, event, envelope)
+        elif isinstance(event, SignalReceived):
+            check_signal(definition, event)
+        signer = await self.signer() if definition.takes_signals else None
+        decision = decide(definition, loaded.state, event, signer=signer)
+        call, after = commit_call(
+            partition,
+            loaded,
+            decision,
+            event,
+            delivery=delivery,
+            now_ms=self.clock.now_ms(),
+            timer_now_ms=self.clock.script_now_ms(),
+            retention_s=self.config.retention_s,
+        )
+        return decision, call, after
+
+    def _committed(
+        self, envelope: Envelope, delivery: Delivery, decision: Decision, after: Loaded, revision: int
+    ) -> None:
+        decision.state.revision = revision
+        self._remember(after)
+        delivery.mark_acked()
+        for observer in self.observers:
+            observer(decision.state)
+        if decision.ignored:
+            _log.info(
+                "event recorded and ignored",
+                saga_id=envelope.correlation_id,
+                type=envelope.type,
+                reason=decision.ignored,
+            )
+        else:
+            _log.debug(
+                "transition committed",
+                saga_id=envelope.correlation_id,
+                status=decision.state.status,
+                revision=revision,
+            )
 
     async def on_local(self, call: LocalCall, delivery: Delivery) -> Any:
         """Run a local action (or a local compensation) and reply like a participant."""
@@ -287,6 +409,10 @@ class Orchestrator:
             waits.delivery(self.context.name, w, event, source=self.context.name, now_ms=now) for w in waiters
         ]
         await self._publisher.publish_many(items)
+
+
+def _taken_over(delivery: Delivery) -> LeaseLost:
+    return LeaseLost(f"inbox entry {delivery.entry_id} was taken over before the commit")
 
 
 def check_signal(definition: Saga[Any], event: SignalReceived) -> None:

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 import bus
-from bus import FakeClock
+from bus import CommandCall, FakeClock, ScriptCall
 from saga import (
     App,
     Command,
@@ -124,6 +124,9 @@ async def test_a_stale_orchestrator_decides_again_and_loses_no_branch_result(
     await participant.run_until_idle()  # three replies wait in the inbox
     await first.bus_worker.setup()
 
+    async def run_each(calls: list[ScriptCall | CommandCall]) -> list[object]:
+        return [await call.run(redis) for call in calls]
+
     async def decide_one(worker: SagaWorker) -> None:
         [[_, [(entry_id, fields)]]] = await redis.xreadgroup(
             "orchestrator", worker.bus_worker.consumer, {PARTITION.inbox.key: ">"}, count=1
@@ -137,6 +140,7 @@ async def test_a_stale_orchestrator_decides_again_and_loses_no_branch_result(
             deliveries=1,
             consumer=worker.bus_worker.consumer,
             _call=lambda call, retry=True: call.run(redis),  # the worker would batch it; run it alone
+            _call_many=lambda calls, retry=True: run_each(calls),
         )
         await worker.orchestrators[0].on_inbox(envelope, delivery)
 
@@ -157,6 +161,29 @@ async def test_a_stale_orchestrator_decides_again_and_loses_no_branch_result(
     assert state.status == SagaStatus.COMPLETED
     assert replay(definition, raw, saga_id="s") == state
     assert invariant_violations(definition, state, decode_history(raw)) == []
+
+
+async def test_one_reads_replies_of_one_saga_are_decided_in_turn_without_a_race(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The orchestrator's batch decides one entry per saga per round: no revision race."""
+    definition = bulk_saga(concurrency=None, limit=10)
+    app = App("bulk", sagas=[definition])
+    clock = FakeClock()
+    client = SagaClient(redis, app.registry, clock=clock)
+    participant = SagaWorker(redis, handler_app([]), clock=clock, consumer="h")
+    orchestrator = SagaWorker(redis, app, clock=clock, consumer="w1")
+    conflicts = Conflicts(monkeypatch)
+    await client.start(definition, Batch(items=[1, 2, 3, 4]), saga_id="s")
+    await participant.run_until_idle()  # four replies of one saga wait in the inbox
+    assert await redis.xlen(PARTITION.inbox.key) == 4
+    await orchestrator.run_until_idle()  # one read: the four replies in one batch
+    await participant.run_until_idle()
+    await orchestrator.run_until_idle()
+    state, raw = await settled(client, "s")
+    assert state.status == SagaStatus.COMPLETED
+    assert conflicts.count == 0
+    assert replay(definition, raw, saga_id="s") == state
 
 
 async def test_two_workers_racing_on_one_sagas_branches_lose_nothing(
