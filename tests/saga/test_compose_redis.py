@@ -109,13 +109,18 @@ async def settled(client: SagaClient, saga_id: str) -> Any:
     return state, raw
 
 
-async def test_a_stale_orchestrator_decides_again_and_loses_no_branch_result(
-    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def unlimited_bulk(redis: bus.Redis) -> tuple[Saga[Batch], App, FakeClock, SagaClient]:
+    """The bulk saga with no concurrency limit, its app, a fake clock and a client."""
     definition = bulk_saga(concurrency=None, limit=10)
     app = App("bulk", sagas=[definition])
     clock = FakeClock()
-    client = SagaClient(redis, app.registry, clock=clock)
+    return definition, app, clock, SagaClient(redis, app.registry, clock=clock)
+
+
+async def test_a_stale_orchestrator_decides_again_and_loses_no_branch_result(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    definition, app, clock, client = unlimited_bulk(redis)
     effects: list[tuple[str, str]] = []
     participant = SagaWorker(redis, handler_app(effects), clock=clock, consumer="h")
     first, second = (SagaWorker(redis, app, clock=clock, consumer=c) for c in ("w1", "w2"))
@@ -167,10 +172,7 @@ async def test_one_reads_replies_of_one_saga_are_decided_in_turn_without_a_race(
     redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The orchestrator's batch decides one entry per saga per round: no revision race."""
-    definition = bulk_saga(concurrency=None, limit=10)
-    app = App("bulk", sagas=[definition])
-    clock = FakeClock()
-    client = SagaClient(redis, app.registry, clock=clock)
+    definition, app, clock, client = unlimited_bulk(redis)
     participant = SagaWorker(redis, handler_app([]), clock=clock, consumer="h")
     orchestrator = SagaWorker(redis, app, clock=clock, consumer="w1")
     conflicts = Conflicts(monkeypatch)
