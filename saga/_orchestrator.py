@@ -17,8 +17,8 @@ and forwards its child sagas' end reports (``ParentReport`` inbox entries) to th
 
 Entries of one saga are decided one at a time in this process (a lock per saga id, and one
 entry per saga in each round of a batch): a saga with many branches gets many replies at
-once, and deciding them side by side would only lose revision races. Workers in other processes still race, and the revision check makes
-the loser decide again on fresh state.
+once, and deciding them side by side would only lose revision races. Workers in other
+processes still race, and the revision check makes the loser decide again on fresh state.
 """
 
 from __future__ import annotations
