@@ -233,7 +233,7 @@ class Orchestrator:
             crash_point(BEFORE_COMMIT)
             commits.append((item, decision, after))
             calls.append(call)
-        results = await items[0][2].call_many(list(calls)) if calls else []
+        results = await items[0][2].call_many(calls) if calls else []
         again: list[_Item] = []
         for (item, decision, after), raw in zip(commits, results, strict=True):
             index, envelope, delivery = item
@@ -247,9 +247,7 @@ class Orchestrator:
                 continue
             self.forget(envelope.correlation_id)
             if result.outcome == "lost":
-                outcomes[index] = LeaseLost(
-                    f"inbox entry {delivery.entry_id} was taken over before the commit"
-                )
+                outcomes[index] = _taken_over(delivery)
             else:
                 _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
                 again.append(item)

@@ -158,6 +158,53 @@ async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis
     assert (await pending(redis, PARTITION.inbox, "orchestrator"))[0]["consumer"] == "new"
 
 
+async def cancel_entry_taken_by_another(
+    redis: bus.Redis, client: SagaClient, sent: list[bus.ScriptCall | bus.CommandCall]
+) -> bus.Delivery:
+    """Cancel s1, read the inbox entry as consumer 'old', then move its lease to 'new'.
+
+    The delivery runs its calls at once, and records them in ``sent``."""
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    await redis.xgroup_create(PARTITION.inbox.key, "orchestrator", id="0", mkstream=True)
+    await client.cancel("s1", reason="test")
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "old", {PARTITION.inbox.key: ">"})
+    await redis.xclaim(PARTITION.inbox.key, "orchestrator", "new", 0, [entry_id])
+
+    async def run_each(calls: list[bus.ScriptCall | bus.CommandCall], retry: bool = True) -> list[object]:
+        del retry
+        sent.extend(calls)
+        return [await call.run(redis) for call in calls]
+
+    return bus.Delivery(
+        envelope=bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32),
+        stream=PARTITION.inbox,
+        group="orchestrator",
+        entry_id=entry_id.decode(),
+        deliveries=1,
+        consumer="old",
+        _call_many=run_each,
+    )
+
+
+@pytest.mark.parametrize("noticed", [False, True], ids=["told-by-the-script", "told-by-the-lease-keeper"])
+async def test_the_orchestrator_drops_an_entry_whose_lease_moved_on(redis: bus.Redis, noticed: bool) -> None:
+    """The commit is refused (or, once the lease keeper noticed, not even sent): LeaseLost,
+    which the bus turns into an abandoned handler; the saga is untouched."""
+    client = SagaClient(redis, app.registry)
+    sent: list[bus.ScriptCall | bus.CommandCall] = []
+    delivery = await cancel_entry_taken_by_another(redis, client, sent)
+    if noticed:
+        delivery.scope.cancel()
+    worker = SagaWorker(redis, app, config=CONFIG)
+    [outcome] = await worker.orchestrators[0].on_inbox_batch([(delivery.envelope, delivery)])
+    assert isinstance(outcome, bus.LeaseLost)
+    assert (await client.get("s1")).revision == 1
+    assert (await pending(redis, PARTITION.inbox, "orchestrator"))[0]["consumer"] == "new"
+    assert not delivery.acked_by_handler
+    commits = [call for call in sent if isinstance(call, bus.ScriptCall)]
+    assert len(commits) == (0 if noticed else 1)
+
+
 async def worker_and_client(redis: bus.Redis) -> tuple[SagaWorker, SagaClient, FakeClock]:
     clock = FakeClock()
     return (
