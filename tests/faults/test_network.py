@@ -251,17 +251,28 @@ async def swallowing(url: str, *faults: Swallow) -> AsyncIterator[tuple[FaultPro
 async def test_a_failure_record_re_sent_records_each_failure_once(
     real_redis: bus.Redis, real_redis_url: str
 ) -> None:
-    """fail.lua re-sent (retry, then dead): the dead letter's error chain has one link per delivery."""
+    """fail.lua re-sent (retry, then dead): the dead letter's error chain has one link per delivery.
+
+    Each delivery's fail call has its reply swallowed once. The swallow is armed before each
+    pass rather than by a poller once the previous one fired: a pass takes a few
+    milliseconds, and a poller that armed late let the dead-lettering call through.
+    """
     limit = CONTRACT.max_deliveries
-    async with swallowing(real_redis_url, *[script(FAIL)] * limit) as (proxy, proxied):
-        worker = Worker(proxied, payments_app([], fail_times=100), config=CONTRACT)
-        await worker.setup()
-        await publish_charge(real_redis, "o1")
-        for _ in range(limit):
-            await worker.run_until_idle()
-            for entry in await pending(real_redis, COMMANDS, "payments"):
-                await age_pending(real_redis, COMMANDS, "payments", str(entry["id"]), CONTRACT.lease_ms)
-        await until(lambda: _swallowed(proxy, limit))
+    await real_redis.script_load(FAIL.source)  # else a NOSCRIPT reply would be swallowed instead
+    async with FaultProxy.to_url(real_redis_url) as proxy:
+        proxied = bus.connect(proxy.url(real_redis_url), CLIENT)
+        try:
+            worker = Worker(proxied, payments_app([], fail_times=100), config=CONTRACT)
+            await worker.setup()
+            await publish_charge(real_redis, "o1")
+            for delivery in range(1, limit + 1):
+                proxy.set_mode(Mode.SWALLOW_REPLY, match=FAIL.sha.encode(), times=1)
+                await worker.run_until_idle()  # returns once the re-sent call got its reply
+                assert proxy.counters.swallowed == delivery
+                for entry in await pending(real_redis, COMMANDS, "payments"):
+                    await age_pending(real_redis, COMMANDS, "payments", str(entry["id"]), CONTRACT.lease_ms)
+        finally:
+            await proxied.aclose()
     assert await pending(real_redis, COMMANDS, "payments") == []
     [letter] = await dead_letters(real_redis, COMMANDS)
     assert msgspec.json.decode(letter["errors"]) == ["RuntimeError: gateway timeout"] * limit
