@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 
 import anyio
 import msgspec
@@ -30,6 +29,7 @@ import structlog
 
 import bus
 from bus import Bus, BusConfig, ClientConfig, Delivery, Stream, Worker
+from cli._logging import configure
 
 COMMANDS = Stream("shop:0", "cmd:payments")
 REPLIES = Stream("shop:0", "inbox")
@@ -150,15 +150,7 @@ def build_app(args: argparse.Namespace, ledger: Ledger, redis: bus.Redis) -> Bus
 
 async def main(args: argparse.Namespace) -> None:
     """Connect, run the worker until SIGTERM, exit."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.dict_tracebacks,
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
-    )
+    configure(json_logs=True, level="debug")
     redis = bus.connect(args.redis_url, ClientConfig(client_name=f"fault-{args.consumer}"))
     config = BusConfig(
         concurrency=args.concurrency,

@@ -19,10 +19,8 @@ PostgreSQL schema), ``FAULTS_CONSUMER`` (the worker's consumer name) and the cra
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,6 +33,7 @@ import psycopg
 import structlog
 
 import bus
+from cli._logging import configure
 from saga import (
     App,
     Command,
@@ -307,22 +306,9 @@ CONFIG: Final = EngineConfig(
 )
 
 
-def _configure_logs() -> None:
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.dict_tracebacks,
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),  # per-transition lines cost CPU
-    )
-
-
 async def main() -> None:
     """Run one worker until SIGTERM (graceful) or SIGKILL."""
-    _configure_logs()
+    configure(json_logs=True, level="info")  # per-transition debug lines cost CPU
     consumer = os.environ["FAULTS_CONSUMER"]
     redis = bus.connect(os.environ["FAULTS_REDIS_URL"], bus.ClientConfig(client_name=f"faults-{consumer}"))
     options = f"-c search_path={os.environ['FAULTS_SCHEMA']}"

@@ -27,15 +27,21 @@ pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 SAGAS = 200
 
 
-@pytest.mark.postgres
-async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
-    tmp_path: Path, pg_dsn: str
-) -> None:
+async def synced_pair(tmp_path: Path) -> tuple[PrivateRedis, PrivateRedis]:
+    """A master (AOF everysec) and its replica, started and in sync."""
     master = PrivateRedis(tmp_path / "master", appendfsync="everysec")
     replica = master.replica(tmp_path / "replica")
     await master.start()
     await replica.start()
     await replica.wait_synced()
+    return master, replica
+
+
+@pytest.mark.postgres
+async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    master, replica = await synced_pair(tmp_path)
     promoted = replica
     try:
         async with open_scenario(master.url, pg_dsn, tmp_path / "logs") as scenario:
@@ -68,11 +74,7 @@ async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
 async def test_with_replica_acks_no_acknowledged_start_is_lost_in_a_failover(tmp_path: Path) -> None:
     """DESIGN §8's WAIT option: a start returns only once a replica holds it, so a failover
     loses only starts whose caller got :class:`bus.ReplicaAckTimeout` (and may retry)."""
-    master = PrivateRedis(tmp_path / "master", appendfsync="everysec")
-    replica = master.replica(tmp_path / "replica")
-    await master.start()
-    await replica.start()
-    await replica.wait_synced()
+    master, replica = await synced_pair(tmp_path)
     promoted = replica
     redis = bus.connect(master.url)
     waiting = EngineConfig(bus=BusConfig(replica_acks=1, replica_ack_timeout_ms=200))

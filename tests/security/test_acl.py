@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 from redis import exceptions as rx
 
 import bus
@@ -84,6 +85,15 @@ async def ended(client: SagaClient, ids: list[str]) -> dict[str, SagaStatus]:
     return {i: (await client.get(i)).status for i in ids}
 
 
+async def start_all(tg: TaskGroup, workers: list[SagaWorker]) -> None:
+    """Run every worker in ``tg`` and wait until each has started (bounded)."""
+    for worker in workers:
+        tg.start_soon(worker.run)
+    with anyio.fail_after(30):
+        for worker in workers:
+            await worker.started.wait()
+
+
 async def run_orders(
     users: Users, roles: dict[str, App], orders: dict[str, Order], relay_dsns: list[str] = ()
 ) -> dict[str, SagaStatus]:
@@ -95,11 +105,7 @@ async def run_orders(
         Relay.connect(dsn, relay_client, config=RelayConfig(poll_interval_s=0.02)) for dsn in relay_dsns
     ]
     async with anyio.create_task_group() as tg:
-        for worker in workers:
-            tg.start_soon(worker.run)
-        with anyio.fail_after(30):
-            for worker in workers:
-                await worker.started.wait()
+        await start_all(tg, workers)
         for one in relays:
             tg.start_soon(one.run)
         client = SagaClient(users.client("redsaga.orders"), roles["redsaga.orders"].registry)
@@ -230,11 +236,7 @@ async def test_child_sagas_signals_sleeps_and_event_waits_run_across_context_use
     async with applied(private_redis_server, whole) as users:
         workers = [SagaWorker(users.client(name), app, config=CONFIG) for name, app in roles.items()]
         async with anyio.create_task_group() as tg:
-            for worker in workers:
-                tg.start_soon(worker.run)
-            with anyio.fail_after(30):
-                for worker in workers:
-                    await worker.started.wait()
+            await start_all(tg, workers)
             parents = SagaClient(users.client(f"redsaga.{compose}"), roles[f"redsaga.{compose}"].registry)
             await parents.start(compose_sagas.parent, compose_sagas.Plan(id="p1"), saga_id="p1")
             loans = SagaClient(users.client(f"redsaga.{lending}"), roles[f"redsaga.{lending}"].registry)
