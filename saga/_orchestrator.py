@@ -122,11 +122,6 @@ class Orchestrator:
             group = f"{self.context.name}.waits"
             bus.subscribe(stream, group=group, idempotent=False)(self.on_event)
 
-    async def load(self, partition: Partition, saga_id: str) -> Loaded | None:
-        """The saga as cached, else as stored (``None`` if there is no such saga)."""
-        cached = self._cached(saga_id)
-        return cached if cached is not None else await load_saga(self.redis, partition, saga_id)
-
     def _cached(self, saga_id: str) -> Loaded | None:
         cached = self._cache.get(saga_id)
         if cached is not None:
