@@ -205,6 +205,35 @@ async def test_the_orchestrator_drops_an_entry_whose_lease_moved_on(redis: bus.R
     assert len(commits) == (0 if noticed else 1)
 
 
+async def test_an_entry_whose_saga_cannot_be_read_fails_alone_and_stays_pending(redis: bus.Redis) -> None:
+    """A load that fails (Redis unreachable) is that entry's transient failure: the bus
+    retries it later; nothing is decided or written."""
+    client = SagaClient(redis, app.registry)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    await redis.xgroup_create(PARTITION.inbox.key, "orchestrator", id="0", mkstream=True)
+    await client.cancel("s1", reason="test")
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "w", {PARTITION.inbox.key: ">"})
+
+    async def unreachable(calls: list[bus.ScriptCall | bus.CommandCall], retry: bool = True) -> list[object]:
+        assert not retry  # loads are not retried by the completer: the entry is
+        return [bus.RedisUnavailable("connection refused")] * len(calls)
+
+    delivery = bus.Delivery(
+        envelope=bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32),
+        stream=PARTITION.inbox,
+        group="orchestrator",
+        entry_id=entry_id.decode(),
+        deliveries=1,
+        consumer="w",
+        _call_many=unreachable,
+    )
+    worker = SagaWorker(redis, app, config=CONFIG)
+    [outcome] = await worker.orchestrators[0].on_inbox_batch([(delivery.envelope, delivery)])
+    assert isinstance(outcome, bus.RedisUnavailable)
+    assert (await client.get("s1")).revision == 1
+    assert [e["consumer"] for e in await pending(redis, PARTITION.inbox, "orchestrator")] == ["w"]
+
+
 async def worker_and_client(redis: bus.Redis) -> tuple[SagaWorker, SagaClient, FakeClock]:
     clock = FakeClock()
     return (
