@@ -6,6 +6,10 @@ import random
 
 from bus._clock import Clock
 
+_JITTER = random.Random()
+"""The default source of jitter: seeding a ``Random`` reads the OS entropy pool (~20 µs), and
+the completer makes a back-off per flush, so instances share one."""
+
 
 class Backoff:
     """Waits 50 ms, 100 ms, … up to ``cap_s``, each scaled by a random factor in [0.5, 1]."""
@@ -13,7 +17,7 @@ class Backoff:
     def __init__(self, clock: Clock, *, cap_s: float = 5.0, rng: random.Random | None = None) -> None:
         self._clock = clock
         self._cap_s = cap_s
-        self._rng = rng or random.Random()
+        self._rng = rng or _JITTER
         self._next_s = 0.05
 
     def reset(self) -> None:

@@ -75,22 +75,38 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 
     def to_fields(self) -> dict[str, bytes | str | int]:
         """Encode as stream fields (see the module docstring)."""
-        fields: dict[str, bytes | str | int] = {
-            "id": self.id,
-            "type": self.type,
-            "at": self.created_at_ms,
-            "v": self.schema_version,
-            "data": self.payload,
-        }
-        for name, attribute in _TEXT_FIELDS:
-            value = getattr(self, attribute)
-            if value:
-                fields[name.decode()] = value
+        flat = self.field_args()
+        return {str(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+    def field_args(self) -> list[bytes | str | int]:
+        """The stream fields as the flat ``name, value, …`` list that XADD and scripts take."""
+        args: list[bytes | str | int] = [
+            "id",
+            self.id,
+            "type",
+            self.type,
+            "at",
+            self.created_at_ms,
+            "v",
+            self.schema_version,
+            "data",
+            self.payload,
+        ]
+        if self.source:
+            args += ("src", self.source)
+        if self.correlation_id:
+            args += ("corr", self.correlation_id)
+        if self.causation_id:
+            args += ("cause", self.causation_id)
+        if self.idempotency_key:
+            args += ("idem", self.idempotency_key)
+        if self.reply_to:
+            args += ("reply", self.reply_to)
         if self.attempt != 1:
-            fields["n"] = self.attempt
+            args += ("n", self.attempt)
         if self.headers:
-            fields["hdr"] = _encoder.encode(self.headers)
-        return fields
+            args += ("hdr", _encoder.encode(self.headers))
+        return args
 
 
 def message_type(message_class: type[Any]) -> str:

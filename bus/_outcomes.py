@@ -110,9 +110,7 @@ def complete_call(
     if reply is not None:
         target = Stream.from_key(delivery.envelope.reply_to)
         keys += [target.key, target.published_key]
-        args += [reply.id, config.publish_dedupe_window_ms, int(acknowledge)]
-        for name, value in reply.to_fields().items():
-            args += [name, value]
+        args += [reply.id, config.publish_dedupe_window_ms, int(acknowledge), *reply.field_args()]
     else:
         keys += [stream.key, stream.published_key]
         args += ["", config.publish_dedupe_window_ms, int(acknowledge)]
@@ -139,8 +137,7 @@ def complete_part(
         reply.id if reply else "",
     ]
     if reply is not None:
-        for name, value in reply.to_fields().items():
-            args += [name, value]
+        args += reply.field_args()
     return BatchPart(
         COMPLETE_BATCH,
         (stream.key, stream.failures_key(delivery.group), stream.published_key),

@@ -10,7 +10,7 @@ from bus._envelope import Envelope, new_envelope
 from bus._errors import BusError, PayloadTooLarge
 from bus._keys import Stream
 from bus._lua import PUBLISH, PUBLISH_BATCH
-from bus._scripts import Arg, BatchPart, ScriptCall, acks_of, merge, run_batch
+from bus._scripts import BatchPart, ScriptCall, acks_of, merge, run_batch
 
 MAX_BATCH = 100
 """Most messages one publish script call carries (bounds the time Redis spends in it)."""
@@ -18,23 +18,18 @@ MAX_BATCH = 100
 
 def publish_call(stream: Stream, envelope: Envelope, config: BusConfig) -> ScriptCall:
     """The script call that publishes ``envelope`` on ``stream`` once per dedupe window."""
-    args: list[str | bytes | int] = [envelope.id, config.publish_dedupe_window_ms]
-    for name, value in envelope.to_fields().items():
-        args += [name, value]
+    args: list[str | bytes | int] = [envelope.id, config.publish_dedupe_window_ms, *envelope.field_args()]
     return PUBLISH.call([stream.key, stream.published_key], args)
 
 
 def publish_part(stream: Stream, envelope: Envelope, config: BusConfig) -> BatchPart:
     """One message of a merged ``lua/publish_batch.lua`` call (one stream per call)."""
-    args: list[Arg] = [envelope.id]
-    for name, value in envelope.to_fields().items():
-        args += [name, value]
     return BatchPart(
         PUBLISH_BATCH,
         (stream.key, stream.published_key),
         (config.publish_dedupe_window_ms,),
         (),
-        tuple(args),
+        (envelope.id, *envelope.field_args()),
     )
 
 

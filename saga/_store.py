@@ -27,6 +27,7 @@ in one atomic script.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from saga._keys import WAITS, Partition
 from saga._model import (
     CancelTimer,
     Dispatch,
+    Effect,
     Event,
     HistoryEntry,
     Kind,
@@ -114,7 +116,6 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     def of(cls, timer: StartTimer) -> TimerTemplate:
         """The stored form of a timer a decision started."""
         return cls(
-            timer_id=timer.timer_id,
             purpose=timer.purpose,
             step=timer.step,
             kind=timer.kind,
@@ -124,7 +125,7 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     def stored(self, saga_id: str) -> bytes:
         """The ``timerdata`` value: the saga id, length-prefixed, then the event (no timer id)."""
         owner = saga_id.encode()
-        event = _json.encode(msgspec.structs.replace(self, timer_id=""))
+        event = _json.encode(msgspec.structs.replace(self, timer_id="") if self.timer_id else self)
         return str(len(owner)).encode() + b":" + owner + event
 
     @classmethod
@@ -286,22 +287,25 @@ def commit_call(
     """Build the transition script call for ``decision``; also return the saga as it will be.
 
     The returned :class:`Loaded` is what a cache may keep once the call says ``ok`` (with
-    the revision it returns).
+    the revision it returns). The argument layout is documented in ``lua/transition.lua``.
     """
     state = decision.state
-    old_status = before.state.status.value if before else ""
-    new_fields = encode_state(state) if decision.changed else (before.fields if before else {})
+    status = state.status.value
     old_fields = before.fields if before else {}
-    changed = [(k, v) for k, v in new_fields.items() if old_fields.get(k) != v] if decision.changed else []
-    branches = (
-        changed_branches(before.state if before else None, state, decision.touched)
-        if decision.changed
-        else {}
-    )
+    old_status = before.state.status.value if before else ""
     tag = before.tag if before else ""
-    if changed or branches:
-        tag = new_tag()
-        changed.append(("tag", tag.encode()))
+    changed: list[Any] = []
+    branches: dict[str, bytes] = {}
+    new_fields = old_fields
+    if decision.changed:
+        new_fields = encode_state(state)
+        for item in new_fields.items():
+            if old_fields.get(item[0]) != item[1]:
+                changed += item
+        branches = changed_branches(before.state if before else None, state, decision.touched)
+        if changed or branches:
+            tag = new_tag()
+            changed += ("tag", tag.encode())
     revision = (before.state.revision if before else 0) + (1 if changed else 0)
     entry = HistoryEntry(
         event=event,
@@ -313,64 +317,86 @@ def commit_call(
     keys = [
         partition.saga(state.id),
         partition.history(state.id),
-        partition.inbox.key,
-        partition.timers,
-        partition.timer_data,
-        partition.counts,
-        partition.active,
-        partition.by_status(old_status or state.status.value),
-        partition.by_status(state.status.value),
+        *_fixed_keys(partition),
+        partition.by_status(old_status or status),
+        partition.by_status(status),
         partition.drained,
         partition.ending,
     ]
-    args: list[Any] = [
+    timers, cancels, streams, commands = _effect_args(
+        partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms
+    )
+    keys += streams
+    args = [
         expected(before),
         timer_now_ms,
         delivery.group if delivery else "",
         delivery.consumer if delivery else "",
         delivery.entry_id if delivery else "",
         old_status,
-        state.status.value,
+        status,
         f"{state.name}@{state.version}",
         retention_s,
         int(state.status.terminal),
         _json.encode(entry),
-        len(changed),
+        len(changed) // 2,
+        *changed,
+        len(timers) // 3,
+        *timers,
+        len(cancels),
+        *cancels,
+        len(streams),
+        *commands,
     ]
-    for field_name, field_value in changed:
-        args += [field_name, field_value]
-    starts = [e for e in decision.effects if isinstance(e, StartTimer)]
-    args.append(len(starts))
-    for timer in starts:
-        due = f"@{timer.at_ms}" if timer.at_ms is not None else timer.delay_ms
-        args += [timer.timer_id, due, TimerTemplate.of(timer).stored(state.id)]
-    cancels = [e.timer_id for e in decision.effects if isinstance(e, CancelTimer)]
-    args += [len(cancels), *cancels]
-    cause = getattr(event, "id", "")
-    commands: list[tuple[str, Envelope]] = []
-    for effect in decision.effects:
-        if isinstance(effect, Dispatch):
-            envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
-            commands.append((partition.commands(effect.participant).key, envelope))
-        elif isinstance(effect, WatchEvent | UnwatchEvent):
-            commands.append((partition.commands(WAITS).key, watch_envelope(state, effect, now_ms=now_ms)))
-        elif isinstance(effect, NotifyParent) and state.parent is not None:
-            commands.append((partition.inbox.key, parent_envelope(state, effect, now_ms=now_ms)))
-    args.append(len(commands))
-    for stream_key, envelope in commands:
-        keys.append(stream_key)
-        envelope_fields = envelope.to_fields()
-        args.append(len(envelope_fields))
-        for field_name, value in envelope_fields.items():
-            args += [field_name, value]
     if state.branches:  # the branch hash: last key, last section (saga/_branch_store.py)
         keys.append(partition.branches(state.id))
-        args += [1, len(branches)]
-        for field_name, value in branches.items():
-            args += [field_name, value]
+        args += (1, len(branches))
+        for item in branches.items():
+            args += item
     else:
-        args += [0, 0]
-    return TRANSITION.call(keys, args), Loaded(state, new_fields, tag)
+        args += (0, 0)
+    return ScriptCall(TRANSITION, tuple(keys), tuple(args)), Loaded(state, new_fields, tag)
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_keys(partition: Partition) -> tuple[str, ...]:
+    """The keys every transition of ``partition`` names between the saga's and the indexes'."""
+    return (partition.inbox.key, partition.timers, partition.timer_data, partition.counts, partition.active)
+
+
+def _effect_args(
+    partition: Partition, state: SagaState, effects: list[Effect], *, cause: str, now_ms: int
+) -> tuple[list[Any], list[str], list[str], list[Any]]:
+    """The effects as the transition's sections: timers to start, timers to cancel, messages.
+
+    Messages come as their stream keys (one each) and, in the same order, their fields.
+    """
+    timers: list[Any] = []
+    cancels: list[str] = []
+    streams: list[str] = []
+    messages: list[Any] = []
+    for effect in effects:
+        if isinstance(effect, Dispatch):
+            envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
+            streams.append(partition.commands(effect.participant).key)
+        elif isinstance(effect, StartTimer):
+            due = f"@{effect.at_ms}" if effect.at_ms is not None else effect.delay_ms
+            timers += (effect.timer_id, due, TimerTemplate.of(effect).stored(state.id))
+            continue
+        elif isinstance(effect, CancelTimer):
+            cancels.append(effect.timer_id)
+            continue
+        elif isinstance(effect, WatchEvent | UnwatchEvent):
+            envelope = watch_envelope(state, effect, now_ms=now_ms)
+            streams.append(partition.commands(WAITS).key)
+        elif isinstance(effect, NotifyParent) and state.parent is not None:
+            envelope = parent_envelope(state, effect, now_ms=now_ms)
+            streams.append(partition.inbox.key)
+        else:
+            continue
+        fields = envelope.field_args()
+        messages += (len(fields) // 2, *fields)
+    return timers, cancels, streams, messages
 
 
 def changed_branches(
