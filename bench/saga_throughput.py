@@ -122,16 +122,27 @@ async def drive(shape: str, count: int, start: Start) -> None:
         for n in range(count):
             await (await start(n)).wait()
         return
-    width = count if shape == "burst" else 100
-    limiter = anyio.CapacityLimiter(width)
+    if shape == "burst":  # every saga started at once, one task each
+        async with anyio.create_task_group() as tg:
+            for n in range(count):
+                tg.start_soon(one_saga, start, n)
+        return
+    # 100 in flight: 100 tasks, each starting its next saga when its last one ended (not a
+    # task per saga waiting for a slot: thousands of parked tasks would be the harness's own
+    # garbage-collector load, on both sides)
+    numbers = iter(range(count))
 
-    async def one(n: int) -> None:
-        async with limiter:
-            await (await start(n)).wait()
+    async def keep_one_in_flight() -> None:
+        for n in numbers:
+            await one_saga(start, n)
 
     async with anyio.create_task_group() as tg:
-        for n in range(count):
-            tg.start_soon(one, n)
+        for _ in range(100):
+            tg.start_soon(keep_one_in_flight)
+
+
+async def one_saga(start: Start, n: int) -> None:
+    await (await start(n)).wait()
 
 
 # -- redsaga --------------------------------------------------------------------------------
