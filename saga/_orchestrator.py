@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
@@ -200,12 +200,15 @@ class Orchestrator:
             lock, users = self._locks.get(saga_id) or (asyncio.Lock(), 0)
             self._locks[saga_id] = (lock, users + 1)
             locks.append(lock)
+        held = 0
         try:
-            async with AsyncExitStack() as held:
-                for lock in locks:
-                    await held.enter_async_context(lock)
-                yield
+            for lock in locks:
+                await lock.acquire()
+                held += 1
+            yield
         finally:
+            for lock in locks[:held]:
+                lock.release()
             for saga_id in saga_ids:
                 lock, users = self._locks[saga_id]
                 if users == 1:
