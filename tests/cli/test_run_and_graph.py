@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -95,3 +96,17 @@ def test_known_errors_from_a_task_group_are_one_line_errors(capsys: pytest.Captu
     assert capsys.readouterr().err == "error: Redis refused: no permission on rs:{orders:0}:inbox\n"
     with pytest.raises(ExceptionGroup):  # an unknown error keeps its traceback
         crashed()
+
+
+def test_the_worker_freezes_its_start_up_heap_before_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up heap lives as long as the process: full collections need not walk it."""
+    frozen_when_run: list[int] = []
+    monkeypatch.setattr("cli._run.run", lambda _main: frozen_when_run.append(gc.get_freeze_count()))
+    gc.unfreeze()
+    try:
+        result = runner.invoke(app, ["worker", "--app", "services_example.orders:app"])
+    finally:
+        gc.unfreeze()
+    assert result.exit_code == 0, result.output
+    [frozen] = frozen_when_run
+    assert frozen > 1000
