@@ -27,6 +27,7 @@ memory of the saga hash, and of the branch hash per branch, at the end).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -559,6 +560,7 @@ def main() -> None:
     parser.add_argument("--fanout-concurrency", type=int, default=50)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    gc.freeze()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
     if args.child:
         anyio.run(child_main, args.child, args.redis_url)
         return
