@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from typing import Any
@@ -98,3 +99,86 @@ async def test_a_burst_is_split_into_bounded_pipelines(
     assert results == [{}] * (batcher_module.MAX_BATCH + 10)
     assert max(sizes) <= batcher_module.MAX_BATCH
     assert sum(sizes) == batcher_module.MAX_BATCH + 10
+
+
+async def test_the_batcher_fails_every_caller_of_a_round_when_redis_is_unreachable() -> None:
+    unreachable = bus.connect(
+        "redis://127.0.0.1:1/0", bus.ClientConfig(retries=0, connect_timeout_s=0.5, socket_timeout_s=0.5)
+    )
+    batcher = Batcher(unreachable)
+    outcomes: list[object] = []
+
+    async def one() -> None:
+        try:
+            await batcher.call(CommandCall(("HGETALL", "k")))
+        except bus.BusError as error:
+            outcomes.append(type(error))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(one)
+    assert outcomes == [bus.RedisUnavailable] * 3
+
+
+async def test_a_bug_in_a_round_reaches_every_caller_and_the_next_round_still_runs(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_batch = batcher_module.run_batch
+    rounds: list[int] = []
+
+    async def broken_once(client: bus.Redis, calls: list[object], **options: Any) -> list[object]:
+        rounds.append(len(calls))
+        if len(rounds) == 1:
+            raise RuntimeError("a bug")
+        return await run_batch(client, calls, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batcher_module, "run_batch", broken_once)
+    batcher = Batcher(redis)
+    outcomes: list[object] = []
+
+    async def one() -> None:
+        try:
+            outcomes.append(await batcher.call(CommandCall(("HGETALL", "k"))))
+        except RuntimeError as error:
+            outcomes.append(str(error))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            for _ in range(2):
+                group.start_soon(one)
+        await one()  # a later call gets a sender of its own
+    assert outcomes == ["a bug", "a bug", {}]
+    assert rounds == [2, 1]
+
+
+async def test_a_cancelled_sender_cancels_its_callers_and_leaves_no_sender_behind(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = anyio.Event()
+
+    async def hangs(_client: bus.Redis, _calls: list[object], **_options: Any) -> list[object]:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError  # pragma: no cover - never woken
+
+    monkeypatch.setattr(batcher_module, "run_batch", hangs)
+    batcher = Batcher(redis)
+    cancelled: list[str] = []
+
+    async def one(name: str) -> None:
+        try:
+            await batcher.call(CommandCall(("HGETALL", name)))
+        except asyncio.CancelledError:
+            cancelled.append(name)  # swallowed: the test's own scope was not cancelled
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, "a")
+            group.start_soon(one, "b")
+            await started.wait()
+            sender = batcher._sender  # the task the event loop would cancel on close
+            assert sender is not None
+            sender.cancel()
+    assert sorted(cancelled) == ["a", "b"]
+    assert batcher._sender is None

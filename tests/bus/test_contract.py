@@ -522,6 +522,29 @@ async def test_trim_never_removes_unacknowledged_entries(redis: bus.Redis) -> No
     assert trimmed == 2
 
 
+@pytest.mark.parametrize("retention_ms", [0, None])
+async def test_a_maintenance_round_trims_and_deletes_idle_consumers_but_keeps_its_own(
+    redis: bus.Redis, retention_ms: int | None
+) -> None:
+    from bus._maintenance import run_maintenance
+
+    effects: list[str] = []
+    app = payments_app(effects)
+    worker = Worker(redis, app, config=CONFIG)
+    for order in ("o1", "o2"):
+        await publish_charge(redis, order)
+    await worker.run_until_idle()  # both handled and acknowledged
+    await redis.xgroup_createconsumer(COMMANDS.key, "payments", "gone")
+    config = BusConfig(retention_ms=retention_ms, consumer_idle_ms=0)
+
+    await run_maintenance(redis, app.subscriptions, config, consumer=worker.consumer)
+
+    consumers = {c["name"].decode() for c in await redis.xinfo_consumers(COMMANDS.key, "payments")}
+    assert consumers == {worker.consumer}
+    assert await redis.xlen(COMMANDS.key) == (0 if retention_ms == 0 else 2)
+    assert effects == ["o1", "o2"]
+
+
 async def test_group_deleted_under_a_worker_is_recreated(redis: bus.Redis, backend: str) -> None:
     if backend == "fake":
         pytest.skip("fakeredis words NOGROUP differently on XREADGROUP (FAULTS.md); real Redis only")
