@@ -24,12 +24,22 @@ from hypothesis import strategies as st
 
 import bus
 from bus import FakeClock
-from saga import App, EngineConfig, Saga, SagaClient, SagaState, SagaStatus, SagaWorker
+from saga import (
+    App,
+    EngineConfig,
+    Saga,
+    SagaClient,
+    SagaNotFound,
+    SagaState,
+    SagaStatus,
+    SagaWorker,
+    Versions,
+)
 from saga._keys import Partition
 from saga._protocol import RETRY as RETRY_REQUEST
 from saga._protocol import OperatorRequest
 from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
-from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, fan, invoicing, parent, race, seats
+from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, bill, fan, invoicing, parent, race, seats
 
 pytestmark = pytest.mark.anyio
 SETTLED = {SagaStatus.DEAD_LETTERED} | {s for s in SagaStatus if s.terminal}
@@ -411,3 +421,37 @@ async def test_a_child_in_another_context_runs_on_that_contexts_own_workers(redi
     assert child.status == SagaStatus.COMPLETED
     assert child.parent is not None
     assert child.parent.saga_id == "x"
+
+
+async def test_a_child_that_cannot_start_fails_its_parents_step_with_the_reason(redis: bus.Redis) -> None:
+    """The child's version is drained: the parent's step fails permanently and is compensated."""
+    clock = FakeClock()
+
+    async def cancel(_saga_id: str) -> None:
+        return None
+
+    orders = App("orders", sagas=[parent])
+    billing = App("billing", sagas=[invoicing])
+    workers = [
+        SagaWorker(redis, orders, clock=clock, consumer="orders"),
+        SagaWorker(redis, billing, clock=clock, consumer="billing"),
+        SagaWorker(redis, App("worker", participants=[Services(cancel).build()]), clock=clock, consumer="w"),
+    ]
+    await workers[1].register()
+    await Versions(redis, clock=clock).drain(invoicing.name, invoicing.version, by="ops", reason="retired")
+    client = SagaClient(redis, orders.registry, clock=clock)
+    await client.start(parent, Plan(id="y"), saga_id="y")
+    with anyio.fail_after(30):
+        for _ in range(20):
+            for worker in workers:
+                await worker.run_until_idle()
+            if (await client.get("y")).status.terminal:
+                break
+    state = await client.get("y")
+    assert state.status == SagaStatus.COMPENSATED
+    [attempt] = state.steps[bill.name].attempts
+    assert attempt.outcome == "permanent"
+    assert "child saga y/bill could not start: VersionDrained" in (attempt.error or "")
+    assert state.steps["reserve"].status == "compensated"
+    with pytest.raises(SagaNotFound):
+        await SagaClient(redis, billing.registry, clock=clock).get("y/bill")
