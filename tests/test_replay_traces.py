@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from saga import TraceMismatch, decode_trace, replay_trace
+from saga import Saga, SagaStatus, TraceMismatch, decode_trace, replay_trace
+from services_example.contracts import Order
 from services_example.orders import app
 from tests.ops import changed
 
@@ -46,3 +48,37 @@ def test_an_inserted_step_fails_the_replay_naming_it() -> None:
         )
     assert failure.value.mismatch is not None
     assert failure.value.mismatch.step == "check_fraud"
+
+
+DEMO = Path(__file__).parent / "traces" / "demo-completed.json"
+
+
+def test_a_trace_of_another_format_is_refused() -> None:
+    trace = msgspec.structs.replace(decode_trace(DEMO), format="redsaga.trace/0")
+    with pytest.raises(ValueError, match=r"unsupported trace format 'redsaga\.trace/0'"):
+        decode_trace(msgspec.json.encode(trace))
+
+
+def test_a_trace_of_another_saga_is_refused() -> None:
+    with pytest.raises(ValueError, match="the trace is of 'order_fulfilment', not 'other'"):
+        replay_trace(DEMO, Saga("other", context="orders", data=Order))
+
+
+def test_a_trace_without_history_fails_the_replay() -> None:
+    empty = msgspec.structs.replace(decode_trace(DEMO), history=[])
+    with pytest.raises(TraceMismatch, match="the trace has no history"):
+        replay_trace(empty, app)
+
+
+def test_a_final_state_that_differs_fails_the_replay_naming_the_fields() -> None:
+    trace = decode_trace(DEMO)
+    recorded = msgspec.structs.replace(
+        trace.state, status=SagaStatus.FAILED, revision=trace.state.revision + 1
+    )
+    with pytest.raises(TraceMismatch) as failure:
+        replay_trace(msgspec.structs.replace(trace, state=recorded), app)
+    assert failure.value.mismatch is None
+    assert failure.value.differences == [
+        "status: recorded failed, replayed completed",
+        f"revision: recorded {recorded.revision}, replayed {trace.state.revision}",
+    ]
