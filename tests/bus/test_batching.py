@@ -182,3 +182,30 @@ async def test_a_cancelled_sender_cancels_its_callers_and_leaves_no_sender_behin
             sender.cancel()
     assert sorted(cancelled) == ["a", "b"]
     assert batcher._sender is None
+
+
+@pytest.mark.redis
+async def test_a_publish_waiting_for_replicas_raises_when_too_few_acknowledged(real_redis: bus.Redis) -> None:
+    """The entry stands on the master; the caller learns a failover now could lose it."""
+    waiting = bus.Publisher(real_redis, config=bus.BusConfig(replica_acks=1, replica_ack_timeout_ms=10))
+    stream = bus.Stream("orders:0", "events")
+    envelope = bus.Envelope(id="m1", type="Happened", payload=b"{}")
+    with pytest.raises(bus.ReplicaAckTimeout) as late:
+        await waiting.publish_envelope(stream, envelope)
+    assert (late.value.acked, late.value.wanted) == (0, 1)
+    assert await real_redis.xlen(stream.key) == 1
+    with pytest.raises(bus.ReplicaAckTimeout):  # a retry is safe: the id is remembered
+        await waiting.publish_envelope(stream, envelope)
+    assert await real_redis.xlen(stream.key) == 1
+
+
+async def test_publishing_many_raises_the_first_error(redis: bus.Redis) -> None:
+    await redis.set("rs:{orders:0}:events", "not a stream")
+    envelopes = [bus.Envelope(id=f"m{n}", type="Happened", payload=b"{}") for n in range(2)]
+    items = [
+        (bus.Stream("orders:0", "other"), envelopes[0]),
+        (bus.Stream("orders:0", "events"), envelopes[1]),
+    ]
+    with pytest.raises(bus.RedisCommandError, match="WRONGTYPE"):
+        await bus.Publisher(redis).publish_many(items)
+    assert await redis.xlen("rs:{orders:0}:other") == 1  # calls before the failing one stand
