@@ -14,7 +14,19 @@ from typing import Any
 import msgspec
 import pytest
 
-from saga import App, Command, DefinitionError, Participant, Registry, Retry, Saga, StepContext, command
+from saga import (
+    App,
+    Command,
+    Context,
+    DefinitionError,
+    Participant,
+    Registry,
+    Retry,
+    Saga,
+    StepContext,
+    UnknownDefinition,
+    command,
+)
 from saga.testing import SagaRunner
 
 
@@ -182,6 +194,39 @@ def test_two_definitions_of_one_version_are_refused() -> None:
     second.step(reply=Pong)(ping)
     with raises("two definitions of twice@1"):
         Registry([first, second])
+
+
+def test_one_context_declared_with_two_partition_counts_is_refused() -> None:
+    one, two = (
+        Saga("one_p", data=Data, context="split"),
+        Saga("two_p", data=Data, context=Context("split", 2)),
+    )
+    for saga in (one, two):
+        saga.step(reply=Pong)(ping)
+    with raises("context 'split' is declared with 1 and 2 partitions"):
+        Registry([one, two])
+
+
+def test_a_registry_names_what_it_does_not_hold() -> None:
+    saga = fresh("held")
+    saga.step(reply=Pong)(ping)
+    other = Saga("elsewhere", data=Data, context="other")
+    other.step(reply=Pong)(ping)
+    registry = Registry([saga, other])
+    with pytest.raises(UnknownDefinition, match="no definition held@2 is registered here"):
+        registry.get("held", 2)
+    with pytest.raises(UnknownDefinition, match="no definition named 'nope' is registered here"):
+        registry.latest("nope")
+    with pytest.raises(UnknownDefinition, match=r"name a context: this registry has \['other', 'tests'\]"):
+        registry.context(None)
+    with pytest.raises(UnknownDefinition, match="no context 'nope' here"):
+        registry.context("nope")
+    assert registry.context("tests").name == "tests"
+
+
+def test_an_app_refuses_to_run_nothing() -> None:
+    with pytest.raises(ValueError, match="app 'idle' runs nothing: give it sagas, participants or buses"):
+        App("idle")
 
 
 def test_a_valid_definition_passes() -> None:
