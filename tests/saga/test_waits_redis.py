@@ -321,3 +321,24 @@ async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) ->
     fired = to_event(bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32))
     assert isinstance(fired, TimerFired)
     assert fired.timer_id == timer_id
+
+
+async def test_more_due_timers_than_a_batch_all_fire_in_one_round(redis: bus.Redis) -> None:
+    """A partition whose batch came back full is asked again, alone, until it is drained."""
+    from saga._store import TimerTemplate
+    from saga._timers import fire_round
+
+    busy, quiet = Partition("many", 0), Partition("many", 1)
+    for n in range(7):
+        timer_id = f"s{n}:step:do:1:retry"
+        stored = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1).stored(f"s{n}")
+        await redis.zadd(busy.timers, {timer_id: 1})
+        await redis.hset(busy.timer_data, timer_id, stored)
+    await redis.zadd(quiet.timers, {"later:step:do:1:retry": 2**50})  # not due: tells when to wake
+    result = await fire_round(redis, [busy, quiet], FakeClock(), batch=3)
+    assert result.fired == 7
+    assert result.wait_ms is not None
+    assert result.wait_ms > 0
+    assert await redis.xlen(busy.inbox.key) == 7
+    assert await redis.zcard(busy.timers) == 0
+    assert await redis.xlen(quiet.inbox.key) == 0
