@@ -1,4 +1,4 @@
-"""``saga demo`` and ``saga graph`` end to end (typer's runner and a real subprocess)."""
+"""``saga demo``, ``graph``, ``worker`` and ``epoch`` end to end (typer's runner, real subprocesses)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 import msgspec
 import pytest
+import redis as redis_sync
 import typer
 from typer.testing import CliRunner
 
@@ -110,3 +111,26 @@ def test_the_worker_freezes_its_start_up_heap_before_it_runs(monkeypatch: pytest
     assert result.exit_code == 0, result.output
     [frozen] = frozen_when_run
     assert frozen > 1000
+
+
+@pytest.mark.redis
+def test_the_epoch_commands_speak_plainly(real_redis_url: str) -> None:
+    """``saga epoch show|accept`` as an operator reads them: none yet, an id, a loss seen."""
+    redis = redis_sync.Redis.from_url(real_redis_url)
+    redis.delete("rs:epoch")
+    try:
+        shown = runner.invoke(app, ["epoch", "show", "--redis-url", real_redis_url])
+        assert shown.stdout == "no epoch yet: the first worker to start creates one\n"
+        refused = runner.invoke(app, ["epoch", "accept", "--redis-url", real_redis_url])
+        assert refused.exit_code != 0
+        assert "accepting a new epoch needs --yes" in refused.output
+        accepted = runner.invoke(app, ["epoch", "accept", "--yes", "--redis-url", real_redis_url])
+        epoch = accepted.stdout.split()[2].rstrip(":")
+        assert accepted.stdout == f"new epoch {epoch}: start the workers again\n"
+        assert runner.invoke(app, ["epoch", "show", "--redis-url", real_redis_url]).stdout == f"{epoch}\n"
+        redis.set("rs:epoch", f"lost:{epoch}")
+        lost = runner.invoke(app, ["epoch", "show", "--redis-url", real_redis_url]).stdout
+        assert lost == f"lost:{epoch}  (data loss seen: workers refuse to start; see saga epoch accept)\n"
+    finally:
+        redis.delete("rs:epoch")
+        redis.close()
