@@ -450,9 +450,10 @@ class GroupConsumer:
         # Across slots the reply cannot share the script: record the result first, then
         # publish, then ack. A crash in between is safe: the redelivery finds the recorded
         # result and replies with it, and the reply's derived id dedupes the publish.
-        # Otherwise the completion is one part of a merged call (one script per flush).
+        # Otherwise the completion is one part of a merged call (one script per flush),
+        # which publishes the reply only as it acknowledges the entry it owns: no dedupe.
         call: ScriptCall | BatchPart = (
-            complete_call(delivery, result, None, self.rt.config, acknowledge=False, remember=remember)
+            complete_call(delivery, result, self.rt.config, remember=remember)
             if across
             else complete_part(delivery, result, reply, self.rt.config, remember=remember)
         )

@@ -61,8 +61,9 @@ def reply_to_command(
 ) -> Envelope:
     """The reply to ``command``: the one rule every replier follows (handlers, the inbox).
 
-    Its id derives from the command's, so replying twice to one delivery is deduped by the
-    publish window; it names the command as its cause, so the requester can match it to the
+    Its id derives from the command's, so where a reply is published on its own (to another
+    slot, from an outbox) a second publish for one delivery is deduped by the publish
+    window; it names the command as its cause, so the requester can match it to the
     attempt; the command's headers are carried over, plus ``replied-by`` when given.
     """
     reply_id = derived_id(command.id, "reply")
@@ -89,17 +90,11 @@ def dedupe_claim_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCa
 
 
 def complete_call(
-    delivery: Delivery,
-    result: bytes,
-    reply: Envelope | None,
-    config: BusConfig,
-    *,
-    acknowledge: bool = True,
-    remember: bool = True,
+    delivery: Delivery, result: bytes, config: BusConfig, *, remember: bool = True
 ) -> ScriptCall:
-    """Record ``result`` (unless not ``remember``), publish ``reply`` (same slot only), ack."""
+    """Record ``result`` (unless not ``remember``) without acknowledging: see ``lua/complete.lua``."""
     stream = delivery.stream
-    keys = [stream.key, stream.failures_key(delivery.group), delivery.dedupe_key or stream.key]
+    keys = [stream.key, delivery.dedupe_key or stream.key]
     args: list[Arg] = [
         delivery.group,
         delivery.consumer,
@@ -107,13 +102,6 @@ def complete_call(
         config.dedupe_ttl_s,
         result if remember else "",
     ]
-    if reply is not None:
-        target = Stream.from_key(delivery.envelope.reply_to)
-        keys += [target.key, target.published_key]
-        args += [reply.id, config.publish_dedupe_window_ms, int(acknowledge), *reply.field_args()]
-    else:
-        keys += [stream.key, stream.published_key]
-        args += ["", config.publish_dedupe_window_ms, int(acknowledge)]
     return COMPLETE.call(keys, args)
 
 
@@ -130,18 +118,13 @@ def complete_part(
         delivery.dedupe_key or stream.key,
         Stream.from_key(delivery.envelope.reply_to).key if reply else stream.key,
     )
-    args: list[Arg] = [
-        delivery.entry_id,
-        result if remember else "",
-        int(delivery.deliveries > 1),
-        reply.id if reply else "",
-    ]
+    args: list[Arg] = [delivery.entry_id, result if remember else "", int(delivery.deliveries > 1)]
     if reply is not None:
         args += reply.field_args()
     return BatchPart(
         COMPLETE_BATCH,
-        (stream.key, stream.failures_key(delivery.group), stream.published_key),
-        (delivery.group, delivery.consumer, config.dedupe_ttl_s, config.publish_dedupe_window_ms),
+        (stream.key, stream.failures_key(delivery.group)),
+        (delivery.group, delivery.consumer, config.dedupe_ttl_s),
         keys,
         tuple(args),
     )

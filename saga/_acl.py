@@ -14,8 +14,9 @@
   user too.
 - ``<prefix>.<context>.<participant>``: one participant in one context it serves. Its
   command stream ``rs:{orders:<n>}:cmd:<participant>``, its dedupe and failure records, and
-  what the completion script writes in the same slot: the reply on the partition's inbox,
-  the publish-dedupe window ``…:published`` and the dead-letter stream.
+  what its scripts write in the same slot: the reply on the partition's inbox, the
+  dead-letter stream, and the publish-dedupe window ``…:published`` of the dead letters it
+  publishes (an entry deleted while pending).
 - ``<prefix>.relay``: the outbox relay. ``EVALSHA`` of the publish script on the inboxes of
   the contexts whose participants reply through the outbox (and on ``relay_streams``).
 - ``<prefix>.operator``: read-only, for ``saga inspect``, ``list``, ``stats``, ``export``,
@@ -66,6 +67,7 @@ _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 _CONSUMER_SCRIPTS: Final = (
     ("bus", "epoch"), ("bus", "ack"), ("bus", "complete"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
     ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
+    ("bus", "publish"),  # the dead letter of an entry deleted while pending (GroupConsumer)
 )  # fmt: skip
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
 _SAGA_SCRIPTS: Final = (

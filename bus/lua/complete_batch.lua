@@ -1,29 +1,31 @@
 -- Finish many entries of one stream and group: record each handler's result, publish its
--- reply (same slot only) and acknowledge, each fenced by its lease. complete.lua is the
--- one-entry form that can also record without acknowledging (replies to another slot).
+-- reply (same slot only) and acknowledge, each fenced by its lease. complete.lua records a
+-- result without acknowledging (for a reply to another slot, published first).
 --
 -- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<name>:<group>
--- KEYS[3]  rs:{tag}:published (dedupe of reply publishes in this tag)
--- KEYS[4…] per entry, 2 keys: its dedupe key (or KEYS[1] when not idempotent) and its
+-- KEYS[3…] per entry, 2 keys: its dedupe key (or KEYS[1] when not idempotent) and its
 --          reply stream (or KEYS[1] when there is no reply)
 -- ARGV[1]  group        ARGV[2]  consumer     ARGV[3]  dedupe TTL, s
--- ARGV[4]  publish dedupe window, ms
--- ARGV[5…] per entry (the layout of bus._scripts.merge): 2 (its key count), m (its
+-- ARGV[4…] per entry (the layout of bus._scripts.merge): 2 (its key count), m (its
 --          argument count), then m arguments:
 --          entry id, result ('R…', or '' to record nothing and clear the in-flight marker
 --          so that a retry may run again), 1 if it may have a failure history else 0,
---          reply message id ('' for none), reply field, value, …
+--          reply field, value, …
+--
+-- The reply needs no publish dedupe: it is added in the script that acknowledges the entry,
+-- only while this consumer owns it, so a repeat of this call (redis-py re-sends after a lost
+-- reply) or a late call of a consumer whose lease moved on finds the entry no longer its
+-- own and adds nothing.
 --
 -- Returns one reply per entry, as complete.lua: 'lost' (lease taken over: nothing
 -- written), 'done', or {'duplicate', first} (a concurrent delivery recorded a different
 -- result first: nothing written; the caller completes again with the first result).
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
-local now = nil
 local out = {}
-local k, a = 4, 5
+local k, a = 3, 4
 while a <= #ARGV do
   local nargs = tonumber(ARGV[a + 1])
-  local id, result, failed, reply_id = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local id, result, failed = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local dedupe, target = KEYS[k], KEYS[k + 1]
   local outcome = 'done'
   local p = redis.call('XPENDING', stream, group, id, id, 1)
@@ -41,14 +43,7 @@ while a <= #ARGV do
   end
   if outcome == 'done' then
     if target ~= stream then
-      if not now then
-        local t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]))
-      end
-      if redis.call('ZADD', KEYS[3], 'NX', now, reply_id) == 1 then
-        redis.call('XADD', target, '*', unpack(ARGV, a + 6, a + 1 + nargs))
-      end
+      redis.call('XADD', target, '*', unpack(ARGV, a + 5, a + 1 + nargs))
     end
     redis.call('XACK', stream, group, id)
     if failed == '1' then

@@ -355,7 +355,7 @@ async def test_completion_from_a_consumer_that_lost_its_lease_is_refused(redis: 
         dedupe_key=COMMANDS.dedupe_key("payments", "k"),
     )
     result = encode_result(Charged(order="o1", receipt="late"), CONFIG)
-    outcome = await complete_call(delivery, result, None, CONFIG).run(redis)
+    outcome = await complete_call(delivery, result, CONFIG).run(redis)
 
     assert outcome == b"lost"
     assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "new"
@@ -397,6 +397,12 @@ async def test_merged_completion_is_fenced_per_entry(redis: bus.Redis) -> None:
     assert await redis.exists(COMMANDS.dedupe_key("payments", "saga-o2:charge")) == 0
     assert await redis.get(COMMANDS.dedupe_key("payments", "saga-o1:charge")) is not None
     assert sorted(r.decode(Charged).order for r in await replies(redis)) == ["o1", "o3"]
+    # a repeat of the call (redis-py re-sends it when its reply is lost) adds nothing: each
+    # reply went out with its entry's acknowledgement, so no publish dedupe is kept for it
+    assert await merge(parts).run(redis) == [b"lost", b"lost", b"lost"]
+    assert len(await replies(redis)) == 2
+    sent = [r.id for r in await replies(redis)]
+    assert [await redis.zscore(REPLIES.published_key, i) for i in sent] == [None, None]
 
 
 async def test_merged_completion_answers_duplicate_with_the_first_result(redis: bus.Redis) -> None:
