@@ -394,30 +394,45 @@ def test_random_plans_end_alike_on_the_runner_and_fakeredis(plan: Plan) -> None:
     anyio.run(compare)
 
 
+@dataclass
+class TwoContexts:
+    """The parent saga's context (orders) and its child's (billing), each with its own worker."""
+
+    redis: bus.Redis
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    def __post_init__(self) -> None:
+        async def cancel(_saga_id: str) -> None:
+            return None
+
+        self.orders = App("orders", sagas=[parent])  # knows the child only through its step
+        self.billing = App("billing", sagas=[invoicing])
+        participants = App("worker", participants=[Services(cancel).build()])
+        self.workers = [
+            SagaWorker(self.redis, self.orders, clock=self.clock, consumer="orders"),
+            SagaWorker(self.redis, self.billing, clock=self.clock, consumer="billing"),
+            SagaWorker(self.redis, participants, clock=self.clock, consumer="w"),
+        ]
+        self.client = SagaClient(self.redis, self.orders.registry, clock=self.clock)
+        self.children = SagaClient(self.redis, self.billing.registry, clock=self.clock)
+
+    async def run(self, saga_id: str) -> SagaState:
+        """Start a parent saga and run every worker until it ended; its final state."""
+        await self.client.start(parent, Plan(id=saga_id), saga_id=saga_id)
+        with anyio.fail_after(30):
+            for _ in range(20):
+                for worker in self.workers:
+                    await worker.run_until_idle()
+                if (await self.client.get(saga_id)).status.terminal:
+                    break
+        return await self.client.get(saga_id)
+
+
 async def test_a_child_in_another_context_runs_on_that_contexts_own_workers(redis: bus.Redis) -> None:
-    clock = FakeClock()
-
-    async def cancel(_saga_id: str) -> None:
-        return None
-
-    orders = App("orders", sagas=[parent])  # knows the child's definition only through its step
-    billing = App("billing", sagas=[invoicing])
-    workers = [
-        SagaWorker(redis, orders, clock=clock, consumer="orders"),
-        SagaWorker(redis, billing, clock=clock, consumer="billing"),
-        SagaWorker(redis, App("worker", participants=[Services(cancel).build()]), clock=clock, consumer="w"),
-    ]
-    client = SagaClient(redis, orders.registry, clock=clock)
-    await client.start(parent, Plan(id="x"), saga_id="x")
-    with anyio.fail_after(30):
-        for _ in range(20):
-            for worker in workers:
-                await worker.run_until_idle()
-            if (await client.get("x")).status.terminal:
-                break
-    state = await client.get("x")
+    contexts = TwoContexts(redis)
+    state = await contexts.run("x")
     assert state.status == SagaStatus.COMPLETED
-    child = await SagaClient(redis, billing.registry, clock=clock).get("x/bill")
+    child = await contexts.children.get("x/bill")
     assert child.status == SagaStatus.COMPLETED
     assert child.parent is not None
     assert child.parent.saga_id == "x"
@@ -425,33 +440,16 @@ async def test_a_child_in_another_context_runs_on_that_contexts_own_workers(redi
 
 async def test_a_child_that_cannot_start_fails_its_parents_step_with_the_reason(redis: bus.Redis) -> None:
     """The child's version is drained: the parent's step fails permanently and is compensated."""
-    clock = FakeClock()
-
-    async def cancel(_saga_id: str) -> None:
-        return None
-
-    orders = App("orders", sagas=[parent])
-    billing = App("billing", sagas=[invoicing])
-    workers = [
-        SagaWorker(redis, orders, clock=clock, consumer="orders"),
-        SagaWorker(redis, billing, clock=clock, consumer="billing"),
-        SagaWorker(redis, App("worker", participants=[Services(cancel).build()]), clock=clock, consumer="w"),
-    ]
-    await workers[1].register()
-    await Versions(redis, clock=clock).drain(invoicing.name, invoicing.version, by="ops", reason="retired")
-    client = SagaClient(redis, orders.registry, clock=clock)
-    await client.start(parent, Plan(id="y"), saga_id="y")
-    with anyio.fail_after(30):
-        for _ in range(20):
-            for worker in workers:
-                await worker.run_until_idle()
-            if (await client.get("y")).status.terminal:
-                break
-    state = await client.get("y")
+    contexts = TwoContexts(redis)
+    await contexts.workers[1].register()
+    await Versions(redis, clock=contexts.clock).drain(
+        invoicing.name, invoicing.version, by="ops", reason="retired"
+    )
+    state = await contexts.run("y")
     assert state.status == SagaStatus.COMPENSATED
     [attempt] = state.steps[bill.name].attempts
     assert attempt.outcome == "permanent"
     assert "child saga y/bill could not start: VersionDrained" in (attempt.error or "")
     assert state.steps["reserve"].status == "compensated"
     with pytest.raises(SagaNotFound):
-        await SagaClient(redis, billing.registry, clock=clock).get("y/bill")
+        await contexts.children.get("y/bill")
