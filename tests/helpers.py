@@ -58,3 +58,19 @@ async def dead_letters(redis: bus.Redis, stream: bus.Stream) -> list[dict[str, s
     """The dead-letter stream of ``stream``'s tag, fields decoded (raw fields kept as text)."""
     entries = await redis.xrange(stream.dlq_key)
     return [{k.decode(): v.decode(errors="replace") for k, v in fields.items()} for _, fields in entries]
+
+
+async def until_redis_clock_passes_newest(redis: bus.Redis, stream_key: str) -> None:
+    """Wait until Redis's clock is past the millisecond of the stream's newest entry.
+
+    Trimming with a retention of 0 removes entries older than now: an entry made in the
+    current millisecond is not older yet, so a test that trims at once would race the clock.
+    """
+    [(newest, _)] = await redis.xrevrange(stream_key, count=1)
+    newest_ms = int(newest.split(b"-")[0])
+
+    async def passed() -> bool:
+        seconds, micros = await redis.time()
+        return seconds * 1000 + micros // 1000 > newest_ms
+
+    await eventually(passed, 5, "Redis's clock passed the stream's newest entry", poll=0.001)

@@ -8,7 +8,7 @@ import pytest
 
 import bus
 from bus import Bus, BusConfig, Delivery, Publisher, Stream, Worker
-from tests.helpers import age_pending, dead_letters, pending
+from tests.helpers import age_pending, dead_letters, pending, until_redis_clock_passes_newest
 
 pytestmark = pytest.mark.anyio
 
@@ -521,6 +521,7 @@ async def test_trim_never_removes_unacknowledged_entries(redis: bus.Redis) -> No
     slow_ids = [i for i, _ in slow[0][1]]
     await redis.xack(COMMANDS.key, "slow", *slow_ids[:2])
 
+    await until_redis_clock_passes_newest(redis, COMMANDS.key)
     trimmed = await trim_stream(redis, COMMANDS.key, retention_ms=0)
     remaining = [i for i, _ in await redis.xrange(COMMANDS.key)]
     assert remaining[0] == slow_ids[2]  # the oldest entry slow has not acknowledged
@@ -542,6 +543,7 @@ async def test_a_maintenance_round_trims_and_deletes_idle_consumers_but_keeps_it
     await worker.run_until_idle()  # both handled and acknowledged
     await redis.xgroup_createconsumer(COMMANDS.key, "payments", "gone")
     config = BusConfig(retention_ms=retention_ms, consumer_idle_ms=0)
+    await until_redis_clock_passes_newest(redis, COMMANDS.key)
 
     await run_maintenance(redis, app.subscriptions, config, consumer=worker.consumer)
 
