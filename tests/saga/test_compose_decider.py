@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from saga import Command, DefinitionError, Saga, SagaStatus, command
+from saga import Command, DefinitionError, Saga, SagaError, SagaStatus, command
 from saga.testing import FakeParticipant, RunnerError, SagaRunner, fail_transiently, no_reply, succeed
 from tests.saga.compose_sagas import (
     DEFINITIONS,
@@ -249,6 +249,16 @@ def test_a_child_whose_data_does_not_fit_fails_its_parent_step() -> None:
     assert "InvalidInput: saga strict_child@1: data is not a valid Data" in (
         state.steps["c"].attempts[0].error or ""
     )
+
+
+def test_a_runner_not_given_the_child_saga_says_which_one_to_add() -> None:
+    child: Saga[Data] = Saga("unlisted_child", context="rules", data=Data)
+    child.step(reply=Pong)(ping)
+    parent_saga: Saga[Data] = Saga("listing_parent", context="rules", data=Data)
+    parent_saga.child("c", saga=child, data=lambda d: d)
+    runner = SagaRunner(parent_saga, participants=[FakeParticipant("p", {Ping: Pong()})])
+    with pytest.raises(SagaError, match=r"give the runner the child saga unlisted_child@1 too"):
+        runner.run(Data(), definition=parent_saga)
 
 
 def test_the_parents_cancel_reaches_a_child_in_another_context() -> None:
