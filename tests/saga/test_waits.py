@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from saga import (
+    DefinitionError,
     EngineConfig,
     InvalidInput,
     InvalidToken,
@@ -339,3 +341,38 @@ def test_replayed_signal_and_timer_events_change_nothing() -> None:
     state = r.state(saga_id)
     for entry in r.history(saga_id)[1:]:
         assert decide(loan, state, entry.event).ignored
+
+
+def test_a_wait_declared_wrong_is_refused_naming_the_step() -> None:
+    saga: Saga[Loan] = Saga("badly_waiting", data=Loan, context="lending")
+    with pytest.raises(DefinitionError, match=r"badly_waiting\.back: sleep for a timedelta >= 0"):
+        saga.sleep("back", timedelta(seconds=-1))
+    with pytest.raises(DefinitionError, match=r"badly_waiting\.naive: sleep until an aware datetime"):
+        saga.sleep("naive", datetime(2030, 1, 1))  # noqa: DTZ001 - the mistake under test
+    with pytest.raises(DefinitionError, match=r"a computed sleep duration takes one argument, not 2"):
+        saga.sleep("computed", lambda data, extra: timedelta(0))
+    with pytest.raises(DefinitionError, match=r"badly_waiting\.funds: key must be callable"):
+        saga.wait_event("funds", stream=TREASURY_EVENTS, message=FundsReady, key="loan", match=lambda d: d.id)  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"badly_waiting\.funds: message must be a msgspec Struct"):
+        saga.wait_event("funds", stream=TREASURY_EVENTS, message=dict, key=lambda e: e, match=lambda d: d.id)
+
+
+@pytest.mark.parametrize(
+    ("until", "error"),
+    [
+        (
+            lambda _loan: datetime(2030, 1, 1),  # noqa: DTZ001 - the mistake under test
+            "ValueError: sleep until datetime.datetime(2030, 1, 1, 0, 0): give an aware",
+        ),
+        (lambda _loan: 5, "TypeError: a sleep lasts a timedelta or ends at a datetime, not int"),
+    ],
+    ids=["naive-datetime", "not-a-duration"],
+)
+def test_a_computed_sleep_that_returns_no_duration_fails_its_step(until: Any, error: str) -> None:
+    saga: Saga[Loan] = Saga("bad_sleeper", data=Loan, context="lending")
+    saga.sleep("nap", until)
+    state = SagaRunner(saga).run(LOAN)
+    assert state.status == SagaStatus.FAILED
+    [attempt] = state.steps["nap"].attempts
+    assert attempt.outcome == "permanent"
+    assert f"sleep step raised {error}" in (attempt.error or "")
