@@ -43,7 +43,6 @@ from bus._outcomes import (
     RESULT_PREFIX,
     Reply,
     ack_call,
-    complete_call,
     complete_part,
     dead_letter_call,
     dedupe_claim_call,
@@ -51,6 +50,7 @@ from bus._outcomes import (
     error_chain,
     fail_call,
     heartbeat_call,
+    record_call,
     reply_envelope,
     reply_key_stream,
 )
@@ -453,7 +453,7 @@ class GroupConsumer:
         # Otherwise the completion is one part of a merged call (one script per flush),
         # which publishes the reply only as it acknowledges the entry it owns: no dedupe.
         call: ScriptCall | BatchPart = (
-            complete_call(delivery, result, self.rt.config, remember=remember)
+            record_call(delivery, result, self.rt.config, remember=remember)
             if across
             else complete_part(delivery, result, reply, self.rt.config, remember=remember)
         )

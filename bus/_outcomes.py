@@ -10,7 +10,7 @@ from bus._delivery import Delivery
 from bus._envelope import Envelope, encode_message, message_type
 from bus._ids import derived_id
 from bus._keys import Stream
-from bus._lua import ACK, COMPLETE, COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT
+from bus._lua import ACK, COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, RECORD
 from bus._scripts import Arg, BatchPart, ScriptCall
 
 RESULT_PREFIX: Final = b"R"
@@ -89,10 +89,8 @@ def dedupe_claim_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCa
     return DEDUPE_CLAIM.call(keys, [lease_ms, consumer, *(d.entry_id for d in deliveries)])
 
 
-def complete_call(
-    delivery: Delivery, result: bytes, config: BusConfig, *, remember: bool = True
-) -> ScriptCall:
-    """Record ``result`` (unless not ``remember``) without acknowledging: see ``lua/complete.lua``."""
+def record_call(delivery: Delivery, result: bytes, config: BusConfig, *, remember: bool = True) -> ScriptCall:
+    """Record ``result`` (unless not ``remember``) without acknowledging: see ``lua/record.lua``."""
     stream = delivery.stream
     keys = [stream.key, delivery.dedupe_key or stream.key]
     args: list[Arg] = [
@@ -102,7 +100,7 @@ def complete_call(
         config.dedupe_ttl_s,
         result if remember else "",
     ]
-    return COMPLETE.call(keys, args)
+    return RECORD.call(keys, args)
 
 
 def complete_part(
@@ -111,7 +109,7 @@ def complete_part(
     """Record ``result`` (unless not ``remember``), publish ``reply`` (same slot only), ack.
 
     One part of a merged ``lua/complete_batch.lua`` call; the outcome per part is that of
-    :func:`complete_call`.
+    :func:`record_call`.
     """
     stream = delivery.stream
     keys = (

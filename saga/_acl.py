@@ -65,7 +65,7 @@ _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 """Plain writes of operator actions (drain, decommission, dlq purge)."""
 
 _CONSUMER_SCRIPTS: Final = (
-    ("bus", "epoch"), ("bus", "ack"), ("bus", "complete"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
+    ("bus", "epoch"), ("bus", "ack"), ("bus", "record"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
     ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
     ("bus", "publish"),  # the dead letter of an entry deleted while pending (GroupConsumer)
 )  # fmt: skip

@@ -1,5 +1,5 @@
 -- Finish many entries of one stream and group: record each handler's result, publish its
--- reply (same slot only) and acknowledge, each fenced by its lease. complete.lua records a
+-- reply (same slot only) and acknowledge, each fenced by its lease. record.lua records a
 -- result without acknowledging (for a reply to another slot, published first).
 --
 -- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<name>:<group>
@@ -17,7 +17,7 @@
 -- reply) or a late call of a consumer whose lease moved on finds the entry no longer its
 -- own and adds nothing.
 --
--- Returns one reply per entry, as complete.lua: 'lost' (lease taken over: nothing
+-- Returns one reply per entry, as record.lua: 'lost' (lease taken over: nothing
 -- written), 'done', or {'duplicate', first} (a concurrent delivery recorded a different
 -- result first: nothing written; the caller completes again with the first result).
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]

@@ -337,8 +337,8 @@ async def test_heartbeat_from_a_consumer_that_lost_its_lease_is_refused(redis: b
     assert await pending(redis, COMMANDS, "payments") == []
 
 
-async def test_completion_from_a_consumer_that_lost_its_lease_is_refused(redis: bus.Redis) -> None:
-    from bus._outcomes import complete_call, encode_result
+async def test_a_result_recorded_by_a_consumer_that_lost_its_lease_is_refused(redis: bus.Redis) -> None:
+    from bus._outcomes import encode_result, record_call
 
     await publish_charge(redis, "o1")
     await redis.xgroup_create(COMMANDS.key, "payments", id="0")
@@ -355,7 +355,7 @@ async def test_completion_from_a_consumer_that_lost_its_lease_is_refused(redis: 
         dedupe_key=COMMANDS.dedupe_key("payments", "k"),
     )
     result = encode_result(Charged(order="o1", receipt="late"), CONFIG)
-    outcome = await complete_call(delivery, result, CONFIG).run(redis)
+    outcome = await record_call(delivery, result, CONFIG).run(redis)
 
     assert outcome == b"lost"
     assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "new"
