@@ -58,14 +58,7 @@ class Completer:
 
     async def call(self, call: ScriptCall | CommandCall, *, retry: bool = True) -> Any:
         """Queue ``call``, wait for its batch, and return its result (raise its error)."""
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def finished(result: Any) -> None:
-            if not done.done():  # the caller may have been cancelled meanwhile
-                done.set_result(result)
-
-        self.submit(call, finished, retry=retry)
-        result = await done
+        [result] = await self.call_many([call], retry=retry)
         if isinstance(result, BusError):
             raise result
         return result

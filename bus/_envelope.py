@@ -36,6 +36,8 @@ _TEXT_FIELDS: Final = (
     (b"idem", "idempotency_key"),
     (b"reply", "reply_to"),
 )
+_TEXT_FIELD_NAMES: Final = tuple((name.decode(), attribute) for name, attribute in _TEXT_FIELDS)
+"""The same, named as they are written (str)."""
 
 M = TypeVar("M")
 Fields = dict[bytes, bytes]
@@ -92,16 +94,10 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
             "data",
             self.payload,
         ]
-        if self.source:
-            args += ("src", self.source)
-        if self.correlation_id:
-            args += ("corr", self.correlation_id)
-        if self.causation_id:
-            args += ("cause", self.causation_id)
-        if self.idempotency_key:
-            args += ("idem", self.idempotency_key)
-        if self.reply_to:
-            args += ("reply", self.reply_to)
+        for name, attribute in _TEXT_FIELD_NAMES:
+            value = getattr(self, attribute)
+            if value:
+                args += (name, value)
         if self.attempt != 1:
             args += ("n", self.attempt)
         if self.headers:
