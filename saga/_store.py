@@ -123,10 +123,12 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
         )
 
     def stored(self, saga_id: str) -> bytes:
-        """The ``timerdata`` value: the saga id, length-prefixed, then the event (no timer id)."""
+        """The ``timerdata`` value: the saga id, length-prefixed, then the event.
+
+        A template made by :meth:`of` has no timer id: the hash field carries it.
+        """
         owner = saga_id.encode()
-        event = _json.encode(msgspec.structs.replace(self, timer_id="") if self.timer_id else self)
-        return str(len(owner)).encode() + b":" + owner + event
+        return str(len(owner)).encode() + b":" + owner + _json.encode(self)
 
     @classmethod
     def parse(cls, timer_id: str, stored: bytes) -> tuple[str, TimerTemplate]:
