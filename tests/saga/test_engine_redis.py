@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import msgspec
 import pytest
 
@@ -158,31 +160,27 @@ async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis
     assert (await pending(redis, PARTITION.inbox, "orchestrator"))[0]["consumer"] == "new"
 
 
-async def cancel_entry_taken_by_another(
-    redis: bus.Redis, client: SagaClient, sent: list[bus.ScriptCall | bus.CommandCall]
-) -> bus.Delivery:
-    """Cancel s1, read the inbox entry as consumer 'old', then move its lease to 'new'.
+Calls = list[bus.ScriptCall | bus.CommandCall]
 
-    The delivery runs its calls at once, and records them in ``sent``."""
+
+async def cancel_request(
+    redis: bus.Redis, client: SagaClient, consumer: str, call_many: Callable[..., Awaitable[list[object]]]
+) -> bus.Delivery:
+    """Start s1, cancel it, and read the cancel request from the inbox as ``consumer``.
+
+    The delivery's calls go to ``call_many`` (where a worker would batch them)."""
     await client.start(order_fulfilment, ORDER, saga_id="s1")
     await redis.xgroup_create(PARTITION.inbox.key, "orchestrator", id="0", mkstream=True)
     await client.cancel("s1", reason="test")
-    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "old", {PARTITION.inbox.key: ">"})
-    await redis.xclaim(PARTITION.inbox.key, "orchestrator", "new", 0, [entry_id])
-
-    async def run_each(calls: list[bus.ScriptCall | bus.CommandCall], retry: bool = True) -> list[object]:
-        del retry
-        sent.extend(calls)
-        return [await call.run(redis) for call in calls]
-
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", consumer, {PARTITION.inbox.key: ">"})
     return bus.Delivery(
         envelope=bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32),
         stream=PARTITION.inbox,
         group="orchestrator",
         entry_id=entry_id.decode(),
         deliveries=1,
-        consumer="old",
-        _call_many=run_each,
+        consumer=consumer,
+        _call_many=call_many,
     )
 
 
@@ -191,8 +189,15 @@ async def test_the_orchestrator_drops_an_entry_whose_lease_moved_on(redis: bus.R
     """The commit is refused (or, once the lease keeper noticed, not even sent): LeaseLost,
     which the bus turns into an abandoned handler; the saga is untouched."""
     client = SagaClient(redis, app.registry)
-    sent: list[bus.ScriptCall | bus.CommandCall] = []
-    delivery = await cancel_entry_taken_by_another(redis, client, sent)
+    sent: Calls = []
+
+    async def run_each(calls: Calls, retry: bool = True) -> list[object]:
+        del retry
+        sent.extend(calls)
+        return [await call.run(redis) for call in calls]
+
+    delivery = await cancel_request(redis, client, "old", run_each)
+    await redis.xclaim(PARTITION.inbox.key, "orchestrator", "new", 0, [delivery.entry_id])  # lease moved on
     if noticed:
         delivery.scope.cancel()
     worker = SagaWorker(redis, app, config=CONFIG)
@@ -209,24 +214,12 @@ async def test_an_entry_whose_saga_cannot_be_read_fails_alone_and_stays_pending(
     """A load that fails (Redis unreachable) is that entry's transient failure: the bus
     retries it later; nothing is decided or written."""
     client = SagaClient(redis, app.registry)
-    await client.start(order_fulfilment, ORDER, saga_id="s1")
-    await redis.xgroup_create(PARTITION.inbox.key, "orchestrator", id="0", mkstream=True)
-    await client.cancel("s1", reason="test")
-    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "w", {PARTITION.inbox.key: ">"})
 
-    async def unreachable(calls: list[bus.ScriptCall | bus.CommandCall], retry: bool = True) -> list[object]:
+    async def unreachable(calls: Calls, retry: bool = True) -> list[object]:
         assert not retry  # loads are not retried by the completer: the entry is
         return [bus.RedisUnavailable("connection refused")] * len(calls)
 
-    delivery = bus.Delivery(
-        envelope=bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32),
-        stream=PARTITION.inbox,
-        group="orchestrator",
-        entry_id=entry_id.decode(),
-        deliveries=1,
-        consumer="w",
-        _call_many=unreachable,
-    )
+    delivery = await cancel_request(redis, client, "w", unreachable)
     worker = SagaWorker(redis, app, config=CONFIG)
     [outcome] = await worker.orchestrators[0].on_inbox_batch([(delivery.envelope, delivery)])
     assert isinstance(outcome, bus.RedisUnavailable)
