@@ -10,6 +10,7 @@ import pytest
 
 import bus
 from bus import Bus, BusConfig, DefinitionError, Delivery, Publisher, Stream, Worker
+from bus._scripts import CommandCall
 from tests.helpers import dead_letters, pending
 
 pytestmark = pytest.mark.anyio
@@ -114,3 +115,21 @@ def test_a_batch_handler_takes_one_argument() -> None:
         @app.handler(JOBS, Job, batch=True)
         async def run(batch: list[tuple[Job, Delivery]], extra: int) -> None:
             del batch, extra
+
+
+async def test_a_delivery_made_outside_a_worker_refuses_its_calls() -> None:
+    delivery = Delivery(
+        envelope=bus.Envelope(id="m", type="Job", payload=b"{}"),
+        stream=JOBS,
+        group="jobs",
+        entry_id="1-0",
+        deliveries=1,
+        consumer="c",
+    )
+    call = CommandCall(("GET", "k"))
+    with pytest.raises(bus.BusError, match="not attached to a worker"):
+        await delivery.call(call)
+    with pytest.raises(bus.BusError, match="not attached to a worker"):
+        await delivery.call_many([call])
+    with pytest.raises(bus.BusError, match="cannot publish"):
+        await delivery.publish(JOBS, Job(name="a"))
