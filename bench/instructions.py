@@ -1,0 +1,114 @@
+"""Client instructions per saga (valgrind's count), next to the floor: A/B without the noise.
+
+    python bench/instructions.py [--redis-url redis://127.0.0.1:6379/14] [--shapes burst,serial]
+
+The throughput benchmark's timings move by 2x between runs on these shared machines, so a
+change worth 3% cannot be seen in them without dozens of alternating runs. This script
+counts instead: it runs ``bench/saga_throughput.py``'s redsaga side and its floor (one
+process: orchestrator, participants and client) under ``valgrind --tool=callgrind``, at
+``--small`` and at ``--large`` sagas, and prints the difference per saga, which leaves out
+start-up and imports. The count is of the client's own instructions (Redis is not under
+valgrind) and repeats within about 2%. Under valgrind the client runs some fifty times
+slower and Redis does not, so batches are as large as the shape allows: the burst shape
+counts the work per saga under load, the serial shape one saga at a time. It is a cost
+count, not a speed: instructions differ in price (a Python dict lookup that misses the
+cache costs more than a ``sprintf``), so a change is kept on a timed benchmark's word too.
+
+Prints one JSON object per line: ``name`` (``saga.<shape>.1proc.instructions``, the floor's
+with ``.floor``), ``instructions_per_saga``, and for redsaga ``ratio_to_floor`` (the floor's
+count over redsaga's: the share of the floor's rate redsaga would reach if instructions
+were all the same price). Needs ``valgrind`` on the ``PATH``; takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+
+HERE = Path(__file__).resolve().parent
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def count(kind: str, shape: str, sagas: int, url: str) -> int:
+    """Instructions valgrind counted for one run of ``sagas`` sagas (start-up included)."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--child",
+        kind,
+        "--shapes",
+        shape,
+        "--small",
+        str(sagas),
+        "--redis-url",
+        url,
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = _COLLECTED.search(run.stderr)
+    if run.returncode or found is None:
+        raise RuntimeError(f"the {kind} run under valgrind failed:\n{run.stderr[-3000:]}")
+    return int(found.group(1))
+
+
+def child(kind: str, shape: str, sagas: int, url: str) -> None:
+    """Run one side once, as the throughput benchmark does (inside valgrind)."""
+    sys.path.insert(0, str(HERE))
+    import saga_throughput  # noqa: PLC0415 - only the child runs it (it patches redis-py)
+
+    gc.freeze()
+    runner = saga_throughput.run_floor if kind == "floor" else saga_throughput.run_redsaga
+    anyio.run(runner, url, shape, sagas, 1, f"{shape}-")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("REDSAGA_BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+    )
+    parser.add_argument("--shapes", default="burst,serial")
+    parser.add_argument("--small", type=int, default=100, help="sagas in the shorter run")
+    parser.add_argument("--large", type=int, default=400, help="sagas in the longer run")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.shapes, args.small, args.redis_url)
+        return
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (apt install valgrind)")
+    for shape in args.shapes.split(","):
+        per_saga = {}
+        for kind in ("redsaga", "floor"):
+            small = count(kind, shape, args.small, args.redis_url)
+            large = count(kind, shape, args.large, args.redis_url)
+            per_saga[kind] = (large - small) / (args.large - args.small)
+        name = f"saga.{shape}.1proc.instructions"
+        print(
+            json.dumps(
+                {
+                    "name": name,
+                    "instructions_per_saga": round(per_saga["redsaga"]),
+                    "ratio_to_floor": round(per_saga["floor"] / per_saga["redsaga"], 3),
+                }
+            ),
+            flush=True,
+        )
+        print(
+            json.dumps({"name": f"{name}.floor", "instructions_per_saga": round(per_saga["floor"])}),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
