@@ -53,7 +53,6 @@ from saga._model import (
 from saga._states import SagaStatus, StepStatus, move_saga, move_step
 
 _json = msgspec.json.Encoder()
-_step_decoder = msgspec.json.Decoder(StepState)
 
 FAILED = "failed"
 """A branch failed for good (``first_of``: every branch did): compensate."""
@@ -125,7 +124,7 @@ class GroupRules:
         found = self.state.branches.get(key)
         if found is None or key in self._owned:
             return found
-        copy = _step_decoder.decode(_json.encode(found))
+        copy = found.copy()
         self.state.branches[key] = copy
         self._owned.add(key)
         return copy

@@ -93,7 +93,6 @@ class Decision:
 
 
 _json = msgspec.json.Encoder()
-_state_decoder = msgspec.json.Decoder(SagaState)
 
 
 def start(
@@ -137,11 +136,7 @@ def decide(
     """Decide ``event`` for a saga in ``state``; ``state`` itself is not modified."""
     if (definition.name, definition.version) != (state.name, state.version):
         raise DefinitionError(f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}")
-    # A working copy: deep, except for the branches (there may be thousands), which are
-    # copied one by one when the decision changes them (``GroupRules.record``).
-    copy = _state_decoder.decode(_json.encode(msgspec.structs.replace(state, branches={})))
-    copy.branches = dict(state.branches)
-    run = _Run(definition, copy, event.at_ms, signer)
+    run = _Run(definition, state.working_copy(), event.at_ms, signer)
     if isinstance(event, OperatorEvent) and event.expected_revision not in (0, state.revision):
         return Decision(
             state,

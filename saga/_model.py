@@ -8,9 +8,10 @@ never reused.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
+from msgspec.structs import replace
 
 from saga._states import SagaStatus, StepStatus
 
@@ -24,6 +25,13 @@ TimerPurpose = Literal["retry", "timeout", "wake", "deadline", "expiry"]
 """Why a timer exists: a retry back-off, an attempt's or a wait's timeout, the end of a sleep,
 the saga's deadline, or the expiry of a TCC step's reservation."""
 WaitKind = Literal["sleep", "signal", "event"]
+
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def _copied(value: _S | None) -> _S | None:
+    return None if value is None else replace(value)
 
 
 class Attempt(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
@@ -94,6 +102,15 @@ class StepState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     def count(self, kind: Kind) -> int:
         """How many attempts of ``kind`` were made."""
         return sum(1 for a in self.attempts if a.kind == kind)
+
+    def copy(self) -> StepState:
+        """A copy whose attempts and group may be changed without touching this record."""
+        group = self.group
+        return replace(
+            self,
+            attempts=[replace(attempt) for attempt in self.attempts],
+            group=None if group is None else replace(group, running=list(group.running)),
+        )
 
 
 class Note(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
@@ -172,6 +189,27 @@ class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     def outputs(self) -> dict[str, bytes]:
         """Raw outputs of the steps that succeeded (even if undone since), by step name."""
         return {name: bytes(self.steps[name].output) for name in self.completed}
+
+    def working_copy(self) -> SagaState:
+        """A copy a decision may change freely, except the branch records it shares.
+
+        ``branches`` is a new dict holding the same records: a decision copies a branch
+        (:meth:`StepState.copy`) before it changes it, since there may be thousands. This
+        copies exactly the mutable parts, several times faster than a JSON round trip
+        (this runs once per decision); ``tests/saga/test_model_copies.py`` checks that no
+        mutable object is shared, field by field, so a new field cannot be forgotten here.
+        """
+        return replace(
+            self,
+            steps={name: step.copy() for name, step in self.steps.items()},
+            completed=list(self.completed),
+            cancel=_copied(self.cancel),
+            error=_copied(self.error),
+            wait=_copied(self.wait),
+            expired=_copied(self.expired),
+            signals=dict(self.signals),
+            branches=dict(self.branches),
+        )
 
 
 # Events: what happened to a saga. ``id`` is the id of the message that carried it.
