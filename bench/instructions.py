@@ -23,7 +23,6 @@ were all the same price). Needs ``valgrind`` on the ``PATH``; takes a few minute
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import re
@@ -67,7 +66,9 @@ def child(kind: str, shape: str, sagas: int, url: str) -> None:
     sys.path.insert(0, str(HERE))
     import saga_throughput  # noqa: PLC0415 - only the child runs it (it patches redis-py)
 
-    gc.freeze()
+    from saga import tune_gc  # noqa: PLC0415 - importable once saga_throughput set the path
+
+    tune_gc()  # as the throughput benchmark does
     runner = saga_throughput.run_floor if kind == "floor" else saga_throughput.run_redsaga
     anyio.run(runner, url, shape, sagas, 1, f"{shape}-")
 

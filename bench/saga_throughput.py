@@ -27,7 +27,6 @@ memory of the saga hash, and of the branch hash per branch, at the end).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -59,6 +58,7 @@ from saga import (
     SagaStatus,
     SagaWorker,
     command,
+    tune_gc,
 )
 from saga import _orchestrator as orchestrator_module
 from saga._keys import Partition
@@ -560,7 +560,7 @@ def main() -> None:
     parser.add_argument("--fanout-concurrency", type=int, default=50)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    gc.freeze()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
+    tune_gc()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
     if args.child:
         anyio.run(child_main, args.child, args.redis_url)
         return

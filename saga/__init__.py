@@ -44,6 +44,7 @@ from saga._errors import (
     VersionError,
     VersionInUse,
 )
+from saga._gc import tune_gc
 from saga._inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
 from saga._keys import Partition, partition_of
 from saga._listing import SagaPage, SagaRow
@@ -225,4 +226,5 @@ __all__ = [
     "shape_of",
     "start",
     "stranded_instances",
+    "tune_gc",
 ]

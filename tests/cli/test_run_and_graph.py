@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import bus
 from cli.main import app
+from saga._gc import YOUNG_THRESHOLD
 
 runner = CliRunner()
 
@@ -99,18 +100,26 @@ def test_known_errors_from_a_task_group_are_one_line_errors(capsys: pytest.Captu
         crashed()
 
 
-def test_the_worker_freezes_its_start_up_heap_before_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The start-up heap lives as long as the process: full collections need not walk it."""
-    frozen_when_run: list[int] = []
-    monkeypatch.setattr("cli._run.run", lambda _main: frozen_when_run.append(gc.get_freeze_count()))
+def test_the_worker_tunes_the_collector_before_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up heap is frozen (full collections need not walk it) and young collections
+    are rarer; the older generations keep their ratios."""
+    seen: list[tuple[int, tuple[int, int, int]]] = []
+
+    def run(_main: object) -> None:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()))
+
+    monkeypatch.setattr("cli._run.run", run)
     gc.unfreeze()
+    threshold = gc.get_threshold()
     try:
         result = runner.invoke(app, ["worker", "--app", "services_example.orders:app"])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
     assert result.exit_code == 0, result.output
-    [frozen] = frozen_when_run
+    [(frozen, (young, older, oldest))] = seen
     assert frozen > 1000
+    assert (young, older, oldest) == (YOUNG_THRESHOLD, threshold[1], threshold[2])
 
 
 @pytest.mark.redis
