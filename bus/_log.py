@@ -18,31 +18,52 @@ _STDLIB_PROCESSORS: list[Any] = [
     structlog.processors.KeyValueRenderer(key_order=["event"], drop_missing=True),
 ]
 
+_CONFIG_KEYS = ("processors", "wrapper_class", "context_class", "logger_factory")
+"""What a bound logger is built from: a change to any of them means binding again."""
+
 
 class Logger:
-    """A bound logger that picks its backend at each call (configuration may come later)."""
+    """A bound logger that picks its backend at each call (configuration may come later).
 
-    __slots__ = ("_context", "_name")
+    Below the configured level a call costs about a microsecond: the stdlib logger is
+    looked up once, and the structlog logger is bound once per configuration (a filtering
+    one says whether the level is on without a logger being built for the call).
+    """
+
+    __slots__ = ("_bound", "_context", "_name", "_stdlib")
 
     def __init__(self, name: str, context: dict[str, Any] | None = None) -> None:
         self._name = name
         self._context = context or {}
+        self._stdlib = logging.getLogger(name)  # one object per name for the process's life
+        self._bound: tuple[tuple[Any, ...], Any] | None = None
 
     def bind(self, **values: Any) -> Logger:
         """A logger with more context."""
         return Logger(self._name, {**self._context, **values})
 
     def _backend(self, level: int) -> Any:
-        """The logger to use, or ``None`` when stdlib logging would drop this level anyway."""
+        """The logger to use, or ``None`` when it would drop this level anyway."""
         if structlog.is_configured():
-            return structlog.get_logger(self._name).bind(**self._context)
-        if not logging.getLogger(self._name).isEnabledFor(level):
+            bound = self._structlog()
+            enabled = getattr(bound, "is_enabled_for", None)  # a filtering bound logger's
+            return None if enabled is not None and not enabled(level) else bound
+        if not self._stdlib.isEnabledFor(level):
             return None
         return structlog.wrap_logger(
-            logging.getLogger(self._name),
+            self._stdlib,
             processors=_STDLIB_PROCESSORS,
             wrapper_class=structlog.stdlib.BoundLogger,
         ).bind(logger=self._name, **self._context)
+
+    def _structlog(self) -> Any:
+        """This logger bound in structlog's current configuration (re-bound when it changes)."""
+        config = structlog.get_config()
+        current = tuple(config[key] for key in _CONFIG_KEYS)
+        cached = self._bound
+        if cached is None or any(a is not b for a, b in zip(cached[0], current, strict=True)):
+            cached = self._bound = (current, structlog.get_logger(self._name).bind(**self._context))
+        return cached[1]
 
     def debug(self, event: str, **values: Any) -> None:
         """Log at DEBUG."""
