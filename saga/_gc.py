@@ -25,7 +25,7 @@ def tune_gc() -> None:
       enough alive to trigger a young collection every ~15 sagas, each walking every young
       object. At 10,000 such collections become rare; the older generations keep their
       default ratios. Measured at 100 sagas in flight: collections 280-300 → 1 per 4,000
-      sagas, ~3% of the client's CPU, and 3% fewer instructions per saga
+      sagas, ~3% of the client's CPU, and 2% fewer instructions per saga
       (``bench/RESULTS.md``).
     """
     gc.freeze()

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import saga._runner as runner_module
 from saga import SagaState, SagaStatus, StepStatus
@@ -187,19 +188,11 @@ def decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> list[i
     return calls
 
 
+@pytest.mark.parametrize("suite", [properties, compose_properties], ids=["steps", "groups"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(world=properties.worlds())
-def test_no_decision_changes_the_state_it_is_given(
-    world: dict[str, Any], decisions_leave_their_input_alone: list[int]
+@given(data=st.data())
+def test_no_decision_changes_the_state_or_branches_it_is_given(
+    suite: Any, data: st.DataObject, decisions_leave_their_input_alone: list[int]
 ) -> None:
-    properties.play(world)
-    assert decisions_leave_their_input_alone[0] > 0
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(world=compose_properties.worlds())
-def test_no_group_decision_changes_the_state_or_branches_it_is_given(
-    world: dict[str, Any], decisions_leave_their_input_alone: list[int]
-) -> None:
-    compose_properties.play(world)
+    suite.play(data.draw(suite.worlds()))
     assert decisions_leave_their_input_alone[0] > 0
