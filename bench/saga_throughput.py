@@ -10,9 +10,11 @@ asyncio with consumer groups, COUNT 100 batched reads, and one EVALSHA per step,
 per batch. Compare ratios, not absolute numbers: the machine is shared and noisy.
 
 Fields: ``rate_per_s`` (sagas/s), ``p50_ms``/``p99_ms`` (start -> completed, seen by the
-orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes), ``cmds_per_saga``
-(top-level Redis commands sent per saga, counted in the client), ``bytes_per_saga`` (Redis
-memory per completed saga, retention off).
+orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes),
+``redis_cpu_us_per_unit`` (the Redis server's CPU per saga, from ``INFO cpu``: every
+client's, so run it on a server nothing else uses), ``cmds_per_saga`` (top-level Redis
+commands sent per saga, counted in the client), ``bytes_per_saga`` (Redis memory per
+completed saga, retention off).
 
 The fan-out shape (``--shapes fanout``; lines ``saga.fanout.…``) runs one saga whose map
 has ``--branches`` branches (1,000) at most ``--fanout-concurrency`` (50) in flight, with
@@ -289,17 +291,20 @@ async def measure(
     redis: bus.Redis, shape: str, count: int, start: Start, tracker: Tracker
 ) -> dict[str, object]:
     memory_before = await used_memory(redis)
+    server_before = await server_cpu_s(redis)
     COMMANDS[0] = 0
     cpu, wall = time.process_time(), time.perf_counter()
     await drive(shape, count, start)
     wall = time.perf_counter() - wall
     cpu = time.process_time() - cpu
+    server = await server_cpu_s(redis) - server_before
     latencies = sorted(tracker.latencies)
     return {
         "rate_per_s": round(count / wall, 1),
         "p50_ms": round(statistics.median(latencies), 3),
         "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
         "cpu_s": cpu,
+        "redis_cpu_us_per_unit": round(server / count * 1e6, 1),
         "commands": COMMANDS[0],
         "memory_before": memory_before,
         "sagas": count,
@@ -326,6 +331,12 @@ def finish(
 
 async def used_memory(redis: bus.Redis) -> int:
     return int((await redis.info("memory"))["used_memory"])
+
+
+async def server_cpu_s(redis: bus.Redis) -> float:
+    """CPU seconds the Redis server has used (every client's: keep the server to yourself)."""
+    info = await redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def spawn_child(url: str, kind: str) -> subprocess.Popen[str]:
