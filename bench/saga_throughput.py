@@ -83,7 +83,7 @@ def _count(self, *args):  # type: ignore[no-untyped-def]
 
 FastConnection.pack_command = _count  # type: ignore[method-assign]
 
-CONFIG = EngineConfig(retention_s=0, bus=bus.BusConfig(concurrency=256, read_batch=100))
+CONFIG = EngineConfig(retention_s=0)  # the defaults users get; retention off to count bytes
 ORCHESTRATOR_APP = App("bench-orders", sagas=[order_fulfilment])
 PARTICIPANTS_APP = App("bench-participants", participants=[inventory, payments, shipping])
 ALL_APP = App("bench-all", sagas=[order_fulfilment], participants=[inventory, payments, shipping])

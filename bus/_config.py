@@ -45,7 +45,11 @@ class BusConfig:
 
     Attributes:
         concurrency: Handler slots per worker; a reader asks Redis for at most as many
-            entries as there are free slots (backpressure).
+            entries as there are free slots (backpressure). A blocking reader holds up to
+            ``concurrency / readers`` of them, so a worker reading many streams needs more
+            (at 64, a worker running the demo's orchestrator and three participants read
+            ~10 entries at a time and did 22% fewer sagas a second than at 256; see
+            docs/performance.md). Memory peaks near ``concurrency * max_entry_bytes``.
         read_batch: Upper bound on entries per XREADGROUP call.
         block_ms: How long a read waits for new entries; below the client's socket timeout.
         lease_ms: An entry idle this long (no heartbeat) is taken over by another consumer.
@@ -83,7 +87,7 @@ class BusConfig:
 
     """
 
-    concurrency: int = 64
+    concurrency: int = 256
     read_batch: int = 100
     block_ms: int = 1000
     lease_ms: int = 30_000

@@ -15,14 +15,18 @@ from saga import App, EngineConfig, SagaWorker, tune_gc
 if TYPE_CHECKING:
     from services_example.demo import DemoReport
 
+_DEFAULTS = bus.BusConfig()
+
 
 def worker(
     app_ref: Annotated[str, typer.Option("--app", help="The App to run, as module:attribute.")],
     redis_url: RedisUrl = None,
-    concurrency: Annotated[int, typer.Option(help="Handler slots (entries handled at once).")] = 64,
+    concurrency: Annotated[
+        int, typer.Option(help="Handler slots (entries handled at once).")
+    ] = _DEFAULTS.concurrency,
     lease_ms: Annotated[
         int, typer.Option(help="Lease on an entry; a silent worker loses it after this.")
-    ] = 30_000,
+    ] = _DEFAULTS.lease_ms,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     console_logs: Annotated[bool, typer.Option(help="Readable logs instead of JSON lines.")] = False,
 ) -> None:

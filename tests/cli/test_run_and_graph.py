@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import bus
 from cli.main import app
+from saga import EngineConfig
 from saga._gc import YOUNG_THRESHOLD
 
 runner = CliRunner()
@@ -120,6 +121,24 @@ def test_the_worker_tunes_the_collector_before_it_runs(monkeypatch: pytest.Monke
     [(frozen, (young, older, oldest))] = seen
     assert frozen > 1000
     assert (young, older, oldest) == (YOUNG_THRESHOLD, threshold[1], threshold[2])
+
+
+def test_the_worker_runs_with_the_librarys_defaults_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``saga worker`` takes its slot and lease defaults from ``BusConfig``, so the two
+    cannot drift apart; its options override them."""
+    seen: list[bus.BusConfig] = []
+
+    def config(*, bus: bus.BusConfig) -> EngineConfig:
+        seen.append(bus)
+        return EngineConfig(bus=bus)
+
+    monkeypatch.setattr("cli._run.EngineConfig", config)
+    monkeypatch.setattr("cli._run.run", lambda _main: None)
+    monkeypatch.setattr("cli._run.tune_gc", lambda: None)
+    for args in ([], ["--concurrency", "8", "--lease-ms", "5000"]):
+        result = runner.invoke(app, ["worker", "--app", "services_example.orders:app", *args])
+        assert result.exit_code == 0, result.output
+    assert seen == [bus.BusConfig(), bus.BusConfig(concurrency=8, lease_ms=5000)]
 
 
 @pytest.mark.redis
