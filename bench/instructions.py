@@ -15,9 +15,11 @@ count, not a speed: instructions differ in price (a Python dict lookup that miss
 cache costs more than a ``sprintf``), so a change is kept on a timed benchmark's word too.
 
 Prints one JSON object per line: ``name`` (``saga.<shape>.1proc.instructions``, the floor's
-with ``.floor``), ``instructions_per_saga``, and for redsaga ``ratio_to_floor`` (the floor's
+with ``.floor``), ``instructions_per_saga``, for redsaga ``ratio_to_floor`` (the floor's
 count over redsaga's: the share of the floor's rate redsaga would reach if instructions
-were all the same price). Needs ``valgrind`` on the ``PATH``; takes a few minutes.
+were all the same price), and ``rate_per_s``, ``p50_ms``, ``p99_ms`` and ``cpu_us_per_unit``
+of one run of ``--large`` sagas without valgrind (timed, so as noisy as the throughput
+benchmark). Needs ``valgrind`` on the ``PATH``; takes a few minutes.
 """
 
 from __future__ import annotations
@@ -37,12 +39,9 @@ HERE = Path(__file__).resolve().parent
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def count(kind: str, shape: str, sagas: int, url: str) -> int:
-    """Instructions valgrind counted for one run of ``sagas`` sagas (start-up included)."""
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
+def child_command(kind: str, shape: str, sagas: int, url: str) -> list[str]:
+    """The command that runs one side once in a process of its own (see :func:`child`)."""
+    return [
         sys.executable,
         __file__,
         "--child",
@@ -54,15 +53,32 @@ def count(kind: str, shape: str, sagas: int, url: str) -> int:
         "--redis-url",
         url,
     ]
-    run = subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def count(kind: str, shape: str, sagas: int, url: str) -> int:
+    """Instructions valgrind counted for one run of ``sagas`` sagas (start-up included)."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    run = subprocess.run(
+        [*command, *child_command(kind, shape, sagas, url)], capture_output=True, text=True, check=False
+    )
     found = _COLLECTED.search(run.stderr)
     if run.returncode or found is None:
         raise RuntimeError(f"the {kind} run under valgrind failed:\n{run.stderr[-3000:]}")
     return int(found.group(1))
 
 
+def timed(kind: str, shape: str, sagas: int, url: str) -> dict[str, float]:
+    """The same run without valgrind: its rate, latencies and CPU, as the throughput benchmark
+    measures them (one run, so as noisy as that benchmark's)."""
+    run = subprocess.run(child_command(kind, shape, sagas, url), capture_output=True, text=True, check=False)
+    if run.returncode:
+        raise RuntimeError(f"the {kind} run failed:\n{run.stderr[-3000:]}")
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    return {key: result[key] for key in ("rate_per_s", "p50_ms", "p99_ms", "cpu_us_per_unit")}
+
+
 def child(kind: str, shape: str, sagas: int, url: str) -> None:
-    """Run one side once, as the throughput benchmark does (inside valgrind)."""
+    """Run one side once, as the throughput benchmark does; print its result as one JSON line."""
     sys.path.insert(0, str(HERE))
     import saga_throughput  # noqa: PLC0415 - only the child runs it (it patches redis-py)
 
@@ -70,7 +86,7 @@ def child(kind: str, shape: str, sagas: int, url: str) -> None:
 
     tune_gc()  # as the throughput benchmark does
     runner = saga_throughput.run_floor if kind == "floor" else saga_throughput.run_redsaga
-    anyio.run(runner, url, shape, sagas, 1, f"{shape}-")
+    print(json.dumps(anyio.run(runner, url, shape, sagas, 1, f"{shape}-")), flush=True)
 
 
 def main() -> None:
@@ -89,26 +105,17 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (apt install valgrind)")
     for shape in args.shapes.split(","):
-        per_saga = {}
+        per_saga, timings = {}, {}
         for kind in ("redsaga", "floor"):
             small = count(kind, shape, args.small, args.redis_url)
             large = count(kind, shape, args.large, args.redis_url)
             per_saga[kind] = (large - small) / (args.large - args.small)
+            timings[kind] = timed(kind, shape, args.large, args.redis_url)
         name = f"saga.{shape}.1proc.instructions"
-        print(
-            json.dumps(
-                {
-                    "name": name,
-                    "instructions_per_saga": round(per_saga["redsaga"]),
-                    "ratio_to_floor": round(per_saga["floor"] / per_saga["redsaga"], 3),
-                }
-            ),
-            flush=True,
-        )
-        print(
-            json.dumps({"name": f"{name}.floor", "instructions_per_saga": round(per_saga["floor"])}),
-            flush=True,
-        )
+        ratio = {"ratio_to_floor": round(per_saga["floor"] / per_saga["redsaga"], 3)}
+        for kind, line_name, extra in (("redsaga", name, ratio), ("floor", f"{name}.floor", {})):
+            line = {"name": line_name, "instructions_per_saga": round(per_saga[kind]), **extra}
+            print(json.dumps({**line, **timings[kind]}), flush=True)
 
 
 if __name__ == "__main__":
