@@ -95,6 +95,9 @@ class GroupConsumer:
         # Entries this worker holds: a running handler's Delivery, or None while the call
         # that ends the entry (ack, dead letter) is on its way.
         self.inflight: dict[str, Delivery | None] = {}
+        # Entries delivered to this worker again while its earlier delivery still runs (a
+        # group recreated from 0, our own reclaim): each keeps its slot until that one ends.
+        self._parked: dict[str, tuple[HandlerPool, Entry]] = {}
         self.log = _log.bind(stream=subscription.stream.key, group=subscription.group)
 
     @property
@@ -280,8 +283,10 @@ class GroupConsumer:
     async def _process(self, handlers: HandlerPool, entries: list[Entry]) -> None:
         ready: list[tuple[Delivery, Route, Any]] = []
         for entry_id, fields, deliveries in entries:
-            if entry_id in self.inflight:  # our own handler still runs it: not a second copy
-                self.rt.slots.release()
+            if entry_id in self.inflight:  # our own handler still runs it: not a second copy now
+                if entry_id in self._parked:
+                    self.rt.slots.release()
+                self._parked[entry_id] = (handlers, (entry_id, fields, deliveries))
                 continue
             prepared = self._prepare(entry_id, fields, deliveries)
             if prepared is not None:
@@ -528,3 +533,37 @@ class GroupConsumer:
         if entry_id in self.inflight:
             del self.inflight[entry_id]
             self.rt.slots.release()
+        parked = self._parked.pop(entry_id, None)
+        if parked is None:
+            return
+        handlers, entry = parked
+        if outcome != b"retry" and not handlers.closed:
+            handlers.start(self._handle_parked, handlers, entry)
+        else:  # a retry is scheduled (it comes with the lease), or the worker is stopping
+            self.rt.slots.release()
+
+    async def _handle_parked(self, handlers: HandlerPool, entry: Entry) -> None:
+        """Handle a re-delivery whose earlier delivery has ended, if the entry is still ours.
+
+        Whatever that delivery's outcome, it may not cover this one: an acknowledgement sent
+        to a group that was then destroyed and recreated leaves the new group's entry
+        pending, and an abandoned handler leaves it pending too. Waiting for its lease to
+        expire would stall its saga for a lease; an entry no longer pending is left alone.
+        """
+        entry_id, fields, _ = entry
+        try:
+            pending = await self._delivery_counts([entry_id])
+        except BusError as error:
+            pending = {}
+            self.log.warning(
+                "re-delivered entry not checked; it stays pending", entry=entry_id, error=str(error)
+            )
+        if entry_id not in pending:
+            self.rt.slots.release()
+            return
+        try:
+            await self._process(handlers, [(entry_id, fields, pending[entry_id])])
+        except BusError as error:  # its dedupe claim failed (_process gave the slot back)
+            self.log.warning(
+                "re-delivered entry not handled; it stays pending", entry=entry_id, error=str(error)
+            )

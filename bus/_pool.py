@@ -80,6 +80,11 @@ class HandlerPool:
             if idle in self._idle:  # cancelled while idle
                 self._idle.remove(idle)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the pool takes no more jobs (:meth:`close` was called)."""
+        return self._closed
+
     def close(self) -> None:
         """Accept no more jobs: idle tasks end now, busy ones when their job is done."""
         self._closed = True
