@@ -9,24 +9,30 @@ import anyio
 import bus
 
 
-async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], timeout: float, what: str, *, poll: float = 0.05
-) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds.
+async def holds_within(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float, *, poll: float = 0.05
+) -> bool:
+    """Poll ``check`` until it holds; whether it did within ``timeout`` seconds.
 
     A bounded wait for an observable state, never a sleep standing for time passing.
     """
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                result = check()
-                if not isinstance(result, bool):
-                    result = await result
-                if result:
-                    return
-                await anyio.sleep(poll)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting until {what}") from None
+    with anyio.move_on_after(timeout):
+        while True:
+            result = check()
+            if not isinstance(result, bool):
+                result = await result
+            if result:
+                return True
+            await anyio.sleep(poll)
+    return False
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float, what: str, *, poll: float = 0.05
+) -> None:
+    """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    if not await holds_within(check, timeout, poll=poll):
+        raise AssertionError(f"timed out after {timeout}s waiting until {what}")
 
 
 async def age_pending(redis: bus.Redis, stream: bus.Stream, group: str, entry_id: str, idle_ms: int) -> None:

@@ -35,7 +35,7 @@ from tests.faults.stream_kit import (
     order,
     read_as,
 )
-from tests.helpers import age_pending, until_redis_clock_passes_newest
+from tests.helpers import age_pending, holds_within, until_redis_clock_passes_newest
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 
@@ -153,15 +153,6 @@ async def test_dead_consumer_deleted_with_pending_entries_the_step_timeout_ends_
     attempts = (await rig.state("s1")).steps["reserve_stock"].attempts
     assert attempts[0].error == f"no reply within {STEP_TIMEOUT_S}s"  # the report: in the saga's record
     assert await rig.pending() == 0
-
-
-async def holds_within(check: Callable[[], Awaitable[bool]], seconds: float) -> bool:
-    """Whether ``check`` comes to hold within ``seconds`` (polled, as ``eventually`` does)."""
-    with anyio.move_on_after(seconds):
-        while not await check():
-            await anyio.sleep(0.05)
-        return True
-    return False
 
 
 @pytest.mark.parametrize("where", ["command", "inbox"])
