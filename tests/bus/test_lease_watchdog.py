@@ -6,8 +6,12 @@ blackholed link; these pin the rule itself on every backend.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
 import bus
 from bus import Bus, BusConfig, Delivery, Worker
@@ -25,6 +29,21 @@ def test_the_heartbeat_may_take_at_most_half_the_lease() -> None:
     assert config.effective_heartbeat_ms < config.give_up_ms < config.lease_ms
 
 
+@asynccontextmanager
+async def one_handler_running(
+    redis: bus.Redis, app: Bus, started: anyio.Event
+) -> AsyncIterator[tuple[Worker, TaskGroup, Delivery]]:
+    """A worker handling one published charge, its handler running (it set ``started``)."""
+    worker = Worker(redis, app, config=CONFIG)
+    await worker.setup()
+    await publish_charge(redis, "o1")
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run_until_idle)
+        await started.wait()
+        [delivery] = [d for d in worker.consumers[0].inflight.values() if d is not None]
+        yield worker, group, delivery
+
+
 async def test_only_a_handler_unbeaten_past_the_cutoff_is_abandoned(redis: bus.Redis) -> None:
     started, outcomes = anyio.Event(), []
     app = Bus("payments")
@@ -38,14 +57,8 @@ async def test_only_a_handler_unbeaten_past_the_cutoff_is_abandoned(redis: bus.R
             outcomes.append("abandoned")
             raise
 
-    worker = Worker(redis, app, config=CONFIG)
-    await worker.setup()
-    await publish_charge(redis, "o1")
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.run_until_idle)
-        await started.wait()
+    async with one_handler_running(redis, app, started) as (worker, _, delivery):
         consumer = worker.consumers[0]
-        [delivery] = [d for d in consumer.inflight.values() if d is not None]
         consumer.abandon_unbeaten(delivery.last_beat_ms)  # beaten at the cutoff: kept
         await anyio.wait_all_tasks_blocked()
         assert outcomes == []
@@ -55,14 +68,22 @@ async def test_only_a_handler_unbeaten_past_the_cutoff_is_abandoned(redis: bus.R
     assert entry["consumer"] == worker.consumer
 
 
-async def test_an_entry_given_back_while_its_handler_runs_is_handled_once_that_handler_ends(
-    redis: bus.Redis,
+@pytest.mark.parametrize(
+    ("first_ends", "handled", "left_pending"),
+    [
+        ("abandoned", [1, 2], False),  # the copy runs at once, not a lease later
+        ("completed", [1], False),  # acknowledged: the copy finds nothing pending, runs nothing
+        ("unchecked", [1], True),  # its pending check failed: it waits for the reclaimer
+    ],
+)
+async def test_an_entry_given_back_while_its_handler_runs_waits_for_that_handler_to_end(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch, first_ends: str, handled: list[int], left_pending: bool
 ) -> None:
-    """Our own reclaimer took the entry of a handler whose heartbeats stopped (a second copy,
-    which must not run beside the first); the watchdog then abandons the first. The copy is
-    handled at once: nobody else holds the entry, and a lease later would be a stalled saga."""
+    """Our own reclaimer took the entry of a handler whose heartbeats stopped: a second copy,
+    which must not run beside the first. When the first ends, the copy is handled if the
+    entry is still pending for this worker, and gives its slot back either way."""
     deliveries: list[int] = []
-    started = anyio.Event()
+    started, release = anyio.Event(), anyio.Event()
     app = Bus("payments")
 
     @app.handler(COMMANDS, Charge)
@@ -70,29 +91,31 @@ async def test_an_entry_given_back_while_its_handler_runs_is_handled_once_that_h
         deliveries.append(delivery.deliveries)
         if len(deliveries) == 1:
             started.set()
-            await anyio.Event().wait()  # until abandoned
+            await release.wait()
         return Charged(order=command.order, receipt="r-1")
 
-    worker = Worker(redis, app, config=CONFIG)
-    await worker.setup()
-    await publish_charge(redis, "o1")
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.run_until_idle)
-        await started.wait()
+    async with one_handler_running(redis, app, started) as (worker, group, first):
         consumer = worker.consumers[0]
-        [first] = [d for d in consumer.inflight.values() if d is not None]
         await age_pending(redis, COMMANDS, "payments", first.entry_id, CONFIG.lease_ms)
         pool = HandlerPool(group, 4)
         assert await consumer.reclaim(pool) == 1
         await anyio.wait_all_tasks_blocked()
         assert deliveries == [1]  # the copy waits for the first handler
-        first.scope.cancel()  # what the watchdog does
-
-        async def settled() -> bool:
-            return not await pending(redis, COMMANDS, "payments")
-
-        await eventually(settled, 10, "the copy was handled and acknowledged")
+        if first_ends == "completed":
+            release.set()
+        else:
+            if first_ends == "unchecked":
+                monkeypatch.setattr(consumer, "_delivery_counts", unreachable)
+            first.scope.cancel()  # what the watchdog does
+        await eventually(lambda: worker.runtime.slots.busy == 0, 10, "every slot was given back")
         pool.close()
-    assert deliveries == [1, 2]
-    [reply] = await replies(redis)
-    assert reply.correlation_id == "saga-o1"  # one reply: the copy's
+    assert deliveries == handled
+    assert bool(await pending(redis, COMMANDS, "payments")) == left_pending
+    assert [reply.correlation_id for reply in await replies(redis)] == ([] if left_pending else ["saga-o1"])
+
+
+async def unreachable(entry_ids: list[str]) -> dict[str, int]:
+    """``GroupConsumer._delivery_counts`` with Redis gone (an empty ask needs no Redis)."""
+    if entry_ids:
+        raise bus.RedisUnavailable("connection refused")
+    return {}
