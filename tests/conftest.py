@@ -1,26 +1,124 @@
 """Shared fixtures: Redis (embedded and real), PostgreSQL, and the CI rule for missing servers.
 
-Tests that need a real server fail in CI (``CI=true``) when it does not answer and skip
-elsewhere with the reason. Each run uses its own Redis database (``REDSAGA_TEST_REDIS_DB``,
-default 9), flushed before every test, and the PostgreSQL DSN in ``REDSAGA_TEST_PG_DSN``.
+The suite never touches a server it did not start or was not given for its own use:
+
+- **Redis**: each test session starts a private ``redis-server`` (no persistence) on a free
+  loopback port in a temporary directory, and kills it at the end. Set
+  ``REDSAGA_TEST_REDIS_URL`` to use a server dedicated to the tests instead (it is flushed
+  before every test that uses it).
+- **PostgreSQL**: each session creates its own database (``redsaga_test_<random>``) on the
+  server of ``REDSAGA_TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``)
+  and drops it at the end.
+
+Tests that need a server fail in CI (``CI=true``) when it is missing and skip elsewhere with
+the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import shutil
 import socket
+import subprocess
+import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
 
 import pytest
 
 import bus
 
-REDIS_HOST = os.environ.get("REDSAGA_TEST_REDIS_HOST", "127.0.0.1")
-REDIS_PORT = int(os.environ.get("REDSAGA_TEST_REDIS_PORT", "6379"))
-REDIS_DB = int(os.environ.get("REDSAGA_TEST_REDIS_DB", "9"))
-REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
-PG_DSN = os.environ.get("REDSAGA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+_GIVEN_REDIS_URL = os.environ.get("REDSAGA_TEST_REDIS_URL", "")
+_PG_SERVER_DSN = os.environ.get("REDSAGA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+REDIS_URL = _GIVEN_REDIS_URL
+"""The real Redis of this session (set by :func:`pytest_configure`; empty: none)."""
+PG_DSN = _PG_SERVER_DSN
+"""The PostgreSQL database of this session (set by :func:`pytest_configure`)."""
+_started: list[subprocess.Popen[bytes]] = []
+_created_databases: list[str] = []
+_temp_dirs: list[Path] = []
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_private_redis() -> str:
+    """Start this session's ``redis-server``; its URL (empty when it is not installed)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return ""
+    directory = Path(tempfile.mkdtemp(prefix="redsaga-test-redis-"))
+    _temp_dirs.append(directory)
+    port = _free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory), "--save", "",
+         "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile", str(directory / "log")],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    _started.append(process)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # poll until this very process answers PING
+        if process.poll() is not None:
+            raise RuntimeError(f"the test session's redis-server exited at start (see {directory / 'log'})")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+            conn.sendall(b"PING\r\n")
+            if conn.recv(16).startswith(b"+PONG"):
+                return f"redis://127.0.0.1:{port}/0"
+        time.sleep(0.02)  # noqa: ASYNC251 - start-up poll of a server, not a test waiting for time
+    raise RuntimeError("the test session's redis-server did not answer within 15 s")
+
+
+def _create_pg_database() -> str:
+    """Create this session's PostgreSQL database; its DSN (the server's when it is not up)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(_PG_SERVER_DSN, autocommit=True, connect_timeout=3) as conn:
+            name = f"redsaga_test_{secrets.token_hex(4)}"
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.OperationalError:
+        return _PG_SERVER_DSN
+    _created_databases.append(name)
+    return urlunparse(urlparse(_PG_SERVER_DSN)._replace(path=f"/{name}"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start this session's servers before any test module is imported."""
+    global REDIS_URL, PG_DSN  # noqa: PLW0603 - set once, before collection imports them
+    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist") and (
+        config.getoption("numprocesses", None)
+    ):
+        return  # the xdist controller runs no test; each worker starts its own servers
+    if not REDIS_URL:
+        REDIS_URL = _start_private_redis()
+    PG_DSN = _create_pg_database()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop and drop only what this session started."""
+    for process in _started:
+        process.kill()
+        process.wait(10)
+    if _created_databases:
+        import psycopg
+
+        with contextlib.suppress(psycopg.OperationalError), psycopg.connect(
+            _PG_SERVER_DSN, autocommit=True, connect_timeout=3
+        ) as conn:
+            for name in _created_databases:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    for directory in _temp_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+
 
 pytest_plugins = ["tests.faults.servers"]
 
@@ -48,14 +146,15 @@ def _answers(host: str, port: int) -> bool:
         return False
 
 
-def require_server(name: str, host: str, port: int) -> None:
+def require_server(name: str, url: str) -> None:
     """Fail (in CI) or skip (elsewhere) when a server the test needs does not answer."""
-    if _answers(host, port):
+    parsed = urlparse(url)
+    if url and _answers(parsed.hostname or "127.0.0.1", parsed.port or 0):
         return
-    reason = f"{name} is not answering on {host}:{port}"
+    reason = f"{name} is not answering on {parsed.netloc}" if url else f"no {name} for the tests"
     if IN_CI:
-        pytest.fail(f"{reason} (CI must start it: see .ci/run)")
-    pytest.skip(f"{reason}; start it to run this test")
+        pytest.fail(f"{reason} (CI must install it: see .ci/run)")
+    pytest.skip(f"{reason}; install redis-server and PostgreSQL to run this test")
 
 
 @pytest.fixture
@@ -65,7 +164,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def real_redis_url() -> str:
-    require_server("Redis", REDIS_HOST, REDIS_PORT)
+    require_server("Redis", REDIS_URL)
     return REDIS_URL
 
 
@@ -94,7 +193,7 @@ async def redis(request: pytest.FixtureRequest) -> AsyncIterator[bus.Redis]:
     if request.param == "fake":
         client = bus.connect(bus.MEMORY_URL)
     else:
-        require_server("Redis", REDIS_HOST, REDIS_PORT)
+        require_server("Redis", REDIS_URL)
         client = bus.connect(REDIS_URL)
         await client.flushdb()
     try:
@@ -111,10 +210,7 @@ def backend(redis: bus.Redis) -> str:
 
 @pytest.fixture
 def pg_dsn() -> Iterator[str]:
-    from urllib.parse import urlparse
-
-    parsed = urlparse(PG_DSN)
-    require_server("PostgreSQL", parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    require_server("PostgreSQL", PG_DSN)
     yield PG_DSN
 
 

@@ -1,7 +1,7 @@
 """Relay fixtures: outbox databases (SQLite files and PostgreSQL tables unique to each test).
 
-Every PostgreSQL test gets its own table set (``t<random>_outbox``, …) in the database of
-``REDSAGA_TEST_PG_DSN``, dropped afterwards, so tests never see each other's rows.
+Every PostgreSQL test gets its own table set (``t<random>_outbox``, …) in the session's database
+(see ``tests/conftest.py``), dropped afterwards, so tests never see each other's rows.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 import bus
 import relay
-from tests.conftest import REDIS_URL, require_server
+from tests import conftest
 
 T = TypeVar("T")
 
@@ -100,10 +100,10 @@ def outbox_db(request: pytest.FixtureRequest) -> OutboxDb:
 
 @pytest.fixture
 async def relay_redis(outbox_db: OutboxDb) -> AsyncIterator[bus.Redis]:
-    """Real Redis (DB ``REDSAGA_TEST_REDIS_DB``) for PostgreSQL runs, fakeredis for SQLite runs."""
+    """The session's real Redis for PostgreSQL runs, fakeredis for SQLite runs."""
     if outbox_db.dialect == "postgresql":
-        require_server("Redis", *_host_port(REDIS_URL))
-        client = bus.connect(REDIS_URL)
+        conftest.require_server("Redis", conftest.REDIS_URL)
+        client = bus.connect(conftest.REDIS_URL)
         await client.flushdb()
     else:
         client = bus.connect(bus.MEMORY_URL)
@@ -112,9 +112,3 @@ async def relay_redis(outbox_db: OutboxDb) -> AsyncIterator[bus.Redis]:
     finally:
         await client.aclose()
 
-
-def _host_port(url: str) -> tuple[str, int]:
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    return parsed.hostname or "127.0.0.1", parsed.port or 6379
