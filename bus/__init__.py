@@ -8,6 +8,8 @@ run once per idempotency key.
 """
 
 from bus._app import Bus, Route, Subscription
+from bus._auth import OFF as SIGNING_OFF
+from bus._auth import Authenticator, Keyring, principal
 from bus._backoff import Backoff
 from bus._client import MEMORY_URL, URL_ENV, Redis, connect, is_embedded, resolve_url
 from bus._clock import Clock, FakeClock, SystemClock
@@ -19,6 +21,7 @@ from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, decode_fields, message_type, new_envelope
 from bus._epoch import EPOCH_KEY, accept_epoch, read_epoch
 from bus._errors import (
+    AuthError,
     BusError,
     DefinitionError,
     GroupExists,
@@ -35,6 +38,7 @@ from bus._errors import (
     ReplicaAckTimeout,
     StreamDeleted,
     TransientError,
+    Unauthenticated,
     UnsafeRedisConfig,
 )
 from bus._ids import derived_id, uuid7
@@ -49,7 +53,10 @@ from bus._worker import Worker
 __all__ = [
     "EPOCH_KEY",
     "MEMORY_URL",
+    "SIGNING_OFF",
     "URL_ENV",
+    "AuthError",
+    "Authenticator",
     "Backoff",
     "Bus",
     "BusConfig",
@@ -66,6 +73,7 @@ __all__ = [
     "GroupMissing",
     "GroupStats",
     "HandlerFailure",
+    "Keyring",
     "LeaseLost",
     "LetterFilter",
     "MalformedEntry",
@@ -90,6 +98,7 @@ __all__ = [
     "Subscription",
     "SystemClock",
     "TransientError",
+    "Unauthenticated",
     "UnsafeRedisConfig",
     "Worker",
     "accept_epoch",
@@ -101,6 +110,7 @@ __all__ = [
     "is_embedded",
     "message_type",
     "new_envelope",
+    "principal",
     "purge_dead_letters",
     "read_epoch",
     "reply_to_command",

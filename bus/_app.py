@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bus._auth import check_principal, stream_audience
 from bus._envelope import Envelope, message_type
-from bus._errors import DefinitionError
+from bus._errors import AuthError, DefinitionError
 from bus._keys import Stream
 
 if TYPE_CHECKING:
@@ -57,6 +58,11 @@ class Subscription:
         ignore_unknown: Acknowledge entries of types without a route (subscriptions)
             instead of dead-lettering them (command handlers).
         routes: Handlers by message type name; ``None`` maps the catch-all route.
+        principal: Who handles the entries (``participant:payments``): the audience of a
+            command stream, and the signer of the replies and follow-ups its handlers make.
+        audience: Whose MAC the entries carry: the ``principal`` itself for a command
+            stream, ``stream:<key>`` for a broadcast stream (see ``bus/_auth.py``).
+        senders: The principals that may write the stream (``None``: any that signs).
 
     """
 
@@ -65,6 +71,9 @@ class Subscription:
     start_id: str
     idempotent: bool
     ignore_unknown: bool
+    principal: str
+    audience: str
+    senders: frozenset[str] | None = None
     routes: dict[str | None, Route] = field(default_factory=dict)
 
     def route_for(self, type_name: str) -> Route | None:
@@ -88,10 +97,12 @@ class Bus:
             ...
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, principal: str | None = None) -> None:
         if not name:
             raise DefinitionError("a Bus needs a name (the service or context it belongs to)")
         self.name = name
+        self.principal = principal or f"service:{name}"
+        """Who this bus's handlers act as, unless a handler names another (``bus/_auth.py``)."""
         self._subscriptions: dict[tuple[Stream, str], Subscription] = {}
 
     @property
@@ -107,6 +118,8 @@ class Bus:
         group: str | None = None,
         idempotent: bool = True,
         batch: bool = False,
+        principal: str | None = None,
+        senders: Iterable[str] | None = None,
     ) -> Callable[[F], F]:
         """Register a command handler for ``message`` on ``stream``.
 
@@ -124,7 +137,12 @@ class Bus:
         before it acts for an entry, and its writes must be fenced by the lease (as the saga
         orchestrator's transitions are). For handlers whose per-entry work is short and
         whose writes batch well; a raise fails every entry of the call.
+
+        With signing on (``bus/_auth.py``), entries must be signed for ``principal`` (the
+        bus's by default), and by one of ``senders`` when given; replies are signed by
+        ``principal`` for whoever signed the command.
         """
+        who = principal or self.principal
 
         def register(function: F) -> F:
             self._add(
@@ -136,6 +154,9 @@ class Bus:
                 idempotent=idempotent,
                 ignore_unknown=False,
                 batch=batch,
+                principal=who,
+                audience=who,
+                senders=senders,
             )
             return function
 
@@ -149,24 +170,31 @@ class Bus:
         messages: Iterable[type[Any]] | None = None,
         from_beginning: bool = False,
         idempotent: bool = True,
+        principal: str | None = None,
+        senders: Iterable[str] | None = None,
     ) -> Callable[[F], F]:
         """Subscribe ``group`` to the events on ``stream`` (choreography).
 
         With ``messages``, the handler receives the decoded message and other types are
         acknowledged and skipped; without, it receives every :class:`~bus.Envelope`. A new
-        group starts at new entries unless ``from_beginning``.
+        group starts at new entries unless ``from_beginning``. With signing on, events must
+        be signed for the stream (``stream:<key>``), by one of ``senders`` when given.
         """
+        target = _stream(stream)
 
         def register(function: F) -> F:
             classes: list[type[Any] | None] = list(messages) if messages is not None else [None]
             self._add(
-                _stream(stream),
+                target,
                 group,
                 classes,
                 function,
                 start_id="0" if from_beginning else "$",
                 idempotent=idempotent,
                 ignore_unknown=True,
+                principal=principal or self.principal,
+                audience=stream_audience(target.key),
+                senders=senders,
             )
             return function
 
@@ -182,15 +210,24 @@ class Bus:
         start_id: str,
         idempotent: bool,
         ignore_unknown: bool,
+        principal: str,
+        audience: str,
+        senders: Iterable[str] | None,
         batch: bool = False,
     ) -> None:
         name = getattr(function, "__qualname__", repr(function))
         handler = _batch_handler(function, name) if batch else _normalise(function, name)
+        try:
+            check_principal(principal)
+            allowed = None if senders is None else frozenset(check_principal(s) for s in senders)
+        except AuthError as error:
+            raise DefinitionError(f"{name}: {error}") from error
         subscription = self._subscriptions.setdefault(
             (stream, group),
-            Subscription(stream, group, start_id, idempotent, ignore_unknown),
+            Subscription(stream, group, start_id, idempotent, ignore_unknown, principal, audience, allowed),
         )
-        if (subscription.idempotent, subscription.ignore_unknown) != (idempotent, ignore_unknown):
+        options = (subscription.idempotent, subscription.ignore_unknown, subscription.principal)
+        if options != (idempotent, ignore_unknown, principal) or subscription.senders != allowed:
             raise DefinitionError(
                 f"{name}: group {group!r} on {stream} is already declared with other options",
             )

@@ -17,6 +17,7 @@ from typing import Any, cast
 from redis.exceptions import ResponseError
 
 from bus._app import BatchHandler, Route, Subscription
+from bus._auth import OFF, Authenticator
 from bus._client import Redis
 from bus._clock import Clock
 from bus._completer import Completer
@@ -26,6 +27,7 @@ from bus._crash import AFTER_SIDE_EFFECT, crash_point
 from bus._delivery import Delivery, LeaseLost
 from bus._envelope import Envelope, Fields, decode_fields
 from bus._errors import (
+    AuthError,
     BusError,
     GroupExists,
     GroupMissing,
@@ -33,6 +35,7 @@ from bus._errors import (
     PayloadTooLarge,
     PermanentError,
     StreamDeleted,
+    Unauthenticated,
     redis_errors,
 )
 from bus._ids import derived_id
@@ -60,12 +63,13 @@ from bus._scripts import BatchPart, ScriptCall
 from bus._slots import Slots
 
 _log = get_logger("redsaga.bus")
-_PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge)
+_PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge, Unauthenticated)
 Entry = tuple[str, Fields | None, int]
 """(entry id, fields or ``None`` if deleted, delivery count)."""
 GROUP_RECREATED = "group_recreated"
 ENTRY_LOST = "entry_lost"
 LEASE_LOST = "lease_lost"
+UNAUTHENTICATED = "unauthenticated"
 
 
 @dataclass(slots=True)
@@ -80,6 +84,7 @@ class Runtime:
     slots: Slots
     completer: Completer
     publisher: Publisher
+    auth: Authenticator = OFF
     read_share: int = 1
     rng: random.Random = field(default_factory=random.Random)
     incidents: Counter[str] = field(default_factory=Counter)
@@ -339,6 +344,9 @@ class GroupConsumer:
         except MalformedEntry as error:
             self._dead(entry_id, f"malformed entry: {error.reason}")
             return None
+        signer = self._authenticate(entry_id, fields, envelope)
+        if signer is None:
+            return None
         if deliveries > config.max_deliveries:
             self._dead(
                 entry_id,
@@ -372,12 +380,39 @@ class GroupConsumer:
             dedupe_key=self.stream.dedupe_key(self.sub.group, envelope.dedupe_key)
             if self.sub.idempotent
             else None,
+            principal=signer,
+            handler_principal=self.sub.principal,
             _beat=self._beat_one,
             _publisher=self.rt.publisher,
             _call=self.rt.completer.call,
             _call_many=self.rt.completer.call_many,
         )
         return delivery, route, message
+
+    def _authenticate(self, entry_id: str, fields: Fields, envelope: Envelope) -> str | None:
+        """Who signed the entry (``""`` with signing off); ``None`` once it is dead-lettered.
+
+        In ``log`` mode a failed check is reported (a warning and an ``unauthenticated``
+        incident) and the entry goes on, with the signer it names.
+        """
+        auth = self.rt.auth
+        if not auth.enabled:
+            return ""
+        try:
+            signer = auth.verify(fields, self.sub.audience, self.sub.principal, senders=self.sub.senders)
+        except Unauthenticated as error:
+            if auth.mode == "require":
+                self._dead(entry_id, f"unauthenticated entry: {error.reason}", envelope)
+                return None
+            self.rt.incidents[UNAUTHENTICATED] += 1
+            self.log.warning(
+                "unauthenticated entry accepted (verification mode 'log')",
+                entry=entry_id,
+                reason=error.reason,
+                incident=UNAUTHENTICATED,
+            )
+            return envelope.signer
+        return signer
 
     async def _run(self, delivery: Delivery, route: Route, message: Any) -> None:
         with delivery.scope as scope:
@@ -450,6 +485,16 @@ class GroupConsumer:
             consumer=self.rt.consumer,
             now_ms=self.rt.clock.now_ms(),
         )
+        if reply is not None and delivery.principal:  # to whoever signed the command
+            try:
+                reply = self.rt.auth.sign(reply, delivery.principal, self.sub.principal)
+            except AuthError as error:  # a keyring issued for another topology
+                if self.rt.auth.mode == "require":
+                    self._failed(delivery, error)
+                    return
+                self._log_for(delivery).warning(
+                    "reply sent unsigned (verification mode 'log')", error=str(error)
+                )
         target = reply_key_stream(delivery.envelope)
         across = reply is not None and target is not None and not target.same_slot(self.stream)
         # Across slots the reply cannot share the script: record the result first, then

@@ -97,6 +97,9 @@ class Delivery:
         deliveries: How many times Redis has handed this entry out (1 on first delivery).
         consumer: The consumer (worker) that holds the lease.
         dedupe_key: The idempotency key's Redis key, when the handler is deduped.
+        principal: Who signed the entry, checked (``""`` with signing off; in ``log``
+            mode the signer it names, checked or not: see ``bus/_auth.py``).
+        handler_principal: Who the handler acts as: the signer of its follow-ups.
 
     """
 
@@ -107,6 +110,8 @@ class Delivery:
     deliveries: int
     consumer: str
     dedupe_key: str | None = None
+    principal: str = ""
+    handler_principal: str = ""
     last_beat_ms: int = 0
     scope: HandlerScope = field(default_factory=HandlerScope)
     acked_by_handler: bool = False
@@ -173,4 +178,5 @@ class Delivery:
             causation_id=self.envelope.id,
             headers=self.envelope.headers,
             message_id=derived_id(self.envelope.id, f"{target.key}#{self._published}"),
+            signer=self.handler_principal or None,
         )

@@ -10,6 +10,8 @@ stays readable and Lua scripts can read a field without decoding anything::
     at      created-at, Unix ms                n       attempt number, from 1
     hdr     headers as a JSON object           v       envelope schema version
     data    the payload: the message Struct as JSON
+    p       the principal that signed it       k       its key id
+    mac     the MAC over the other fields (``bus/_auth.py``)
 
 Schema evolution follows msgspec's rules: new payload fields get defaults, a type name is
 never reused for a different shape, and an unsupported ``v`` is dead-lettered, not guessed.
@@ -18,6 +20,7 @@ never reused for a different shape, and an unsupported ``v`` is dead-lettered, n
 from __future__ import annotations
 
 import builtins
+import struct
 import time
 from typing import Any, Final, TypeVar
 
@@ -35,9 +38,18 @@ _TEXT_FIELDS: Final = (
     (b"cause", "causation_id"),
     (b"idem", "idempotency_key"),
     (b"reply", "reply_to"),
+    (b"p", "signer"),
+    (b"k", "key_id"),
+    (b"mac", "mac"),
 )
 _TEXT_FIELD_NAMES: Final = tuple((name.decode(), attribute) for name, attribute in _TEXT_FIELDS)
 """The same, named as they are written (str)."""
+
+SIGNED_FIELDS: Final = (
+    b"id", b"type", b"v", b"data", b"src", b"corr", b"cause", b"idem", b"reply", b"n", b"hdr", b"p", b"k",
+)  # fmt: skip
+"""The fields a MAC covers, in order (``bus/_auth.py``): all but ``at`` and ``mac`` itself."""
+_LENGTHS: Final = struct.Struct(f">{len(SIGNED_FIELDS)}I")
 
 M = TypeVar("M")
 Fields = dict[bytes, bytes]
@@ -61,6 +73,10 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     attempt: int = 1
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    signer: str = ""
+    """The principal that signed the entry (``""``: unsigned); see ``bus/_auth.py``."""
+    key_id: str = ""
+    mac: str = ""
 
     @property
     def dedupe_key(self) -> str:
@@ -73,7 +89,29 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
             message: M = _decoder(message_class).decode(self.payload)
         except msgspec.DecodeError as error:
             raise MalformedEntry(f"payload is not a valid {self.type}: {error}") from error
+        except RecursionError as error:  # msgspec's answer to a deeply nested payload
+            raise MalformedEntry(f"payload of {self.type} is nested too deeply to decode") from error
         return message
+
+    def canonical(self, signer: str, key_id: str) -> bytes:
+        """The bytes a MAC by ``signer`` with ``key_id`` covers, as :meth:`field_args` writes them."""
+        return join_canonical(
+            [
+                self.id.encode(),
+                self.type.encode(),
+                str(self.schema_version).encode(),
+                self.payload,
+                self.source.encode(),
+                self.correlation_id.encode(),
+                self.causation_id.encode(),
+                self.idempotency_key.encode(),
+                self.reply_to.encode(),
+                b"" if self.attempt == 1 else str(self.attempt).encode(),
+                _encoder.encode(self.headers) if self.headers else b"",
+                signer.encode(),
+                key_id.encode(),
+            ]
+        )
 
     def to_fields(self) -> dict[str, bytes | str | int]:
         """Encode as stream fields (see the module docstring)."""
@@ -103,6 +141,11 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         if self.headers:
             args += ("hdr", _encoder.encode(self.headers))
         return args
+
+
+def join_canonical(values: list[bytes]) -> bytes:
+    """The values of :data:`SIGNED_FIELDS` (absent ones empty): their lengths, then them."""
+    return _LENGTHS.pack(*map(len, values)) + b"".join(values)
 
 
 def message_type(message_class: type[Any]) -> str:
@@ -177,7 +220,7 @@ def decode_fields(fields: Fields, *, max_bytes: int, max_fields: int) -> Envelop
         message_id = fields[b"id"].decode()
         type_name = fields[b"type"].decode()
         headers = _headers_decoder.decode(fields[b"hdr"]) if b"hdr" in fields else {}
-    except (ValueError, msgspec.DecodeError) as error:  # UnicodeDecodeError is a ValueError
+    except (ValueError, msgspec.DecodeError, RecursionError) as error:  # UnicodeDecodeError: a ValueError
         raise MalformedEntry(f"invalid envelope field: {error}") from error
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise MalformedEntry(f"unsupported envelope schema version {version}")

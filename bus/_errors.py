@@ -14,6 +14,8 @@
     │   └── StreamDeleted       a blocking read was ended because its stream was deleted
     ├── GroupExists             the consumer group is there already (BUSYGROUP)
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
+    ├── Unauthenticated         a stream entry is not signed, or not by a principal that may write it
+    ├── AuthError               a keyring or principal name is unusable (configuration)
     ├── PayloadTooLarge         a message is over the configured size limit
     ├── DefinitionError         a handler or subscription is declared wrongly
     └── HandlerFailure          raised by handlers to say how a failure should be treated
@@ -144,6 +146,23 @@ class MalformedEntry(BusError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Unauthenticated(BusError):
+    """An entry is not signed, or not by whom it may be; ``reason`` says which (``bus/_auth.py``).
+
+    ``principal`` is the signer the entry names (``""`` when it names none). The entry goes
+    to the dead-letter stream with the reason and changes nothing.
+    """
+
+    def __init__(self, reason: str, principal: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.principal = principal
+
+
+class AuthError(BusError):
+    """A keyring or a principal name is unusable: a configuration problem, not an entry's."""
 
 
 class PayloadTooLarge(BusError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bus._auth import OFF, Authenticator, stream_audience
 from bus._client import Redis
 from bus._config import BusConfig
 from bus._envelope import Envelope, new_envelope
@@ -40,12 +41,27 @@ class Publisher:
     ``BusConfig.publish_dedupe_window_ms``, so a call that redis-py re-sends after a lost
     reply (or a caller's own retry with the same ``message_id``) adds one entry only.
     Nothing is ever trimmed on publish (see ``docs/bus.md``, retention).
+
+    With signing on (``auth``), every envelope not signed yet is signed by ``principal``
+    (or the ``signer`` a call names) for its audience: the one a call names, else the
+    stream's own (``stream:<key>``, a broadcast stream). Signed envelopes (outbox rows,
+    requeued dead letters) are published as they are.
     """
 
-    def __init__(self, redis: Redis, *, source: str = "", config: BusConfig | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        source: str = "",
+        config: BusConfig | None = None,
+        auth: Authenticator = OFF,
+        principal: str = "",
+    ) -> None:
         self._redis = redis
         self._source = source
         self._config = config or BusConfig()
+        self.auth = auth
+        self.principal = principal
 
     async def publish(
         self,
@@ -58,6 +74,8 @@ class Publisher:
         reply_to: Stream | None = None,
         headers: dict[str, str] | None = None,
         message_id: str | None = None,
+        audience: str | None = None,
+        signer: str | None = None,
     ) -> str | None:
         """Publish ``message``; return its entry id, or ``None`` if the id was published already.
 
@@ -75,9 +93,16 @@ class Publisher:
             headers=headers,
             message_id=message_id,
         )
-        return await self.publish_envelope(stream, envelope)
+        return await self.publish_envelope(stream, envelope, audience=audience, signer=signer)
 
-    async def publish_envelope(self, stream: str | Stream, envelope: Envelope) -> str | None:
+    async def publish_envelope(
+        self,
+        stream: str | Stream,
+        envelope: Envelope,
+        *,
+        audience: str | None = None,
+        signer: str | None = None,
+    ) -> str | None:
         """Publish a ready-made envelope (its id decides deduplication).
 
         Raises :class:`~bus.PayloadTooLarge` before writing anything when its payload is
@@ -85,7 +110,7 @@ class Publisher:
         """
         self._check_size(envelope)
         target = stream if isinstance(stream, Stream) else Stream.named(stream)
-        call = publish_call(target, envelope, self._config)
+        call = publish_call(target, self.signed(target, envelope, audience, signer), self._config)
         acks = acks_of(self._config)
         if acks is None:
             return _entry_id(await call.run(self._redis))
@@ -94,7 +119,9 @@ class Publisher:
             raise reply
         return _entry_id(reply)
 
-    async def publish_many(self, items: Sequence[tuple[Stream, Envelope]]) -> list[str | None]:
+    async def publish_many(
+        self, items: Sequence[tuple[Stream, Envelope]], *, audience: str | None = None
+    ) -> list[str | None]:
         """Publish several envelopes in one round trip; raise the first error.
 
         Consecutive envelopes for one stream share one script call (at most
@@ -103,6 +130,7 @@ class Publisher:
         """
         for _, envelope in items:
             self._check_size(envelope)
+        items = [(stream, self.signed(stream, envelope, audience, None)) for stream, envelope in items]
         calls: list[ScriptCall] = []
         sizes: list[int] = []
         start = 0
@@ -121,6 +149,14 @@ class Publisher:
                 raise reply
             entry_ids += [_entry_id(result) for result in reply[:size]]
         return entry_ids
+
+    def signed(
+        self, stream: Stream, envelope: Envelope, audience: str | None, signer: str | None
+    ) -> Envelope:
+        """``envelope`` as it is published on ``stream``: signed unless signing is off or it is already."""
+        if not self.auth.enabled or envelope.mac:
+            return envelope
+        return self.auth.sign(envelope, audience or stream_audience(stream.key), signer or self.principal)
 
     def _check_size(self, envelope: Envelope) -> None:
         # Envelopes built elsewhere (signals, operator requests) skip new_envelope's check.

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from bus._app import Bus
+from bus._auth import Authenticator
 from bus._backoff import Backoff
 from bus._client import Redis
 from bus._clock import Clock, SystemClock
@@ -67,11 +68,15 @@ class Worker:
         config: BusConfig | None = None,
         clock: Clock | None = None,
         consumer: str | None = None,
+        auth: Authenticator | None = None,
     ) -> None:
         if not apps:
             raise ValueError("a Worker needs at least one Bus")
         config = config or BusConfig()
         clock = clock or SystemClock()
+        auth = Authenticator.from_env() if auth is None else auth
+        for subscription in (s for app in apps for s in app.subscriptions):
+            auth.require_reader(subscription.principal, subscription.audience)
         self.runtime = Runtime(
             redis=redis,
             config=config,
@@ -80,7 +85,10 @@ class Worker:
             source=apps[0].name,
             slots=Slots(config.concurrency),
             completer=Completer(redis, clock),
-            publisher=Publisher(redis, source=apps[0].name, config=config),
+            publisher=Publisher(
+                redis, source=apps[0].name, config=config, auth=auth, principal=apps[0].principal
+            ),
+            auth=auth,
         )
         self.consumers = [GroupConsumer(self.runtime, s) for app in apps for s in app.subscriptions]
         # A reader holds the slots it reserved while its read blocks, so each reader takes at

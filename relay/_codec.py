@@ -25,5 +25,5 @@ def decode_envelope(blob: bytes) -> Envelope:
     """Decode an ``envelope`` column; a corrupt value raises :class:`bus.MalformedEntry`."""
     try:
         return _decoder.decode(blob)
-    except msgspec.DecodeError as error:
+    except (msgspec.DecodeError, RecursionError) as error:
         raise MalformedEntry(f"outbox row holds no valid envelope: {error}") from error
