@@ -77,7 +77,9 @@ class Inbox:
 
     Replies go to the command's ``reply_to`` stream through ``outbox``, with an id derived
     from the command's id (as the bus does for handler replies), ordered by the command's
-    correlation id (the saga id).
+    correlation id (the saga id). With signing on, a reply is signed for whoever signed the
+    command, as ``participant:<consumer>`` when this process holds that keyring (name the
+    consumer after the participant), else as the outbox's principal.
     """
 
     def __init__(
@@ -172,9 +174,15 @@ class Inbox:
         envelope = reply_to_command(
             command, type_name, payload, source=self.outbox.source, now_ms=self.clock.now_ms()
         )
+        auth = self.outbox.auth
+        participant = f"participant:{received.consumer}"
         insert = (
             self.outbox.insert_plan(
-                Stream.from_key(command.reply_to), envelope, command.correlation_id or None
+                Stream.from_key(command.reply_to),
+                envelope,
+                command.correlation_id or None,
+                audience=command.signer,  # the reply goes to whoever signed the command
+                signer=participant if participant in auth.keyrings else "",
             )
             if command.reply_to
             else None

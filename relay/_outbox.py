@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, overload
 
-from bus import BusConfig, Clock, Envelope, Stream, SystemClock, new_envelope
+from bus import Authenticator, BusConfig, Clock, Envelope, Stream, SystemClock, new_envelope
+from bus._auth import stream_audience
 from relay._codec import encode_envelope
 from relay._config import Tables
 from relay._drivers import Plan, PlanFactory, Query, run
@@ -39,6 +40,12 @@ class Outbox:
         max_payload_bytes: Messages whose payload is larger are refused before anything is
             written (:class:`bus.PayloadTooLarge`).
         clock: Where ``created_at`` comes from.
+        auth: Signs each row's envelope as it is written, in the caller's transaction, so
+            the relay publishes it as signed by the process that wrote it and needs no key
+            of its own (``bus/_auth.py``). Default: what ``REDSAGA_KEYRING`` says when a
+            row is written; signing off without it.
+        principal: Who rows are signed as (default: this process's participant, service,
+            orchestrator or client keyring, in that order of preference).
 
     """
 
@@ -49,11 +56,32 @@ class Outbox:
         source: str = "",
         max_payload_bytes: int = _MAX_PAYLOAD_BYTES,
         clock: Clock | None = None,
+        auth: Authenticator | None = None,
+        principal: str | None = None,
     ) -> None:
         self.tables = tables or Tables()
         self.source = source
         self.max_payload_bytes = max_payload_bytes
         self.clock: Clock = clock or SystemClock()
+        self._auth = auth
+        self._principal = principal
+
+    @property
+    def auth(self) -> Authenticator:
+        """What signs the rows (the environment's unless one was given)."""
+        return Authenticator.from_env() if self._auth is None else self._auth
+
+    def signed(self, stream: Stream, envelope: Envelope, *, audience: str = "", signer: str = "") -> Envelope:
+        """``envelope`` as a row for ``stream`` stores it: signed, unless signing is off or it is.
+
+        ``audience`` defaults to the stream's own (``stream:<key>``: domain events);
+        ``signer`` to this outbox's principal.
+        """
+        auth = self.auth
+        if not auth.enabled or envelope.mac:
+            return envelope
+        who = signer or self._principal or auth.signer_for("participant", "service", "orchestrator", "client")
+        return auth.sign(envelope, audience or stream_audience(stream.key), who)
 
     def envelope(
         self,
@@ -176,10 +204,17 @@ class Outbox:
         return run(conn, self.insert_plan(stream, envelope, ordering_key))
 
     def insert_plan(
-        self, stream: str | Stream, envelope: Envelope, ordering_key: str | None
+        self,
+        stream: str | Stream,
+        envelope: Envelope,
+        ordering_key: str | None,
+        *,
+        audience: str = "",
+        signer: str = "",
     ) -> PlanFactory[int]:
-        """The statements that add one row, as a plan any driver can run."""
+        """The statements that add one row (its envelope signed: :meth:`signed`), as a plan."""
         target = stream if isinstance(stream, Stream) else Stream.named(stream)
+        envelope = self.signed(target, envelope, audience=audience, signer=signer)
         blob = encode_envelope(envelope)
         tables = self.tables
 

@@ -32,6 +32,7 @@ from saga._errors import (
     IllegalTransition,
     IncompatibleChange,
     InvalidInput,
+    InvalidToken,
     MigrationRefused,
     PartitionMismatch,
     SagaError,
@@ -84,7 +85,7 @@ from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
 from saga._stats import OutboxBacklog, SagaCount, Stats
-from saga._tokens import InvalidToken, Signer
+from saga._tokens import Signer
 from saga._trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
 from saga._versions import (
     DrainNote,

@@ -108,8 +108,14 @@ class SagaAdmin:
         self._participants = {p.name: p.serves for p in app_participants}
         for name in participants:
             self._participants.setdefault(name, list(self.registry.contexts.values()))
-        self.client = SagaClient(redis, self.registry, clock=self.clock, config=self.config, source="admin")
-        self._publisher = Publisher(redis, source="admin", config=self.config.bus)
+        auth = self.config.auth
+        principal = auth.signer_for("operator", "orchestrator")
+        self.client = SagaClient(
+            redis, self.registry, clock=self.clock, config=self.config, source="admin", principal=principal
+        )
+        self._publisher = Publisher(
+            redis, source="admin", config=self.config.bus, auth=auth, principal=principal
+        )
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from saga._keys import Partition
 from saga._protocol import FAILED, SUCCEEDED, StepFailed, StepSucceeded
 from saga._registry import Registry
 from saga._store import ParentReport
+from saga._trust import orchestrator_of
 
 _log = get_logger("redsaga.saga")
 _json = msgspec.json.Encoder()
@@ -83,7 +84,7 @@ def decode_report(envelope: Envelope) -> ParentReport:
     """A ``ParentReport`` inbox entry's payload."""
     try:
         return _report.decode(envelope.payload)
-    except msgspec.DecodeError as error:
+    except (msgspec.DecodeError, RecursionError) as error:
         raise PermanentError(f"invalid child end report: {error}") from error
 
 
@@ -91,14 +92,22 @@ class Children:
     """One context's child-saga plumbing (installed by its orchestrator)."""
 
     def __init__(
-        self, redis: Any, registry: Registry, *, clock: Clock, config: EngineConfig, source: str
+        self,
+        redis: Any,
+        registry: Registry,
+        *,
+        clock: Clock,
+        config: EngineConfig,
+        source: str,
     ) -> None:
         self.redis = redis
         self.registry = registry
         self.clock = clock
         self.config = config
         self.source = source
-        self._publisher = Publisher(redis, source=source, config=config.bus)
+        self._publisher = Publisher(
+            redis, source=source, config=config.bus, auth=config.auth, principal=orchestrator_of(source)
+        )
         self._clients: dict[str, SagaClient] = {}
 
     def _client(self, definition: Saga[Any]) -> SagaClient:
@@ -117,7 +126,7 @@ class Children:
         if envelope.type == "StartChild":
             try:
                 command = _start.decode(envelope.payload)
-            except msgspec.DecodeError as error:
+            except (msgspec.DecodeError, RecursionError) as error:
                 raise PermanentError(f"invalid StartChild: {error}") from error
             try:
                 data = definition.decode_data(command.data)
@@ -134,7 +143,7 @@ class Children:
         if envelope.type == "CancelChild":
             try:
                 cancel = _cancel.decode(envelope.payload)
-            except msgspec.DecodeError as error:
+            except (msgspec.DecodeError, RecursionError) as error:
                 raise PermanentError(f"invalid CancelChild: {error}") from error
             try:
                 await client.cancel(
@@ -158,7 +167,8 @@ class Children:
         )
         reply = parent_reply(report, None, source=self.source, now_ms=self.clock.now_ms())
         link = command.parent
-        await self._publisher.publish_envelope(Partition(link.context, link.partition).inbox, reply)
+        inbox = Partition(link.context, link.partition).inbox
+        await self._publisher.publish_envelope(inbox, reply, audience=orchestrator_of(link.context))
 
     async def forward(self, envelope: Envelope) -> None:
         """Forward a child's end report (an entry of its own inbox) to its parent's inbox."""
@@ -171,4 +181,5 @@ class Children:
         output_type = definition.steps[-1].output_type if report.ok else None
         reply = parent_reply(report, output_type, source=self.source, now_ms=self.clock.now_ms())
         link = report.parent
-        await self._publisher.publish_envelope(Partition(link.context, link.partition).inbox, reply)
+        inbox = Partition(link.context, link.partition).inbox
+        await self._publisher.publish_envelope(inbox, reply, audience=orchestrator_of(link.context))

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, uuid7
+from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, derived_id, uuid7
 from bus._batcher import Batcher
 from bus._errors import redis_errors
 from bus._scripts import acks_of
@@ -21,14 +21,15 @@ from saga._config import EngineConfig
 from saga._decider import start as decide_start
 from saga._definition import Saga
 from saga._errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinition, VersionDrained
-from saga._keys import Partition, partition_of
+from saga._keys import Partition, check_saga_id, partition_of
 from saga._model import ParentLink, SagaState, Started
-from saga._protocol import CANCEL, SIGNAL, OperatorRequest, SignalDelivery
+from saga._protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
 from saga._query import SagaQuery, describe, timer_ids
 from saga._registry import Registry
 from saga._states import SagaStatus
 from saga._store import commit_call, commit_result
-from saga._tokens import Signer, load_signer, peek
+from saga._tokens import Signer, TokenVerifier, check_wait, load_signer, load_verifier, peek
+from saga._trust import Seal, inbox_audience, orchestrator_of
 
 _json = msgspec.json.Encoder()
 
@@ -44,21 +45,52 @@ class SagaClient:
         clock: Clock | None = None,
         config: EngineConfig | None = None,
         source: str = "client",
+        principal: str | None = None,
     ) -> None:
         self.redis = redis
         self.registry = registry
         self.clock = clock or SystemClock()
         self.config = config or EngineConfig()
         self.source = source
-        self._publisher = Publisher(redis, source=source, config=self.config.bus)
+        auth = self.config.auth
+        self.principal = (
+            auth.signer_for("client", "operator", "orchestrator") if principal is None else principal
+        )
+        """Who this client signs its signals and cancel requests as (``""``: signing off)."""
+        self._publisher = Publisher(
+            redis, source=source, config=self.config.bus, auth=auth, principal=self.principal
+        )
         self._signers: dict[str, Signer] = {}
+        self._verifiers: dict[str, TokenVerifier] = {}
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
 
     async def signer(self, context: str) -> Signer:
-        """The resume-token signer of ``context`` (its secret is loaded once)."""
+        """The resume-token signer of ``context`` (loaded once).
+
+        :class:`SagaError` unless this process may make tokens (with signing on, only the
+        context's orchestrator may).
+        """
         if context not in self._signers:
-            self._signers[context] = await load_signer(self.redis, context, self.config.signal_secret)
+            self._signers[context] = await load_signer(
+                self.redis,
+                context,
+                auth=self.config.auth,
+                secret=self.config.signal_secret,
+                ttl_ms=self.config.token_ttl_s * 1000,
+            )
         return self._signers[context]
+
+    async def verifier(self, context: str) -> TokenVerifier:
+        """What checks ``context``'s tokens here.
+
+        Its signer if this process has one, else the public keys its orchestrator published.
+        """
+        if context not in self._verifiers:
+            if self.config.auth.enabled and Signer.from_auth(self.config.auth, context) is None:
+                self._verifiers[context] = await load_verifier(self.redis, context)
+            else:
+                self._verifiers[context] = await self.signer(context)
+        return self._verifiers[context]
 
     async def start(
         self,
@@ -81,14 +113,18 @@ class SagaClient:
         ``saga_id`` the call is idempotent: if that saga exists already its id is returned
         (and :class:`SagaExists` is raised if it runs another definition). ``parent`` makes it
         a child saga that reports its end to that parent step (``saga/_children.py``).
+
+        With signing on, a client that does not hold the context's orchestrator keyring
+        cannot write a saga itself: it puts a start request on the saga's inbox, signed as
+        itself, and returns once the request is stored; the orchestrator starts the saga
+        (a repeat of the same start changes nothing; a drained version, or an id taken by
+        another definition or other data, is dead-lettered with the reason).
         """
-        if saga_id is not None and not saga_id:
-            raise InvalidInput("saga_id must not be empty")
+        saga_id = check_saga_id(uuid7() if saga_id is None else saga_id)
         definition = self._definition(definition, version)
         encoded = definition.encode_data(data)
         if len(encoded) > self.config.bus.max_payload_bytes:
             raise PayloadTooLarge(len(encoded), self.config.bus.max_payload_bytes)
-        saga_id = saga_id or uuid7()
         partition = self._partition(definition.context.name, saga_id)
         now = self.clock.now_ms()
         event = Started(
@@ -100,6 +136,20 @@ class SagaClient:
             steps=[s.name for s in definition.steps],
             parent=parent,
         )
+        if not self.orchestrates(definition.context.name):
+            request = StartRequest(saga=event.saga, data=event.data, by=event.by, parent=parent)
+            envelope = Envelope(
+                id=derived_id(saga_id, "start"),
+                type=START,
+                payload=_json.encode(request),
+                source=self.source,
+                correlation_id=saga_id,
+                created_at_ms=now,
+            )
+            await self._publisher.publish_envelope(
+                partition.inbox, envelope, audience=inbox_audience(definition.context.name)
+            )
+            return saga_id
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         call, _ = commit_call(
@@ -111,6 +161,7 @@ class SagaClient:
             now_ms=now,
             timer_now_ms=self.clock.script_now_ms(),
             retention_s=self.config.retention_s,
+            seal=Seal(self.config.auth, orchestrator_of(definition.context.name)),
         )
         # concurrent starts share one pipelined round trip (see bus/_batcher.py)
         result = commit_result(await self._batcher.call(call))
@@ -126,6 +177,15 @@ class SagaClient:
             if existing.name != definition.name:
                 raise SagaExists(f"saga {saga_id!r} exists and runs {existing.name}@{existing.version}")
         return saga_id
+
+    def orchestrates(self, context: str) -> bool:
+        """Whether this client writes ``context``'s sagas itself.
+
+        It does with signing off, or when it holds the context's orchestrator keyring; else
+        it asks the orchestrator through the inbox.
+        """
+        auth = self.config.auth
+        return not auth.enabled or orchestrator_of(context) in auth.keyrings
 
     async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
         """The saga's current state, branches included (:class:`SagaNotFound` if there is none)."""
@@ -151,7 +211,10 @@ class SagaClient:
         except UnknownDefinition:
             steps = list(state.steps)
         waits_for_signal = state.wait is not None and state.wait.kind == "signal"
-        signer = await self.signer(state.context) if waits_for_signal else None
+        can_sign = (
+            not self.config.auth.enabled or Signer.from_auth(self.config.auth, state.context) is not None
+        )
+        signer = await self.signer(state.context) if waits_for_signal and can_sign else None
         return describe(state, due, signer, steps)
 
     async def signal(self, token: str, data: object = None, *, by: str = "") -> str:
@@ -165,14 +228,21 @@ class SagaClient:
         is recorded in its history and changes nothing. Data over the payload limit raises
         :class:`bus.PayloadTooLarge` and nothing is written.
         """
-        ref = (await self.signer(peek(token).context)).verify(token)
+        ref = (await self.verifier(peek(token).context)).verify(token, now_ms=self.clock.now_ms())
         partition = Partition(ref.context, ref.partition)
         with redis_errors():
-            name, version = await self.redis.hmget(partition.saga(ref.saga_id), ["name", "version"])
-        if name is None or version is None:
+            name, version, created = await self.redis.hmget(
+                partition.saga(check_saga_id(ref.saga_id)), ["name", "version", "created"]
+            )
+        if name is None or version is None or created is None:
             raise SagaNotFound(ref.saga_id)
+        check_wait(
+            ref, context=ref.context, partition=ref.partition, saga_id=ref.saga_id, incarnation=int(created)
+        )
         encoded = encode_signal(self.registry, name.decode(), int(version), ref.step, data)
-        delivery = SignalDelivery(step=ref.step, n=ref.n, data=msgspec.Raw(encoded), by=by or self.source)
+        delivery = SignalDelivery(
+            step=ref.step, n=ref.n, data=msgspec.Raw(encoded), by=by or self.source, token=token
+        )
         envelope = Envelope(
             id=uuid7(),
             type=SIGNAL,
@@ -181,7 +251,9 @@ class SagaClient:
             correlation_id=ref.saga_id,
             created_at_ms=self.clock.now_ms(),
         )
-        await self._publisher.publish_envelope(partition.inbox, envelope)
+        await self._publisher.publish_envelope(
+            partition.inbox, envelope, audience=inbox_audience(ref.context)
+        )
         return envelope.id
 
     async def cancel(
@@ -208,6 +280,7 @@ class SagaClient:
             _request_envelope(
                 envelope_id, kind, saga_id, request, source=self.source, now=self.clock.now_ms()
             ),
+            audience=inbox_audience(state.context),
         )
 
     async def list(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bus import BusConfig
+from bus import Authenticator, BusConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +33,15 @@ class EngineConfig:
             counts as gone: the versions only it served are reported stranded.
         stranded_check_ms: How often a worker looks for stranded sagas (versions in flight
             that no live worker serves) and logs them as errors.
-        signal_secret: The master secret resume tokens are signed with (never logged).
-            ``None``: the ``REDSAGA_SIGNAL_SECRET`` environment variable, else a secret
-            generated once per context and kept in Redis.
+        auth: Who this process signs as and what it accepts (``bus.Authenticator``: its
+            keyrings and the verification mode; docs/security.md). Default: what
+            ``REDSAGA_KEYRING`` and ``REDSAGA_VERIFY`` say, and signing off without them.
+        signal_secret: With signing off, the master secret resume tokens are made with
+            (never logged). ``None``: the ``REDSAGA_SIGNAL_SECRET`` environment variable,
+            else a secret generated once per context and kept in Redis. With signing on,
+            tokens are made with the orchestrator's keyring and this is not used.
+        token_ttl_s: Resume tokens stop being accepted this long after they were made
+            (0: they do not expire; a token for a wait that ended changes nothing anyway).
         event_buffer_s: How long an event nobody waits for yet is kept for a wait that
             registers later (the "event before wait" race).
         event_buffer_cap: Most such events kept per correlation key.
@@ -56,7 +62,9 @@ class EngineConfig:
     heartbeat_ms: int = 10_000
     registration_ttl_ms: int = 30_000
     stranded_check_ms: int = 60_000
+    auth: Authenticator = field(default_factory=Authenticator.from_env, repr=False)
     signal_secret: str | bytes | None = field(default=None, repr=False)
+    token_ttl_s: int = 0
     event_buffer_s: int = 86_400
     event_buffer_cap: int = 16
     schedule_poll_ms: int = 500
@@ -80,5 +88,7 @@ class EngineConfig:
             <= 0
         ):
             raise ValueError("EngineConfig event buffer and schedule settings must be positive")
+        if self.token_ttl_s < 0:
+            raise ValueError("EngineConfig.token_ttl_s must be >= 0")
         if self.signal_secret is not None and len(self.signal_secret) < 16:
             raise ValueError("EngineConfig.signal_secret must have at least 16 characters")

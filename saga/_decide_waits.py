@@ -99,7 +99,14 @@ class WaitRules:
         def token(name: str) -> str:
             if self.definition.step_named(name).kind != "signal":
                 raise DefinitionError(f"{self.definition.key}.{name} does not wait for a signal")
-            return signer.token(self.state.partition, self.state.id, name, self.wait_number(name))
+            return signer.token(
+                self.state.partition,
+                self.state.id,
+                name,
+                self.wait_number(name),
+                incarnation=self.state.created_ms,
+                now_ms=self.now_ms,
+            )
 
         return token
 

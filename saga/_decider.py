@@ -64,13 +64,16 @@ from saga._tokens import Signer
 class LocalCall(msgspec.Struct, gc=False, tag=True, kw_only=True, omit_defaults=True):
     """The input of a local action attempt: the saga's data and the outputs so far.
 
-    ``waits`` gives the wait number of each signal step, so the action's
-    ``ctx.resume_token`` can be made by the worker (the token itself is never recorded).
+    ``waits`` gives the wait number of each signal step, and ``incarnation`` and ``at_ms``
+    the saga's creation time and the decision's, so the action's ``ctx.resume_token`` can be
+    made by the worker as the decider would (the token itself is never recorded).
     """
 
     data: msgspec.Raw
     outputs: dict[str, msgspec.Raw]
     waits: dict[str, int] = msgspec.field(default_factory=dict)
+    incarnation: int = 0
+    at_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -731,7 +734,11 @@ class _Run(WaitRules, GroupRules, TccRules):
         if target.local:
             waits = {s.name: self.wait_number(s.name) for s in self.definition.steps if s.kind == "signal"}
             call = LocalCall(
-                data=self.state.data, outputs={k: msgspec.Raw(v) for k, v in outputs.items()}, waits=waits
+                data=self.state.data,
+                outputs={k: msgspec.Raw(v) for k, v in outputs.items()},
+                waits=waits,
+                incarnation=self.state.created_ms if waits else 0,
+                at_ms=self.now_ms if waits else 0,
             )
             return LOCAL, message_type(LocalCall), _json.encode(call)
         context = StepContext(self.state.id, step.name, n, outputs, self.tokens())

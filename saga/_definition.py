@@ -39,13 +39,23 @@ O = TypeVar("O")  # noqa: E741 - the conventional name for an output type variab
 LOCAL: typing.Final = "_local"
 """The participant name of steps run by the orchestrator's own worker (actions)."""
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+"""Names of sagas, steps, contexts and participants (matched whole: no glob, brace or newline)."""
 StepKind = Literal[
     "command", "action", "sleep", "signal", "event", "parallel", "first_of", "map", "child", "tcc"
 ]
 """What a step does: send a command, run a local action, wait (sleep, signal, event), run
 branches (parallel, first_of, map), run a child saga, or reserve then confirm (tcc)."""
 WAIT_KINDS: typing.Final = frozenset({"sleep", "signal", "event"})
+
+
+def check_participant_name(name: str) -> str:
+    """``name`` if a participant may have it (names starting with ``_`` are the engine's own)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name.startswith("_"):
+        raise DefinitionError(
+            f"invalid participant name {name!r}: 1-64 characters of A-Z a-z 0-9 _ . -, starting with a letter"
+        )
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +66,7 @@ class Command:
     message: object
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.participant) or self.participant == LOCAL:
-            raise DefinitionError(f"invalid participant name {self.participant!r}")
+        check_participant_name(self.participant)
         if not isinstance(self.message, msgspec.Struct):
             raise DefinitionError(
                 f"a command's message must be a msgspec Struct, got {type(self.message).__name__}"
@@ -276,7 +285,7 @@ class Context:
     partitions: int = 1
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name) or ":" in self.name:
+        if not _NAME.fullmatch(self.name) or ":" in self.name:
             raise DefinitionError(f"invalid context name {self.name!r}")
         if not 1 <= self.partitions <= 1024:
             raise DefinitionError(f"context {self.name!r}: partitions must be between 1 and 1024")
@@ -307,7 +316,7 @@ class Saga(Composition[D]):
         context: str | Context = "default",
         deadline: timedelta | None = None,
     ) -> None:
-        if not _NAME.match(name) or "@" in name:
+        if not _NAME.fullmatch(name) or "@" in name:
             raise DefinitionError(f"invalid saga name {name!r} (letters, digits, _ . -)")
         if version < 1:
             raise DefinitionError(f"saga {name!r}: version must be a positive integer")
@@ -704,7 +713,7 @@ def _no_builder(data: object) -> None:
 
 
 def _check_name(name: str, where: str) -> None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise DefinitionError(f"{where}: invalid name (letters, digits, _ . -; at most 64)")
 
 

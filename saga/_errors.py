@@ -11,7 +11,7 @@
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
     ├── UnknownDefinition      no definition with this name and version is registered here
     ├── ActionRefused          an operator action would not apply, or lost a race (says why)
-    ├── InvalidToken           a resume token is malformed, forged or tampered with
+    ├── InvalidToken           a resume token is malformed, forged, expired or not for this saga
     ├── ScheduleNotFound       no schedule has this id (in this context)
     ├── ScheduleExists         a schedule with this id exists already
     └── VersionError           a definition-version operation is refused (saga/_versions.py)
@@ -73,6 +73,17 @@ class ConcurrentUpdate(SagaError):
 
 class UnknownDefinition(SagaError):
     """No definition with this name and version is registered with this worker or client."""
+
+
+class InvalidToken(SagaError):
+    """A resume token is malformed, forged, tampered with, expired or for another saga.
+
+    Nothing was delivered. ``saga`` is the saga id the token names, when it could be read.
+    """
+
+    def __init__(self, message: str, *, saga: str = "") -> None:
+        super().__init__(message)
+        self.saga = saga
 
 
 class VersionError(SagaError):

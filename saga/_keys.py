@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bus import Stream, tagged_key
+from saga._errors import InvalidInput
 
 CONTEXTS: Final = tagged_key("redsaga", "contexts")
 """The set of every context with a version registry (``saga versions list`` starts here)."""
@@ -46,6 +47,29 @@ WAITS: Final = "_waits"
 """The participant name of event-wait registrations (handled by the orchestrator)."""
 CHILD: Final = "_child"
 """The participant name of child-saga commands (handled by the parent's orchestrator)."""
+
+
+MAX_ID_LENGTH: Final = 200
+_ID_CHARACTERS: Final = frozenset(chr(c) for c in range(0x21, 0x7F)) - frozenset("{}*?[]\\")
+
+
+def check_saga_id(saga_id: str) -> str:
+    r"""``saga_id`` if it may be part of a key, else :class:`~saga.InvalidInput`.
+
+    1-200 printable ASCII characters, none of ``{ } * ? [ ] \``: no id can move a key into
+    another hash tag or match another principal's ACL pattern, and none prints control
+    characters on an operator's terminal.
+    """
+    if (
+        not isinstance(saga_id, str)
+        or not 0 < len(saga_id) <= MAX_ID_LENGTH
+        or not _ID_CHARACTERS.issuperset(saga_id)
+    ):
+        raise InvalidInput(
+            f"invalid saga id {saga_id!r}: 1-{MAX_ID_LENGTH} printable ASCII characters without spaces "
+            "or any of { } * ? [ ] \\"
+        )
+    return saga_id
 
 
 def partition_of(saga_id: str, partitions: int) -> int:

@@ -30,6 +30,7 @@ from saga._model import Dispatch, Event, HistoryEntry, SagaState
 from saga._protocol import OperatorRequest, operator_event
 from saga._replay import decode_entries
 from saga._states import SagaStatus
+from saga._trust import inbox_audience
 
 Outcome = Literal["applied", "queued", "dry-run"]
 _json = msgspec.json.Encoder()
@@ -115,7 +116,7 @@ async def submit(
         correlation_id=saga_id,
         created_at_ms=action.event.at_ms,
     )
-    await publisher.publish_envelope(partition.inbox, envelope)
+    await publisher.publish_envelope(partition.inbox, envelope, audience=inbox_audience(partition.context))
     if wait_s > 0:
         with anyio.move_on_after(wait_s):
             while True:

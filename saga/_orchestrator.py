@@ -43,7 +43,6 @@ from bus import (
     ScriptCall,
     Stream,
     TransientError,
-    message_type,
 )
 from bus._crash import AFTER_COMMIT_BEFORE_ACK, BEFORE_COMMIT, crash_point
 from bus._log import get_logger
@@ -52,15 +51,18 @@ from saga._branch_store import load_saga
 from saga._children import Children
 from saga._config import EngineConfig
 from saga._decider import Decision, LocalCall, decide
-from saga._definition import LOCAL, Context, Saga, StepContext, invoke
-from saga._errors import UnknownDefinition
-from saga._keys import CHILD, WAITS, Partition
-from saga._model import SagaState, SignalReceived, StepReplied
+from saga._decider import start as decide_start
+from saga._definition import LOCAL, Context, StepContext, invoke
+from saga._errors import InvalidInput, InvalidToken, UnknownDefinition
+from saga._inputs import accepted
+from saga._keys import CHILD, WAITS, Partition, check_saga_id
+from saga._model import SagaState, SignalReceived, Started
 from saga._outcome import reply_for
-from saga._protocol import to_event
+from saga._protocol import START, signal_token, to_event
 from saga._registry import Registry
 from saga._store import PARENT_REPORT, Loaded, WatchRequest, commit_call, commit_result
-from saga._tokens import Signer, load_signer
+from saga._tokens import Signer, check_wait, load_signer, publish_verifier
+from saga._trust import Seal, authorize, credited, orchestrator_of
 
 GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
@@ -83,10 +85,15 @@ class Orchestrator:
         self.context = context
         self.clock = clock
         self.config = config
+        self.principal = orchestrator_of(context.name)
+        """Who this orchestrator signs as, and what its inbox entries must be signed for."""
         self.observers: list[Callable[[SagaState], None]] = []
         self._cache: OrderedDict[str, Loaded] = OrderedDict()
         self._signer: Signer | None = None
-        self._publisher = Publisher(redis, source=context.name, config=config.bus)
+        self._seal = Seal(config.auth, self.principal)
+        self._publisher = Publisher(
+            redis, source=context.name, config=config.bus, auth=config.auth, principal=self.principal
+        )
         definitions = [d for d in registry if d.context.name == context.name]
         self._event_waits = waits.event_waits(definitions)
         self._children = Children(redis, registry, clock=clock, config=config, source=context.name)
@@ -99,8 +106,21 @@ class Orchestrator:
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once)."""
         if self._signer is None:
-            self._signer = await load_signer(self.redis, self.context.name, self.config.signal_secret)
+            self._signer = await load_signer(
+                self.redis,
+                self.context.name,
+                auth=self.config.auth,
+                secret=self.config.signal_secret,
+                ttl_ms=self.config.token_ttl_s * 1000,
+            )
         return self._signer
+
+    async def prepare(self) -> None:
+        """Publish the context's token keys, so clients can check tokens (signing on only)."""
+        if self.config.auth.enabled and any(
+            d.takes_signals for d in self.registry if d.context == self.context
+        ):
+            await publish_verifier(self.redis, await self.signer())
 
     @property
     def partitions(self) -> list[Partition]:
@@ -109,18 +129,39 @@ class Orchestrator:
 
     def install(self, bus: Bus) -> None:
         """Register the inbox and local-action consumers of every partition on ``bus``."""
+        me, only_me = self.principal, [self.principal]
         for partition in self.partitions:
-            inbox = bus.handler(partition.inbox, None, group=GROUP, idempotent=False, batch=True)
+            inbox = bus.handler(
+                partition.inbox, None, group=GROUP, idempotent=False, batch=True, principal=me
+            )
             inbox(self.on_inbox_batch)
-            bus.handler(partition.commands(LOCAL), LocalCall, group=LOCAL)(self.on_local)
+            local = bus.handler(
+                partition.commands(LOCAL), LocalCall, group=LOCAL, principal=me, senders=only_me
+            )
+            local(self.on_local)
             if self._event_waits:
-                bus.handler(partition.commands(WAITS), None, group=WAITS, idempotent=False)(self.on_waits)
+                waiting = bus.handler(
+                    partition.commands(WAITS),
+                    None,
+                    group=WAITS,
+                    idempotent=False,
+                    principal=me,
+                    senders=only_me,
+                )
+                waiting(self.on_waits)
             if self._has_children:
-                handler = self._children.on_command
-                bus.handler(partition.commands(CHILD), None, group=CHILD, idempotent=False)(handler)
+                children = bus.handler(
+                    partition.commands(CHILD),
+                    None,
+                    group=CHILD,
+                    idempotent=False,
+                    principal=me,
+                    senders=only_me,
+                )
+                children(self._children.on_command)
         for stream in self._event_waits:
             group = f"{self.context.name}.waits"
-            bus.subscribe(stream, group=group, idempotent=False)(self.on_event)
+            bus.subscribe(stream, group=group, idempotent=False, principal=me)(self.on_event)
 
     def _cached(self, saga_id: str) -> Loaded | None:
         cached = self._cache.get(saga_id)
@@ -158,6 +199,11 @@ class Orchestrator:
         outcomes: list[BaseException | None] = [None] * len(batch)
         waiting: list[int] = []
         for index, (envelope, _) in enumerate(batch):
+            try:
+                check_saga_id(envelope.correlation_id)
+            except InvalidInput as error:
+                outcomes[index] = PermanentError(str(error))
+                continue
             if envelope.type != PARENT_REPORT:
                 waiting.append(index)
                 continue
@@ -225,6 +271,8 @@ class Orchestrator:
             index, envelope, delivery = item
             try:
                 decision, call, after = await self._plan(envelope, delivery, loaded)
+            except _AlreadyStarted:  # a repeated start request: acknowledged, nothing to do
+                continue
             except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
                 outcomes[index] = error
                 continue
@@ -246,6 +294,11 @@ class Orchestrator:
             self.forget(envelope.correlation_id)
             if result.outcome == "lost":
                 outcomes[index] = _taken_over(delivery)
+            elif result.outcome == "drained":
+                outcomes[index] = PermanentError(
+                    f"start of saga {envelope.correlation_id} refused: {decision.state.name}@"
+                    f"{decision.state.version} is drained (new sagas may not start on it)"
+                )
             else:
                 _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
                 again.append(item)
@@ -284,6 +337,8 @@ class Orchestrator:
             raise _taken_over(delivery)
         saga_id = envelope.correlation_id
         partition = self._by_tag[delivery.stream.tag]
+        if envelope.type == START:
+            return self._plan_start(envelope, delivery, partition, loaded, await self.signer())
         if loaded is None:
             raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
         event = to_event(envelope)
@@ -291,10 +346,13 @@ class Orchestrator:
             definition = self.registry.get(loaded.state.name, loaded.state.version)
         except UnknownDefinition as error:
             raise TransientError(f"{error}; a worker serving it must take this entry") from error
-        if isinstance(event, StepReplied):
-            _check_output(definition, event, envelope)
-        elif isinstance(event, SignalReceived):
-            check_signal(definition, event)
+        authorize(
+            self.config.auth, self.context.name, definition, loaded.state, event, envelope, delivery.principal
+        )
+        event = credited(event, delivery.principal)
+        if isinstance(event, SignalReceived):
+            await self._check_token(envelope, event, loaded.state)
+        event = accepted(definition, event, envelope)
         signer = await self.signer() if definition.takes_signals else None
         decision = decide(definition, loaded.state, event, signer=signer)
         call, after = commit_call(
@@ -306,8 +364,82 @@ class Orchestrator:
             now_ms=self.clock.now_ms(),
             timer_now_ms=self.clock.script_now_ms(),
             retention_s=self.config.retention_s,
+            seal=self._seal,
         )
         return decision, call, after
+
+    def _plan_start(
+        self,
+        envelope: Envelope,
+        delivery: Delivery,
+        partition: Partition,
+        loaded: Loaded | None,
+        signer: Signer,
+    ) -> tuple[Decision, ScriptCall, Loaded]:
+        """Decide a client's start request (see :meth:`saga.SagaClient.start`)."""
+        started = to_event(envelope)
+        assert isinstance(started, Started)  # noqa: S101 - to_event of a start request
+        event: Started = started
+        name, _, version = event.saga.rpartition("@")
+        try:
+            definition = self.registry.get(name, int(version))
+        except ValueError as error:
+            raise PermanentError(f"start request names no definition: {event.saga!r}") from error
+        except UnknownDefinition as error:
+            raise TransientError(f"{error}; a worker serving it must take this start request") from error
+        authorize(self.config.auth, self.context.name, definition, None, event, envelope, delivery.principal)
+        if loaded is not None:
+            existing = loaded.state
+            if existing.name == definition.name and bytes(existing.data) == bytes(event.data):
+                raise _AlreadyStarted
+            runs = f"{existing.name}@{existing.version}"
+            raise PermanentError(
+                f"start request refused: saga {existing.id!r} exists and runs {runs} with other data"
+            )
+        try:
+            definition.decode_data(event.data)
+        except (InvalidInput, msgspec.DecodeError) as error:
+            raise PermanentError(f"start request refused: {error}") from error
+        event = msgspec.structs.replace(
+            credited(event, delivery.principal), steps=[s.name for s in definition.steps]
+        )
+        decision = decide_start(
+            definition,
+            envelope.correlation_id,
+            bytes(event.data),
+            partition.index,
+            event,
+            signer=signer if definition.takes_signals else None,
+        )
+        return (
+            decision,
+            *commit_call(
+                partition,
+                None,
+                decision,
+                event,
+                delivery=delivery,
+                now_ms=self.clock.now_ms(),
+                timer_now_ms=self.clock.script_now_ms(),
+                retention_s=self.config.retention_s,
+                seal=self._seal,
+            ),
+        )
+
+    async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
+        """Refuse a signal whose resume token this context did not make for this very wait."""
+        try:
+            ref = (await self.signer()).verify(signal_token(envelope), now_ms=self.clock.now_ms())
+            check_wait(
+                ref,
+                context=state.context,
+                partition=state.partition,
+                saga_id=state.id,
+                incarnation=state.created_ms,
+                wait=(event.step, event.n),
+            )
+        except InvalidToken as error:
+            raise PermanentError(f"signal refused: {error}") from error
 
     def _committed(
         self, envelope: Envelope, delivery: Delivery, decision: Decision, after: Loaded, revision: int
@@ -351,7 +483,9 @@ class Orchestrator:
         def token(name: str) -> str:
             if signer is None or name not in call.waits:
                 raise KeyError(f"{definition.key}.{name} does not wait for a signal")
-            return signer.token(partition, saga_id, name, call.waits[name])
+            return signer.token(
+                partition, saga_id, name, call.waits[name], incarnation=call.incarnation, now_ms=call.at_ms
+            )
 
         context = StepContext(
             saga_id,
@@ -367,7 +501,7 @@ class Orchestrator:
         """Register (or remove) an event wait; deliver an event that came before it."""
         try:
             request = msgspec.json.decode(envelope.payload, type=WatchRequest)
-        except msgspec.DecodeError as error:
+        except (msgspec.DecodeError, RecursionError) as error:
             raise PermanentError(f"invalid event-wait registration: {error}") from error
         if envelope.type == "UnwatchEvent":
             await waits.unwatch(self.redis, self.context.name, request)
@@ -404,45 +538,12 @@ class Orchestrator:
         items: list[tuple[Stream, Envelope]] = [
             waits.delivery(self.context.name, w, event, source=self.context.name, now_ms=now) for w in waiters
         ]
-        await self._publisher.publish_many(items)
+        await self._publisher.publish_many(items, audience=self.principal)
+
+
+class _AlreadyStarted(Exception):
+    """A start request for a saga that exists with the same definition and data."""
 
 
 def _taken_over(delivery: Delivery) -> LeaseLost:
     return LeaseLost(f"inbox entry {delivery.entry_id} was taken over before the commit")
-
-
-def check_signal(definition: Saga[Any], event: SignalReceived) -> None:
-    """Dead-letter a signal for a step that takes none, or with data of the wrong type."""
-    try:
-        step = definition.step_named(event.step)
-    except KeyError:
-        return  # the decider records it as ignored
-    if step.kind != "signal" or step.output_type is None:
-        return
-    try:
-        msgspec.json.decode(bytes(event.data), type=step.output_type)
-    except msgspec.DecodeError as error:
-        raise PermanentError(
-            f"{definition.key}.{step.name}: signal data is not a valid {step.output_type.__name__}: {error}"
-        ) from error
-
-
-def _check_output(definition: Saga[Any], event: StepReplied, envelope: Envelope) -> None:
-    """Dead-letter a success reply whose type or payload does not match the step's output type."""
-    if not event.ok or event.kind != "do":
-        return
-    try:
-        step = definition.step_named(event.step)
-    except KeyError:
-        return  # the decider records it as ignored
-    if step.local or step.output_type is None:
-        return
-    expected = message_type(step.output_type)
-    if envelope.type != expected:
-        raise PermanentError(f"{definition.key}.{step.name} expects a {expected} reply, got {envelope.type}")
-    try:
-        msgspec.json.decode(bytes(event.output), type=step.output_type)
-    except msgspec.DecodeError as error:  # ValidationError included
-        raise PermanentError(
-            f"{definition.key}.{step.name}: reply is not a valid {expected}: {error}"
-        ) from error

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from bus import Bus, Delivery, Envelope, Reply
-from saga._definition import Context
+from saga._definition import Context, check_participant_name
 from saga._errors import DefinitionError
 from saga._keys import Partition
 from saga._outcome import reply_for
 from saga._protocol import StepFailed
+from saga._trust import orchestrator_of, participant_named
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -79,7 +80,7 @@ class Participant:
     """
 
     def __init__(self, name: str, *, serves: Iterable[str | Context]) -> None:
-        self.name = name
+        self.name = check_participant_name(name)
         self.serves = [c if isinstance(c, Context) else Context(c) for c in serves]
         if not self.serves:
             raise DefinitionError(f"participant {name!r} serves no context")
@@ -117,13 +118,21 @@ class Participant:
         """Register this participant's handlers on ``bus`` for every partition it serves."""
         if not self._handlers:
             raise DefinitionError(f"participant {self.name!r} handles no command")
+        me = participant_named(self.name)
         for context in self.serves:
+            senders = [orchestrator_of(context.name)]  # its commands come from that orchestrator only
             for index in range(context.partitions):
                 stream = Partition(context.name, index).commands(self.name)
                 for handler in self._handlers:
-                    bus.handler(stream, handler.message, group=self.name, idempotent=not handler.outbox)(
-                        _adapt(handler.function, outbox=handler.outbox)
+                    register = bus.handler(
+                        stream,
+                        handler.message,
+                        group=self.name,
+                        idempotent=not handler.outbox,
+                        principal=me,
+                        senders=senders,
                     )
+                    register(_adapt(handler.function, outbox=handler.outbox))
 
 
 def _adapt(function: CommandHandler, *, outbox: bool) -> Callable[[Any, Delivery], Awaitable[Any]]:

@@ -20,11 +20,14 @@ from saga._model import (
     EventReceived,
     ForceCompleted,
     Kind,
+    ParentLink,
     RedriveRequested,
     RetryRequested,
     SignalReceived,
+    Started,
     StepReplied,
 )
+from saga._store import TIMER_FIRED as TIMER
 from saga._store import TimerTemplate
 
 
@@ -57,16 +60,40 @@ class OperatorRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True
 
 
 class SignalDelivery(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
-    """The payload of a ``SignalReceived`` inbox entry: which wait, and the signal's data."""
+    """The payload of a ``SignalReceived`` inbox entry: the resume token, and the signal's data.
+
+    ``step`` and ``n`` repeat what the token names (the orchestrator checks the token, and
+    that they agree, before the saga sees the signal).
+    """
 
     step: str
     n: int
     data: msgspec.Raw = NULL
     by: str = ""
+    token: str = ""
 
     def received(self, event_id: str, at_ms: int) -> SignalReceived:
         """The decider's event for this delivery."""
         return SignalReceived(id=event_id, at_ms=at_ms, step=self.step, n=self.n, data=self.data, by=self.by)
+
+
+class StartRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    """The payload of a ``StartRequested`` inbox entry: a client's request to start a saga.
+
+    The entry's correlation id is the new saga's id; ``saga`` names its definition
+    (``name@version``) and ``data`` is its start data, already checked against the type.
+    """
+
+    saga: str
+    data: msgspec.Raw
+    by: str = ""
+    parent: ParentLink | None = None
+
+    def started(self, event_id: str, at_ms: int) -> Started:
+        """The decider's event for this request (the orchestrator fills in ``steps``)."""
+        return Started(
+            id=event_id, at_ms=at_ms, data=self.data, by=self.by, saga=self.saga, parent=self.parent
+        )
 
 
 class EventDelivery(msgspec.Struct, gc=False, kw_only=True):
@@ -91,11 +118,11 @@ class EventDelivery(msgspec.Struct, gc=False, kw_only=True):
         )
 
 
+START: Final = "StartRequested"
 CANCEL: Final = "CancelRequested"
 RETRY: Final = "RetryRequested"
 FORCE: Final = "ForceCompleted"
 REDRIVE: Final = "RedriveRequested"
-TIMER: Final = "TimerFired"
 FAILED: Final = "StepFailed"
 SUCCEEDED: Final = "StepSucceeded"
 SIGNAL: Final = "SignalReceived"
@@ -106,14 +133,20 @@ _operator = msgspec.json.Decoder(OperatorRequest)
 _failed = msgspec.json.Decoder(StepFailed)
 _succeeded = msgspec.json.Decoder(StepSucceeded)
 _signal = msgspec.json.Decoder(SignalDelivery)
+_start = msgspec.json.Decoder(StartRequest)
 _event = msgspec.json.Decoder(EventDelivery)
+
+
+def signal_token(envelope: Envelope) -> str:
+    """The resume token a ``SignalReceived`` entry carries (``""`` if none)."""
+    return _signal.decode(envelope.payload).token
 
 
 def to_event(envelope: Envelope) -> Event:
     """Turn an inbox envelope into a decider event; :class:`MalformedEntry` says why not."""
     try:
         return _decode(envelope)
-    except (msgspec.DecodeError, ValueError) as error:
+    except (msgspec.DecodeError, ValueError, RecursionError) as error:  # deep nesting: RecursionError
         raise MalformedEntry(f"inbox entry of type {envelope.type!r} is invalid: {error}") from error
 
 
@@ -125,6 +158,8 @@ def _decode(envelope: Envelope) -> Event:
         return _signal.decode(envelope.payload).received(envelope.id, at)
     if envelope.type == EVENT:
         return _event.decode(envelope.payload).received(envelope.id, at)
+    if envelope.type == START:
+        return _start.decode(envelope.payload).started(envelope.id, at)
     if envelope.type in (CANCEL, RETRY, FORCE, REDRIVE):
         return operator_event(envelope.type, envelope.id, at, _operator.decode(envelope.payload))
     return _reply_event(envelope)

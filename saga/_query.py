@@ -84,7 +84,9 @@ def describe(state: SagaState, due: Mapping[str, int], signer: Signer | None, st
             n=w.n,
             since_ms=w.since_ms,
             until_ms=due.get(timer) if timer else None,
-            token=signer.token(state.partition, state.id, w.step, w.n)
+            token=signer.token(
+                state.partition, state.id, w.step, w.n, incarnation=state.created_ms, now_ms=w.since_ms
+            )
             if signer and w.kind == "signal"
             else None,
             stream=w.stream,

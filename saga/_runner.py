@@ -38,6 +38,7 @@ from saga._decider import start as decide_start
 from saga._definition import LOCAL, Saga, Step
 from saga._errors import SagaError, SagaExists, SagaNotFound
 from saga._fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
+from saga._inputs import accepted
 from saga._keys import CHILD, Partition, partition_of
 from saga._migration import Migration, MigrationDecision, decide_migration
 from saga._model import (
@@ -59,7 +60,7 @@ from saga._model import (
     UnwatchEvent,
     WatchEvent,
 )
-from saga._orchestrator import Orchestrator, _check_output
+from saga._orchestrator import Orchestrator
 from saga._outcome import reply_for
 from saga._participant import CommandContext, Participant
 from saga._protocol import StepFailed, to_event
@@ -592,7 +593,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         event = item.event
         if isinstance(event, StepReplied) and item.envelope is not None:
             try:
-                _check_output(record.definition, event, item.envelope)
+                event = accepted(record.definition, event, item.envelope)
             except PermanentError as error:
                 raise RunnerError(f"participant {item.envelope.source!r} replied wrongly: {error}") from error
         signer = self._signer_for(record.definition)

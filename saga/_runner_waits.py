@@ -25,7 +25,7 @@ from saga._protocol import to_event
 from saga._query import SagaQuery, describe
 from saga._registry import Registry
 from saga._store import WatchRequest
-from saga._tokens import InvalidToken, Signer, peek
+from saga._tokens import Signer, check_wait, peek
 
 TEST_SECRET = "saga.testing signal secret (not for production)"  # noqa: S105 - tests only
 """The runner's default signal secret: tokens are deterministic, so tests can compare them."""
@@ -95,7 +95,9 @@ class RunnerWaits:
             raise ValueError(f"step {name!r} does not wait for a signal")
         wait = state.wait
         n = wait.n if wait is not None and wait.step == name else state.steps[name].count("do") + 1
-        return self.signer(state.context).token(state.partition, saga_id, name, n)
+        return self.signer(state.context).token(
+            state.partition, saga_id, name, n, incarnation=state.created_ms, now_ms=self.clock.now_ms()
+        )
 
     def signal(self, token: str, data: object = None, *, by: str = "test") -> None:
         """Deliver a resume token with ``data``, as ``SagaClient.signal`` does (checks included).
@@ -103,12 +105,17 @@ class RunnerWaits:
         A forged or tampered token raises :class:`~saga.InvalidToken`, data of the wrong
         type :class:`~saga.InvalidInput`; either way nothing is queued.
         """
-        ref = self.signer(peek(token).context).verify(token)
+        ref = self.signer(peek(token).context).verify(token, now_ms=self.clock.now_ms())
         if not self._has_saga(ref.saga_id):
             raise SagaNotFound(ref.saga_id)
         state = self.state(ref.saga_id)
-        if (state.context, state.partition) != (ref.context, ref.partition):
-            raise InvalidToken("resume token names another partition than the saga's")
+        check_wait(
+            ref,
+            context=state.context,
+            partition=state.partition,
+            saga_id=state.id,
+            incarnation=state.created_ms,
+        )
         encoded = encode_signal(self.registry, state.name, state.version, ref.step, data)
         event = SignalReceived(
             id=self._new_id("signal"),

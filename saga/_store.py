@@ -59,7 +59,10 @@ from saga._model import (
     idempotency_key,
 )
 from saga._states import SagaStatus
+from saga._trust import Seal, orchestrator_of, participant_named
 
+TIMER_FIRED: Final = "TimerFired"
+"""The inbox entry type of a fired timer (written by ``saga/lua/fire_timers.lua``)."""
 TRANSITION: Final = Script.load("saga", "transition")
 FIRE_TIMERS: Final = Script.load("saga", "fire_timers")
 STEP_PREFIX: Final = "s:"
@@ -122,13 +125,21 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
             attempt=timer.attempt,
         )
 
-    def stored(self, saga_id: str) -> bytes:
+    def stored(self, saga_id: str, auth: str = "") -> bytes:
         """The ``timerdata`` value: the saga id, length-prefixed, then the event.
 
-        A template made by :meth:`of` has no timer id: the hash field carries it.
+        A template made by :meth:`of` has no timer id: the hash field carries it. With
+        signing on, ``auth`` (``'<p> <k> <mac>'``, :meth:`saga._trust.Seal.fields` of
+        :meth:`entry`) goes between them, length-prefixed too, and the script that fires
+        the timer writes it as the entry's ``p``, ``k`` and ``mac`` fields.
         """
         owner = saga_id.encode()
-        return str(len(owner)).encode() + b":" + owner + _json.encode(self)
+        signed = b"" if not auth else str(len(auth)).encode() + b":" + auth.encode()
+        return str(len(owner)).encode() + b":" + owner + signed + _json.encode(self)
+
+    def entry(self, timer_id: str, saga_id: str) -> Envelope:
+        """The inbox entry ``saga/lua/fire_timers.lua`` writes when the timer fires (to sign it)."""
+        return Envelope(id=timer_id, type=TIMER_FIRED, payload=_json.encode(self), correlation_id=saga_id)
 
     @classmethod
     def parse(cls, timer_id: str, stored: bytes) -> tuple[str, TimerTemplate]:
@@ -137,8 +148,12 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
         if not length.isdigit():  # the first layout: the bare event, saga id in another field
             return "", msgspec.structs.replace(_template_decoder.decode(stored), timer_id=timer_id)
         size = int(length)
-        template = _template_decoder.decode(rest[size:])
-        return rest[:size].decode(), msgspec.structs.replace(template, timer_id=timer_id)
+        owner, rest = rest[:size].decode(), rest[size:]
+        if rest[:1] != b"{":  # signed: '<len>:<p k mac>' before the event
+            auth_length, _, rest = rest.partition(b":")
+            rest = rest[int(auth_length) :]
+        template = _template_decoder.decode(rest)
+        return owner, msgspec.structs.replace(template, timer_id=timer_id)
 
     def fired(self, event_id: str, at_ms: int) -> TimerFired:
         """The event the saga sees when this timer fires (the entry's id is the timer id)."""
@@ -285,11 +300,14 @@ def commit_call(
     now_ms: int,
     timer_now_ms: int,
     retention_s: int,
+    seal: Seal | None = None,
 ) -> tuple[ScriptCall, Loaded]:
     """Build the transition script call for ``decision``; also return the saga as it will be.
 
     The returned :class:`Loaded` is what a cache may keep once the call says ``ok`` (with
     the revision it returns). The argument layout is documented in ``lua/transition.lua``.
+    With a ``seal`` every command, timer and report the transition writes is signed by the
+    context's orchestrator for whoever reads it.
     """
     state = decision.state
     status = state.status.value
@@ -326,7 +344,7 @@ def commit_call(
         partition.ending,
     ]
     timers, cancels, streams, commands = _effect_args(
-        partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms
+        partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
     )
     keys += streams
     args = [
@@ -367,7 +385,13 @@ def _fixed_keys(partition: Partition) -> tuple[str, ...]:
 
 
 def _effect_args(
-    partition: Partition, state: SagaState, effects: list[Effect], *, cause: str, now_ms: int
+    partition: Partition,
+    state: SagaState,
+    effects: list[Effect],
+    *,
+    cause: str,
+    now_ms: int,
+    seal: Seal | None,
 ) -> tuple[list[Any], list[str], list[str], list[Any]]:
     """The effects as the transition's sections: timers to start, timers to cancel, messages.
 
@@ -377,13 +401,20 @@ def _effect_args(
     cancels: list[str] = []
     streams: list[str] = []
     messages: list[Any] = []
+    me = orchestrator_of(state.context)
+    signing = seal is not None and seal.enabled
     for effect in effects:
+        audience = me
         if isinstance(effect, Dispatch):
             envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
             streams.append(partition.commands(effect.participant).key)
+            if not effect.participant.startswith("_"):  # _local, _waits, _child: the orchestrator's own
+                audience = participant_named(effect.participant)
         elif isinstance(effect, StartTimer):
             due = f"@{effect.at_ms}" if effect.at_ms is not None else effect.delay_ms
-            timers += (effect.timer_id, due, TimerTemplate.of(effect).stored(state.id))
+            template = TimerTemplate.of(effect)
+            auth = seal.fields(template.entry(effect.timer_id, state.id), me) if signing and seal else ""
+            timers += (effect.timer_id, due, template.stored(state.id, auth))
             continue
         elif isinstance(effect, CancelTimer):
             cancels.append(effect.timer_id)
@@ -396,6 +427,8 @@ def _effect_args(
             streams.append(partition.inbox.key)
         else:
             continue
+        if signing and seal:
+            envelope = seal.sign(envelope, audience)
         fields = envelope.field_args()
         messages += (len(fields) // 2, *fields)
     return timers, cancels, streams, messages

@@ -63,7 +63,13 @@ class SagaWorker:
         for participant in app.participants:
             participant.install(bus)
         self.bus_worker = Worker(
-            redis, bus, *app.buses, config=self.config.bus, clock=self.clock, consumer=consumer
+            redis,
+            bus,
+            *app.buses,
+            config=self.config.bus,
+            clock=self.clock,
+            consumer=consumer,
+            auth=self.config.auth,
         )
         self._stopping = anyio.Event()
         self.versions = Versions(redis, clock=self.clock)
@@ -104,6 +110,8 @@ class SagaWorker:
         while True:  # wait out a Redis outage, as the bus worker's set-up does
             try:
                 await self._check_partitions()
+                for orchestrator in self.orchestrators:
+                    await orchestrator.prepare()
                 return await self._register() if self.orchestrators else Registration()
             except BusError as error:
                 if not error.retryable or self._stopping.is_set():

@@ -1,6 +1,7 @@
 -- Move due timers into the partition's inbox, atomically: read due, XADD, remove.
 --
--- KEYS[1] timers zset    KEYS[2] timer data hash: timer id -> '<len>:<saga id><event JSON>'
+-- KEYS[1] timers zset    KEYS[2] timer data hash: timer id -> '<len>:<saga id><event JSON>',
+--         or with '<len>:<p k mac>' (the entry's signature) between them
 -- KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
 --
@@ -20,18 +21,29 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 for _, timer_id in ipairs(due) do
   local stored = redis.call('HGET', KEYS[2], timer_id)
   if stored then
-    local saga_id, data
+    local saga_id, data, auth
     local length = string.match(stored, '^(%d+):')
-    if length then  -- '<len>:<saga id><event JSON>'
+    if length then  -- '<len>:<saga id>[<len>:<p k mac>]<event JSON>'
       local from = #length + 2
       saga_id = string.sub(stored, from, from + tonumber(length) - 1)
       data = string.sub(stored, from + tonumber(length))
+      local signed = string.match(data, '^(%d+):')
+      if signed then  -- signed by the orchestrator when the timer was set: the fields to write
+        auth = string.sub(data, #signed + 2, #signed + 1 + tonumber(signed))
+        data = string.sub(data, #signed + 2 + tonumber(signed))
+      end
     else  -- the first layout: the event here, the saga id in '<timer id>:c'
       saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c') or ''
       data = stored
     end
-    redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
-      'corr', saga_id, 'data', data)
+    if auth then
+      local p, k, mac = string.match(auth, '^(%S+) (%S+) (%S+)$')
+      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
+        'corr', saga_id, 'data', data, 'p', p, 'k', k, 'mac', mac)
+    else
+      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
+        'corr', saga_id, 'data', data)
+    end
   end
   redis.call('ZREM', KEYS[1], timer_id)
   redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')

@@ -160,8 +160,11 @@ async def test_a_forged_token_is_refused_and_nothing_is_written(redis: bus.Redis
     keys_before = sorted(await redis.keys("*"))
     inbox_before = await redis.xlen(PARTITION.inbox.key)
     forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
-    other_secret = Signer.from_secret("somebody else's secret!!", LENDING).token(0, saga_id, "approval", 1)
-    for bad in (forged, other_secret, "rs1.e30.AAAA", "x"):
+    created = (await world.client.get(saga_id)).created_ms
+    other_secret = Signer.from_secret("somebody else's secret!!", LENDING).token(
+        0, saga_id, "approval", 1, incarnation=created, now_ms=0
+    )
+    for bad in (forged, other_secret, "rs2.e30.AAAA", "rs1.e30.AAAA", "x"):
         with pytest.raises(InvalidToken):
             await world.client.signal(bad, YES)
     assert await redis.xlen(PARTITION.inbox.key) == inbox_before
@@ -195,11 +198,11 @@ async def test_signal_data_is_checked_by_the_client_and_again_by_the_orchestrato
 async def test_the_secret_is_generated_once_per_context_and_shared(redis: bus.Redis) -> None:
     one = SagaClient(redis, Registry([loan]))
     two = SagaClient(redis, Registry([loan]))
-    a = (await one.signer(LENDING)).token(0, "s", "approval", 1)
-    b = (await two.signer(LENDING)).token(0, "s", "approval", 1)
+    a = (await one.signer(LENDING)).token(0, "s", "approval", 1, incarnation=7, now_ms=0)
+    b = (await two.signer(LENDING)).token(0, "s", "approval", 1, incarnation=7, now_ms=0)
     assert a == b
     assert (await one.signer(LENDING)).verify(b).saga_id == "s"
-    other = (await one.signer("elsewhere")).token(0, "s", "approval", 1)
+    other = (await one.signer("elsewhere")).token(0, "s", "approval", 1, incarnation=7, now_ms=0)
     with pytest.raises(InvalidToken):
         (await one.signer(LENDING)).verify(other)
 

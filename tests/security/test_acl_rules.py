@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from bus import RedisCommandError, RedisPermissionDenied, Stream
 from bus._errors import translate
 from cli.main import app as cli
-from saga import AclUser, App, Participant, acl_rules
+from saga import AclUser, App, DefinitionError, Participant, acl_rules
 from saga._acl import script_commands
 from saga._keys import CONTEXTS, ContextKeys, Partition
 from saga._tokens import secret_key
@@ -185,9 +185,11 @@ def test_a_refused_permission_is_a_typed_error_that_says_what_to_do() -> None:
     assert "saga acl" in str(error)
 
 
-def test_a_participant_named_like_an_orchestrator_stream_gets_no_user() -> None:
-    """``cmd:_local`` and friends are the orchestrator's own streams: a participant of that
-    name would be granted them."""
-    impostor = Participant("_local", serves=["orders"])
-    with pytest.raises(ValueError, match="reserved for the orchestrator"):
-        acl_rules(App("x", participants=[impostor]))
+@pytest.mark.parametrize(
+    "name", ["_local", "_waits", "_child", "pay*", "pay?", "p[a]y", "pay{x}", "pay\n", ""]
+)
+def test_a_participant_named_like_an_orchestrator_stream_or_a_glob_cannot_be_declared(name: str) -> None:
+    """``cmd:_local`` and friends are the orchestrator's own streams, and glob characters would
+    become ACL patterns: a participant of such a name would be granted more than its own."""
+    with pytest.raises(DefinitionError, match="invalid participant name"):
+        Participant(name, serves=["orders"])

@@ -1,0 +1,166 @@
+"""``saga keys generate|rotate|retire|list|issue``: the keys that sign every entry.
+
+The master file holds a secret per key id and stays where keys are made; ``issue`` writes
+each process's keyring (``REDSAGA_KEYRING``) with only what its principals need. Secrets are
+written to files readable by their owner only and never printed (``--out -`` is the one
+explicit exception, for piping a keyring into a secret store).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bus._auth import encode_keyrings
+from cli._common import Json, emit_json, emit_table, reporting_errors
+from cli._load import load_object
+from saga import App
+from saga._keyring import (
+    describe,
+    encode_master,
+    issue_keyrings,
+    new_master,
+    reach_of,
+    read_master,
+    retire,
+    rotate,
+    write_secret_file,
+)
+
+keys_app = typer.Typer(
+    help="Envelope signing keys: a master file per deployment, and a keyring per process "
+    "(see docs/security.md). Secrets are never printed or logged.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+MasterPath = Annotated[
+    Path,
+    typer.Option(
+        "--master",
+        envvar="REDSAGA_MASTER_KEYS",
+        help="The master file (env REDSAGA_MASTER_KEYS). Keep it where keys are made, never on a worker.",
+    ),
+]
+KeyId = Annotated[
+    str | None, typer.Option("--kid", help="The new key id (default: today's date, e.g. 2026-12-01).")
+]
+
+
+def _summary(master_path: Path, json_output: bool, what: str) -> None:
+    rows = describe(read_master(master_path))
+    if json_output:
+        emit_json({"master": str(master_path), "keys": rows})
+        return
+    typer.echo(what)
+    table = [[r["kid"], r["created"], "yes" if r["signs"] else ""] for r in rows]
+    emit_table(["KEY ID", "CREATED", "SIGNS"], table)
+
+
+@keys_app.command("generate")
+@reporting_errors
+def generate(master: MasterPath, kid: KeyId = None, json_output: Json = False) -> None:
+    """Create a new master file with one key id (refuses to overwrite an existing file)."""
+    write_secret_file(master, encode_master(new_master(kid=kid)), replace=False)
+    _summary(master, json_output, f"master file {master} created (mode 0600); keep it off the workers")
+
+
+@keys_app.command("rotate")
+@reporting_errors
+def rotate_keys(master: MasterPath, kid: KeyId = None, json_output: Json = False) -> None:
+    """Add a key id to the master file; keyrings issued afterwards sign with it.
+
+    Roll out in two steps (docs/security.md): issue and deploy keyrings that hold both key
+    ids everywhere, then retire the old one and deploy again.
+    """
+    write_secret_file(master, encode_master(rotate(read_master(master), kid=kid)), replace=True)
+    _summary(master, json_output, "key id added; issue the keyrings again and roll them out")
+
+
+@keys_app.command("retire")
+@reporting_errors
+def retire_key(
+    kid: Annotated[str, typer.Argument(help="The key id to remove.")],
+    master: MasterPath,
+    json_output: Json = False,
+) -> None:
+    """Remove a key id from the master file.
+
+    Entries and resume tokens signed with it stop verifying once the keyrings issued
+    afterwards are deployed.
+    """
+    write_secret_file(master, encode_master(retire(read_master(master), kid)), replace=True)
+    _summary(master, json_output, f"key id {kid} retired; issue the keyrings again and roll them out")
+
+
+@keys_app.command("list")
+@reporting_errors
+def list_keys(master: MasterPath, json_output: Json = False) -> None:
+    """List the master file's key ids (never a secret); the newest signs."""
+    _summary(master, json_output, f"key ids in {master}:")
+
+
+@keys_app.command("issue")
+@reporting_errors
+def issue(
+    master: MasterPath,
+    app_ref: Annotated[
+        str, typer.Option("--app", envvar="REDSAGA_APP", help="The App (module:attribute, env REDSAGA_APP).")
+    ],
+    principal: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--principal",
+            "-p",
+            help="A principal this process runs, e.g. orchestrator:orders, participant:payments, "
+            "client:web (repeatable). Default: every principal of the app, one keyring file each.",
+        ),
+    ] = None,
+    client: Annotated[
+        list[str] | None, typer.Option("--client", help="A client principal to issue for (repeatable).")
+    ] = None,
+    operator: Annotated[
+        list[str] | None, typer.Option("--operator", help="An operator principal to issue for (repeatable).")
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Where to write: a file for --principal (- for stdout), else a directory with "
+            "<principal>.keyring.json per principal.",
+        ),
+    ] = Path(),
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite existing keyring files.")] = False,
+    json_output: Json = False,
+) -> None:
+    """Write the keyring of each process: set ``REDSAGA_KEYRING`` to its file there."""
+    app = load_object(app_ref)
+    if not isinstance(app, App):
+        raise typer.BadParameter(f"{app_ref} is a {type(app).__name__}, not a saga.App", param_hint="--app")
+    reach = reach_of(app, clients=client or (), operators=operator or ())
+    secrets = read_master(master)
+    written: list[tuple[str, list[str]]] = []
+    if principal:
+        keyrings = issue_keyrings(secrets, reach, principal)
+        content = encode_keyrings(keyrings)
+        if str(out) == "-":
+            sys.stdout.buffer.write(content)
+            return
+        target = out / "keyring.json" if out.is_dir() else out
+        write_secret_file(target, content, replace=replace)
+        written.append((str(target), sorted(k.principal for k in keyrings)))
+    else:
+        if not out.is_dir():
+            raise typer.BadParameter(
+                f"{out} is not a directory (name one, or pass --principal)", param_hint="--out"
+            )
+        for keyring in issue_keyrings(secrets, reach, sorted(reach)):
+            target = out / f"{keyring.principal.replace(':', '.')}.keyring.json"
+            write_secret_file(target, encode_keyrings([keyring]), replace=replace)
+            written.append((str(target), [keyring.principal]))
+    if json_output:
+        emit_json({"written": [{"file": f, "principals": p} for f, p in written]})
+        return
+    emit_table(["FILE", "PRINCIPALS"], [[f, ", ".join(p)] for f, p in written])
