@@ -352,8 +352,7 @@ class _Run(WaitRules, GroupRules, TccRules):
         if self.state.status != SagaStatus.DEAD_LETTERED:
             self.ignore(f"retry applies to dead-lettered sagas, this one is {self.state.status}")
             return
-        note = Note(at_ms=event.at_ms, what="operator retry", by=event.by, reason=event.reason)
-        self.state.error = note
+        self._operator_note("operator retry", event)
         failed_undo = self._failed_compensation()
         if failed_undo is not None:
             cleanup = self._loser_cleanup(failed_undo)
@@ -386,6 +385,7 @@ class _Run(WaitRules, GroupRules, TccRules):
             self.ignore(f"the saga has already ended ({self.state.status})")
             return
         step = self.bound(event.step)
+        self._operator_note("operator force-complete", event, step=event.step)
         forced = Attempt(
             n=len(step_state.attempts) + 1,
             kind="do",
@@ -459,9 +459,7 @@ class _Run(WaitRules, GroupRules, TccRules):
             self.ignore(refusal)
             return
         start = self.definition.step_named(event.step)
-        self.state.error = Note(
-            at_ms=event.at_ms, what="operator redrive", by=event.by, reason=event.reason, step=start.name
-        )
+        self._operator_note("operator redrive", event, step=start.name)
         for step in self.definition.steps[start.index :]:
             step_state = self.state.steps[step.name]
             if step_state.status == StepStatus.PENDING:
@@ -480,6 +478,17 @@ class _Run(WaitRules, GroupRules, TccRules):
         self.state.cursor = start.index
         self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
         self.advance()
+
+    def _operator_note(
+        self, what: str, event: RetryRequested | ForceCompleted | RedriveRequested, *, step: str = ""
+    ) -> None:
+        """An operator moved the saga on: their note replaces the last error as ``state.error``.
+
+        The error that stopped the saga stays where it happened (its attempt and the history);
+        the saga's note says why it moves again, as after every retry, force-complete and
+        redrive.
+        """
+        self.state.error = Note(at_ms=event.at_ms, what=what, by=event.by, reason=event.reason, step=step)
 
     # -- the forward path ------------------------------------------------------------------
 

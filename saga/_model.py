@@ -173,6 +173,10 @@ class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     completed: list[str] = msgspec.field(default_factory=list)
     cancel: Note | None = None
     error: Note | None = None
+    """The last note (``saga inspect``'s "last note"): the failure that stopped or turned the
+    saga back (a failed attempt, an expired reservation, the deadline) or, once an operator
+    moved it on, their retry, force-complete or redrive; the failure itself stays in its
+    attempt and in the history."""
     revision: int = 0
     created_ms: int = 0
     updated_ms: int = 0

@@ -188,6 +188,13 @@ async def test_force_complete_a_dead_lettered_step(
     )
     forced = state.steps["arrange_shipping"].attempts[-1]
     assert (forced.outcome, forced.worker, forced.participant) == ("forced", "alice@ops", "operator")
+    assert state.error is not None  # the note is the operator's, as after a retry
+    assert (state.error.what, state.error.by, state.error.reason, state.error.step) == (
+        "operator force-complete",
+        "alice@ops",
+        "booked by phone",
+        "arrange_shipping",
+    )
     assert (await admin.replay(saga_id)).ok
 
 
@@ -221,7 +228,14 @@ async def test_retry_after_the_fix_completes_and_a_retry_that_cannot_apply_is_re
     result = await while_deciding(worker, admin.retry(saga_id, reason="carrier back"))
     assert result.dispatched == ["arrange_shipping/do #6 -> shipping ArrangeShipping"]
     await worker.run_until_idle()
-    assert (await admin.get(saga_id)).status == SagaStatus.COMPLETED
+    state = await admin.get(saga_id)
+    assert state.status == SagaStatus.COMPLETED
+    assert state.error is not None
+    assert (state.error.what, state.error.by, state.error.reason) == (
+        "operator retry",
+        "alice@ops",
+        "carrier back",
+    )
 
     completed = scenario.ids["completed"]
     before = await inbox_and_history(real_redis, completed)
