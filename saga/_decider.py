@@ -25,7 +25,7 @@ import msgspec
 
 from bus import derived_id, message_type
 from saga._compose import CHILD, StartChild, child_saga_id
-from saga._decide_groups import GroupRules
+from saga._decide_groups import GroupRules, completed_output
 from saga._decide_tcc import TccRules
 from saga._decide_waits import WaitRules
 from saga._definition import LOCAL, Command, Compensation, Saga, Step, StepContext, invoke
@@ -847,13 +847,7 @@ class Outputs(Mapping[str, bytes]):
                 return bytes(record.output)
             raise KeyError(name)
         if name in state.completed:
-            step = definition.step_named(name)
-            if step.group is not None and step.group.dynamic:
-                group = state.steps[name].group
-                total = group.total if group is not None else 0
-                outputs = (bytes(state.branches[f"{name}#{i}"].output) for i in range(total))
-                return b"[" + b",".join(outputs) + b"]"
-            return bytes(state.steps[name].output)
+            return completed_output(definition, state, name)
         for group_name in state.completed:
             spec = definition.step_named(group_name).group
             if spec is None or spec.dynamic:
