@@ -464,6 +464,9 @@ class _Run(WaitRules, GroupRules, TccRules):
             step_state = self.state.steps[step.name]
             if step_state.status == StepStatus.PENDING:
                 continue
+            if step_state.status == StepStatus.WAITING and self.state.wait is not None:
+                step_state.rewait = self.state.wait.n  # the wait begins again as itself: next_wait
+                self.release_wait(step_state)
             self._cancel_timer(step_state)
             for attempt in step_state.attempts:
                 if attempt.outcome is None:

@@ -91,6 +91,10 @@ class StepState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """A group step's branches (``None`` for every other step)."""
     seq: int = 0
     """A branch's rank in its group's completion order (1 = first to complete; 0 = not yet)."""
+    rewait: int = 0
+    """Set when an operator redrive interrupted this step's wait ``rewait``: the step's next
+    wait is that wait again, so the resume token sent for it still resumes the saga (0: the
+    next wait is a new one)."""
 
     def current(self, kind: Kind) -> Attempt | None:
         """The latest attempt of ``kind``."""
@@ -423,24 +427,31 @@ class CancelTimer(msgspec.Struct, gc=False, tag="cancel_timer", kw_only=True):
     timer_id: str
 
 
-class WatchEvent(msgspec.Struct, gc=False, tag="watch_event", kw_only=True):
-    """Register wait ``n`` of ``step`` for events of ``message_type`` on ``stream`` with ``key``."""
+class WatchEvent(msgspec.Struct, gc=False, tag="watch_event", kw_only=True, omit_defaults=True):
+    """Register wait ``n`` of ``step`` for events of ``message_type`` on ``stream`` with ``key``.
+
+    ``attempt`` is the step's attempt that waits, when it is not ``n`` (a wait an operator
+    redrive began again keeps its number): it keeps the registration apart from the one the
+    redrive removed.
+    """
 
     step: str
     n: int
     stream: str
     message_type: str
     key: str
+    attempt: int = 0
 
 
-class UnwatchEvent(msgspec.Struct, gc=False, tag="unwatch_event", kw_only=True):
-    """Remove the registration of an event wait that ended."""
+class UnwatchEvent(msgspec.Struct, gc=False, tag="unwatch_event", kw_only=True, omit_defaults=True):
+    """Remove the registration of an event wait that ended (``attempt`` as for ``WatchEvent``)."""
 
     step: str
     n: int
     stream: str
     message_type: str
     key: str
+    attempt: int = 0
 
 
 class NotifyParent(msgspec.Struct, gc=False, tag="notify_parent", kw_only=True, omit_defaults=True):
