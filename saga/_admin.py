@@ -60,6 +60,7 @@ from saga._replay import ReplayReport, decode_entries, replay_history
 from saga._states import SagaStatus, StepStatus
 from saga._stats import SagaCount, Stats, gather, saga_counts
 from saga._store import TimerTemplate, decode_state
+from saga._tokens import Signer
 from saga._trace import Trace
 
 OPERATOR_ENV = "REDSAGA_OPERATOR"
@@ -210,7 +211,8 @@ class SagaAdmin:
         """
         partition, state, entries = await self._read(saga_id, context)
         definition = self._definition(state)
-        return replay_history(definition, entries, saga_id=saga_id, partition=partition.index)
+        signer = await self._signer(definition, state)
+        return replay_history(definition, entries, saga_id=saga_id, partition=partition.index, signer=signer)
 
     async def stats(
         self,
@@ -294,7 +296,9 @@ class SagaAdmin:
         definition = self._definition(state)
         raw = _json_output(definition, step, output)
         # The decider's verdict first (is this the step to force, now?), then the output type.
-        self._judge("force-complete", FORCE, state, OperatorRequest(reason=reason, step=step, output=raw))
+        await self._judge(
+            "force-complete", FORCE, state, OperatorRequest(reason=reason, step=step, output=raw)
+        )
         typed = _typed_output(definition, state, step, raw)
         request = OperatorRequest(reason=reason, step=step, output=msgspec.Raw(typed))
         return await self._send(
@@ -403,7 +407,7 @@ class SagaAdmin:
         wait_s: float | None,
         dry_run: bool,
     ) -> ActionResult:
-        action, judged = self._judge(name, kind, state, request)
+        action, judged = await self._judge(name, kind, state, request)
         size, limit = len(_json.encode(request)), self.config.bus.max_payload_bytes
         if size > limit:
             raise InvalidInput(f"the {name} request is {size} bytes, over the {limit}-byte payload limit")
@@ -419,13 +423,18 @@ class SagaAdmin:
             wait_s=self.wait_s if wait_s is None else wait_s,
         )
 
-    def _judge(
+    async def _judge(
         self, name: str, kind: str, state: SagaState, request: OperatorRequest
     ) -> tuple[Action, Decision]:
         """The action as the orchestrator will see it, and the decider's verdict on ``state``."""
         request.by, request.revision = self.by, state.revision
         action = Action.of(name, kind, request, at_ms=self.clock.now_ms())
-        return action, judge(self._definition(state), state, action)
+        definition = self._definition(state)
+        return action, judge(definition, state, action, signer=await self._signer(definition, state))
+
+    async def _signer(self, definition: Saga[Any], state: SagaState) -> Signer | None:
+        """The context's signer when the saga's builders may make resume tokens (the decider needs it)."""
+        return await self.client.signer(state.context) if definition.takes_signals else None
 
     async def _read(
         self, saga_id: str, context: str | None

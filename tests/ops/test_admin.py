@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
-import anyio
 import msgspec
 import pytest
 
@@ -28,6 +27,7 @@ from saga import (
 from saga._keys import Partition
 from saga._model import Dispatch, HistoryEntry, SagaState
 from saga._store import command_envelope
+from tests.helpers import while_deciding
 from tests.ops.scenario import CONFIG, FIXED, PARTITION, Scenario, app, drive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -49,26 +49,6 @@ def worker(real_redis: bus.Redis, scenario: Scenario) -> SagaWorker:
 @pytest.fixture
 async def admin(real_redis: bus.Redis, scenario: Scenario) -> AsyncIterator[SagaAdmin]:
     yield SagaAdmin(real_redis, app, by="alice@ops", wait_s=10)
-
-
-async def while_deciding(worker: SagaWorker, action: Awaitable[T]) -> T:
-    """Run ``action`` (which waits for a decision) while the orchestrator decides its inbox."""
-    result: list[T] = []
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tg:
-
-        async def act() -> None:
-            try:
-                result.append(await action)
-            except Exception as error:
-                failure.append(error)
-
-        tg.start_soon(act)
-        while not (result or failure):
-            await worker.run_until_idle()
-    if failure:
-        raise failure[0]
-    return result[0]
 
 
 async def inbox_and_history(redis: bus.Redis, saga_id: str) -> tuple[int, int]:
