@@ -187,7 +187,8 @@ class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     wait: Wait | None = None
     expired: Note | None = None
     signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
-    """Signals that came before their wait began, by ``<step>:<wait number>``."""
+    """Signals that came before their wait began, by ``<step>:<wait number>`` (and events
+    that came for a wait an operator redrive interrupted, before it began again)."""
     branches: dict[str, StepState] = msgspec.field(default_factory=dict)
     """The branches of group steps that have started, by ``<group>#<index>`` (stored apart
     from the saga hash; see ``saga/_store.py``)."""
