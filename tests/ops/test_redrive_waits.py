@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import bus
+from bus import Publisher
 from cli.main import app as cli
 from saga import SagaClient, SagaStatus
 from saga._keys import Partition
@@ -23,7 +24,7 @@ from saga.testing import decode_history, invariant_violations
 from tests.helpers import eventually, while_deciding
 from tests.ops.lending import APP_REF, YES, Lending
 from tests.ops.live import background_worker, flush
-from tests.saga.time_sagas import loan
+from tests.saga.time_sagas import TREASURY_EVENTS, FundsReady, loan
 
 PARTITION = Partition("lending", 0)
 REDRIVES = [
@@ -92,16 +93,20 @@ async def test_the_admin_redrives_a_waiting_saga(
 # -- the command line ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def lending_url(real_redis_url: str) -> Iterator[tuple[str, Lending]]:
-    """Real Redis holding a loan suspended at its approval, an orchestrator deciding."""
+STEPS = [s.name for s in loan.steps]
+
+
+@pytest.fixture(params=["approval", "cool_off", "funds"])
+def live_loan(request: pytest.FixtureRequest, real_redis_url: str) -> Iterator[tuple[str, Lending, str]]:
+    """Real Redis holding a loan suspended at a wait, an orchestrator deciding in the background."""
+    waiting: str = request.param
 
     async def prepare() -> Lending:
         redis = bus.connect(real_redis_url)
         try:
             await redis.flushdb()
             lending = Lending(redis)
-            await lending.suspended_at("approval")
+            await lending.suspended_at(waiting)
             return lending
         finally:
             await redis.aclose()
@@ -109,7 +114,7 @@ def lending_url(real_redis_url: str) -> Iterator[tuple[str, Lending]]:
     lending = anyio.run(prepare)
     try:
         with background_worker(real_redis_url, lending.app, lending.clock):
-            yield real_redis_url, lending
+            yield real_redis_url, lending, waiting
     finally:
         flush(real_redis_url)
 
@@ -120,8 +125,8 @@ def saga(url: str, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_saga_replay_from_step_redrives_a_saga_waiting_for_a_signal(lending_url: tuple[str, Lending]) -> None:
-    url, lending = lending_url
+def test_saga_replay_from_step_redrives_a_waiting_saga(live_loan: tuple[str, Lending, str]) -> None:
+    url, lending, waiting = live_loan
 
     async def read() -> tuple[int, int, dict[bytes, bytes]]:
         redis = bus.connect(url)
@@ -131,38 +136,53 @@ def test_saga_replay_from_step_redrives_a_saga_waiting_for_a_signal(lending_url:
             await redis.aclose()
 
     before = anyio.run(read)
-    for step in ("reserve", "ask", "approval"):
+    for step in STEPS[: STEPS.index(waiting) + 1]:
         code, out = saga(url, "replay", "L1", "--from-step", step, "--dry-run")
         assert code == 0, out
         assert "every decision matches" in out
         assert "dry run: redrive of L1 would apply; nothing was sent" in out
-    assert (
-        "sends       ask/do #2 -> mailer AskApproval"
-        in saga(url, "replay", "L1", "--from-step", "ask", "--dry-run")[1]
-    )
     assert anyio.run(read) == before
 
-    code, out = saga(url, "replay", "L1", "--from-step", "ask", "--reason", "the mail bounced (INC-7)")
+    code, out = saga(url, "replay", "L1", "--from-step", "reserve", "--reason", "after the incident (INC-7)")
     assert code == 0, out
     assert "redrive of L1 applied" in out
+    assert "sends       reserve/do #2 -> ledger Reserve" in out
 
-    async def resumed() -> None:
+    async def resume() -> None:
         redis = bus.connect(url)
         client = SagaClient(redis, lending.app.registry, clock=lending.clock)
         try:
-            await client.signal(lending.tokens[0], YES)  # the one token, mailed before the redrive
 
-            async def sleeping() -> bool:
-                wait = (await client.get("L1")).wait
-                return wait is not None and wait.step == "cool_off"
+            async def at(step: str) -> bool:
+                state = await client.get("L1")
+                return (
+                    state.wait is not None
+                    and state.wait.step == step
+                    and state.steps[step].status == "waiting"
+                )
 
-            await eventually(sleeping, 10, "the approval resumed the redriven loan")
+            await eventually(lambda: at(waiting), 10, f"the redriven loan waited at {waiting} again")
             state = await client.get("L1")
-            assert [a.outcome for a in state.steps["approval"].attempts] == ["cancelled", "ok"]
+            assert [a.outcome for a in state.steps[waiting].attempts] == ["cancelled", None]
             assert state.error is not None
             assert (state.error.what, state.error.by) == ("operator redrive", "alice@ops")
+            if waiting == "approval":
+                await client.signal(lending.tokens[0], YES)  # the one token, mailed before the redrive
+                await eventually(lambda: at("cool_off"), 10, "the approval resumed the loan")
+            if waiting in ("approval", "cool_off"):
+                lending.clock.advance(3_600)
+                await eventually(lambda: at("funds"), 10, "the cool-off ended")
+            await Publisher(redis, source="treasury").publish(
+                TREASURY_EVENTS, FundsReady(loan_id="L1", ref="w")
+            )
+
+            async def completed() -> bool:
+                return (await client.get("L1")).status == SagaStatus.COMPLETED
+
+            await eventually(completed, 10, "the funds completed the loan")
         finally:
             await redis.aclose()
 
-    anyio.run(resumed)
+    anyio.run(resume)
     assert len(set(lending.tokens)) == 1
+    assert lending.effects == [("L1", "reserve"), ("L1", "disburse")]
