@@ -47,7 +47,7 @@ from saga._client import SagaClient
 from saga._config import EngineConfig
 from saga._decider import Decision
 from saga._definition import LOCAL, Context, Saga
-from saga._errors import InvalidInput, SagaNotFound, UnknownDefinition
+from saga._errors import InvalidInput, SagaError, SagaNotFound, UnknownDefinition
 from saga._inspect import Inspection, TimerView, build_inspection
 from saga._keys import Partition, partition_of
 from saga._listing import Query, SagaPage, count_sagas, list_sagas
@@ -60,6 +60,7 @@ from saga._replay import ReplayReport, decode_entries, replay_history
 from saga._states import SagaStatus, StepStatus
 from saga._stats import SagaCount, Stats, gather, saga_counts
 from saga._store import TimerTemplate, decode_state
+from saga._tokens import Signer
 from saga._trace import Trace
 
 OPERATOR_ENV = "REDSAGA_OPERATOR"
@@ -76,6 +77,9 @@ def default_operator() -> str:
     except (OSError, KeyError):
         user = "operator"
     return f"{user}@{socket.gethostname()}"
+
+
+_STAND_IN_KEY = b"redsaga: predicting commands, never sent"
 
 
 class SagaAdmin:
@@ -216,7 +220,8 @@ class SagaAdmin:
         """
         partition, state, entries = await self._read(saga_id, context)
         definition = self._definition(state)
-        return replay_history(definition, entries, saga_id=saga_id, partition=partition.index)
+        signer = await self._signer(definition, state, exact=True)
+        return replay_history(definition, entries, saga_id=saga_id, partition=partition.index, signer=signer)
 
     async def stats(
         self,
@@ -300,7 +305,9 @@ class SagaAdmin:
         definition = self._definition(state)
         raw = _json_output(definition, step, output)
         # The decider's verdict first (is this the step to force, now?), then the output type.
-        self._judge("force-complete", FORCE, state, OperatorRequest(reason=reason, step=step, output=raw))
+        await self._judge(
+            "force-complete", FORCE, state, OperatorRequest(reason=reason, step=step, output=raw)
+        )
         typed = _typed_output(definition, state, step, raw)
         request = OperatorRequest(reason=reason, step=step, output=msgspec.Raw(typed))
         return await self._send(
@@ -409,7 +416,7 @@ class SagaAdmin:
         wait_s: float | None,
         dry_run: bool,
     ) -> ActionResult:
-        action, judged = self._judge(name, kind, state, request)
+        action, judged = await self._judge(name, kind, state, request)
         size, limit = len(_json.encode(request)), self.config.bus.max_payload_bytes
         if size > limit:
             raise InvalidInput(f"the {name} request is {size} bytes, over the {limit}-byte payload limit")
@@ -425,13 +432,34 @@ class SagaAdmin:
             wait_s=self.wait_s if wait_s is None else wait_s,
         )
 
-    def _judge(
+    async def _judge(
         self, name: str, kind: str, state: SagaState, request: OperatorRequest
     ) -> tuple[Action, Decision]:
         """The action as the orchestrator will see it, and the decider's verdict on ``state``."""
         request.by, request.revision = self.by, state.revision
         action = Action.of(name, kind, request, at_ms=self.clock.now_ms())
-        return action, judge(self._definition(state), state, action)
+        definition = self._definition(state)
+        return action, judge(
+            definition, state, action, signer=await self._signer(definition, state, exact=False)
+        )
+
+    async def _signer(self, definition: Saga[Any], state: SagaState, *, exact: bool) -> Signer | None:
+        """The context's signer when the saga's builders may make resume tokens (the decider needs it).
+
+        With signing on only the orchestrator can make tokens. Judging an action predicts
+        its commands with a stand-in key then (their tokens are not sent); a replay, which
+        compares commands byte for byte, needs the real one and says so.
+        """
+        if not definition.takes_signals:
+            return None
+        if self.client.can_make_tokens(state.context):
+            return await self.client.signer(state.context)
+        if exact:
+            raise SagaError(
+                f"replaying {definition.key} needs the orchestrator keyring of context {state.context!r} "
+                "(REDSAGA_KEYRING): its builders put resume tokens in commands"
+            )
+        return Signer.from_secret(_STAND_IN_KEY, state.context)
 
     async def _read(
         self, saga_id: str, context: str | None

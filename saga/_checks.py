@@ -8,6 +8,7 @@ every backend.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from saga._model import (
     ForceCompleted,
     HistoryEntry,
     Outcome,
+    RedriveRequested,
     SagaState,
     StepReplied,
 )
@@ -102,14 +104,17 @@ def invariant_violations(
 
     Checked: revisions never go back and ignored events leave them alone; a status changes
     only along the lifecycle table and never after an end; no step completes twice and no
-    command is sent for a step (or compensation) after it succeeded; compensations are sent
+    command is sent for a step (or compensation) after it succeeded -- unless an operator
+    redrive re-ran it since (under the same key, so its participant answers with what it
+    already did), once per redrive; compensations are sent
     only for completed steps that declare one, in strict reverse order of completion, and
     each succeeds at most once; an ended saga's steps agree with how it ended.
     """
     problems: list[str] = []
     problems += _revision_problems(history)
     problems += _status_problems(history)
-    problems += _dispatch_problems(history)
+    redriven = _redriven(definition, history)
+    problems += _dispatch_problems(definition, history)
     # First-of-N clean-up undoes the losers on the forward path (the saga is running):
     # the order rule is about the saga's compensation, so those undos are left out of it.
     forward = _forward_undos(history)
@@ -123,7 +128,7 @@ def invariant_violations(
     for name, step in [*state.steps.items(), *state.branches.items()]:
         done = sum(1 for a in step.attempts if a.kind == "do" and a.outcome in ("ok", "forced"))
         undone = sum(1 for a in step.attempts if a.kind == "undo" and a.outcome in ("ok", "forced"))
-        if done > 1:
+        if done > 1 + redriven[name]:
             problems.append(f"step {name} completed {done} times")
         if undone > 1:
             problems.append(f"step {name} was undone {undone} times")
@@ -188,16 +193,33 @@ def _status_problems(history: Sequence[HistoryEntry]) -> list[str]:
     return problems
 
 
-def _dispatch_problems(history: Sequence[HistoryEntry]) -> list[str]:
+def _redone(definition: Saga[Any], event: RedriveRequested) -> list[str]:
+    """The steps a redrive runs again: its step and every later one."""
+    return [s.name for s in definition.steps[definition.step_named(event.step).index :]]
+
+
+def _redriven(definition: Saga[Any], history: Iterable[HistoryEntry]) -> Counter[str]:
+    """How many applied redrives re-ran each step."""
+    return Counter(
+        name
+        for entry in history
+        if isinstance(entry.event, RedriveRequested) and not entry.ignored
+        for name in _redone(definition, entry.event)
+    )
+
+
+def _dispatch_problems(definition: Saga[Any], history: Sequence[HistoryEntry]) -> list[str]:
     problems: list[str] = []
     finished: set[tuple[str, str]] = set()
     for entry in history:
+        event = entry.event
+        if isinstance(event, RedriveRequested) and not entry.ignored:
+            finished -= {(name, "do") for name in _redone(definition, event)}
         problems.extend(
             f"{effect.step}/{effect.kind} sent again after it succeeded"
             for effect in entry.effects
             if isinstance(effect, Dispatch) and (effect.step, effect.kind) in finished
         )
-        event = entry.event
         if entry.ignored:
             continue
         if isinstance(event, StepReplied) and event.ok:

@@ -25,7 +25,7 @@ import msgspec
 from bus import Clock, Delivery, Envelope, PermanentError, Publisher, TransientError, derived_id, message_type
 from bus._log import get_logger
 from saga._client import SagaClient
-from saga._compose import CancelChild, StartChild
+from saga._compose import CancelChild, StartChild, child_output_type
 from saga._config import EngineConfig
 from saga._definition import Saga
 from saga._errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinition, VersionDrained
@@ -178,7 +178,7 @@ class Children:
             definition = self.registry.get(name, int(version))
         except (UnknownDefinition, ValueError) as error:
             raise TransientError(f"{error}; a worker serving it must forward this report") from error
-        output_type = definition.steps[-1].output_type if report.ok else None
+        output_type = child_output_type(definition) if report.ok else None
         reply = parent_reply(report, output_type, source=self.source, now_ms=self.clock.now_ms())
         link = report.parent
         inbox = Partition(link.context, link.partition).inbox

@@ -80,16 +80,23 @@ class SagaClient:
             )
         return self._signers[context]
 
+    def can_make_tokens(self, context: str) -> bool:
+        """Whether this process may make ``context``'s resume tokens.
+
+        It may with signing off, or when it holds the context's orchestrator keyring.
+        """
+        return self.orchestrates(context)
+
     async def verifier(self, context: str) -> TokenVerifier:
         """What checks ``context``'s tokens here.
 
         Its signer if this process has one, else the public keys its orchestrator published.
         """
         if context not in self._verifiers:
-            if self.config.auth.enabled and Signer.from_auth(self.config.auth, context) is None:
-                self._verifiers[context] = await load_verifier(self.redis, context)
-            else:
+            if self.can_make_tokens(context):
                 self._verifiers[context] = await self.signer(context)
+            else:
+                self._verifiers[context] = await load_verifier(self.redis, context)
         return self._verifiers[context]
 
     async def start(
@@ -211,9 +218,7 @@ class SagaClient:
         except UnknownDefinition:
             steps = list(state.steps)
         waits_for_signal = state.wait is not None and state.wait.kind == "signal"
-        can_sign = (
-            not self.config.auth.enabled or Signer.from_auth(self.config.auth, state.context) is not None
-        )
+        can_sign = self.can_make_tokens(state.context)
         signer = await self.signer(state.context) if waits_for_signal and can_sign else None
         return describe(state, due, signer, steps)
 

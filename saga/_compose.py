@@ -239,7 +239,7 @@ class Group(Generic[D]):
             name,
             _no_builder,
             kind="child",
-            output_type=_child_output(saga),
+            output_type=child_output_type(saga),
             compensate=compensate,
             retry=NO_RETRY,
             timeout=None,
@@ -393,7 +393,7 @@ class Composition(Generic[D]):
         where = f"{self.name}.{name}"
         spec = self._map_spec(items, concurrency, limit, where)
         child = self._child_spec(name, saga, data, per_item=True)
-        output = _child_output(saga)
+        output = child_output_type(saga)
         step = self._group_step(name, "map", list[output], spec)  # type: ignore[valid-type]
         self._branch_step(
             step,
@@ -443,7 +443,7 @@ class Composition(Generic[D]):
             name,
             _no_builder,
             kind="child",
-            output_type=_child_output(saga),
+            output_type=child_output_type(saga),
             compensate=compensate,
             retry=NO_RETRY,
             timeout=None,
@@ -515,11 +515,14 @@ def _check_concurrency(concurrency: int | None, where: str) -> None:
         raise DefinitionError(f"{where}: concurrency must be a positive integer or None")
 
 
-def _child_output(saga: Saga[Any]) -> Any:
-    """A child step's output type: the output type of the child's last step."""
+def child_output_type(saga: Saga[Any]) -> Any:
+    """A child step's output type: the type the child's last step's output decodes as.
+
+    The parent's step declares it, and the child's end report is sent as a reply of it.
+    """
     if not saga.steps:
         raise DefinitionError(f"child saga {saga.name!r} has no steps (declare them before using it)")
-    return saga.steps[-1].output_type
+    return saga.steps[-1].value_type
 
 
 def _no_builder(data: object) -> None:

@@ -83,6 +83,21 @@ def branch_keys(state: SagaState, group: str) -> Iterator[str]:
     return (key for key in state.branches if key.startswith(prefix))
 
 
+def completed_output(definition: Saga[Any], state: SagaState, name: str) -> bytes:
+    """The output of step ``name``, which succeeded, as ``ctx.output`` reads it.
+
+    A map's output, the list of its branches' outputs in item order, is never stored (it
+    grows with the items): it is built here from the branch records. Every other step's
+    output is its record's.
+    """
+    step = definition.step_named(name)
+    if step.group is None or not step.group.dynamic:
+        return bytes(state.steps[name].output)
+    group = state.steps[name].group
+    total = group.total if group is not None else 0
+    return b"[" + b",".join(bytes(state.branches[branch_key(name, i)].output) for i in range(total)) + b"]"
+
+
 class GroupRules:
     """Group steps and child sagas, for a decision in progress (see ``saga._decider._Run``)."""
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from saga._decide_groups import completed_output
 from saga._definition import Saga, Step
 from saga._model import Effect, Note, NotifyParent, SagaState, StartTimer, StepState
 from saga._states import SagaStatus, StepStatus
@@ -116,8 +117,8 @@ class TccRules:
         status = self.state.status
         if status == SagaStatus.COMPLETED:
             names = [s.name for s in self.definition.steps if s.name in self.state.steps]
-            output = self.state.steps[names[-1]].output if names else msgspec.Raw(b"null")
-            self.effects.append(NotifyParent(status=status.value, ok=True, output=output))
+            output = completed_output(self.definition, self.state, names[-1]) if names else b"null"
+            self.effects.append(NotifyParent(status=status.value, ok=True, output=msgspec.Raw(output)))
             return
         why = self.state.error.reason if self.state.error else ""
         error = f"child saga {self.state.id} ended {status.value}" + (f": {why}" if why else "")

@@ -8,6 +8,11 @@ or event, a cancel, the deadline, or an operator's force-complete wins, and what
 after is recorded and ignored. A signal that comes before its wait begins is kept in the
 state and consumed when the wait begins (an approval can beat the reply of the step that
 asked for it).
+
+An operator redrive that interrupts a wait makes the step's next wait that same wait again
+(:func:`next_wait`): the token sent for it, and an event registered for it, still resume
+the saga; a new attempt records it, and timers and the event registration are the
+attempt's. A redriven wait that had ended ends at once with what it received.
 """
 
 from __future__ import annotations
@@ -52,6 +57,15 @@ def deadline_timer_id(saga_id: str) -> str:
     return f"{saga_id}:deadline"
 
 
+def next_wait(step_state: StepState) -> int:
+    """The number of a waiting step's next wait (its resume token names it).
+
+    One more than the waits it made, unless an operator redrive interrupted one: then that
+    wait begins again under its own number (``StepState.rewait``).
+    """
+    return step_state.rewait or step_state.count("do") + 1
+
+
 class WaitRules:
     """Waits and the deadline, for a decision in progress (see :class:`saga._decider._Run`)."""
 
@@ -88,7 +102,7 @@ class WaitRules:
         wait = self.state.wait
         if wait is not None and wait.step == name:
             return wait.n
-        return self.state.steps[name].count("do") + 1
+        return next_wait(self.state.steps[name])
 
     def tokens(self) -> Callable[[str], str] | None:
         """What ``StepContext.resume_token`` calls (``None`` without a signer)."""
@@ -113,14 +127,25 @@ class WaitRules:
     # -- beginning a wait ------------------------------------------------------------------
 
     def begin_wait(self, step: Step[Any, Any]) -> None:
-        """Suspend the saga on ``step`` (or go on at once when its signal came early)."""
+        """Suspend the saga on ``step``, or go on at once when what it waits for has come.
+
+        That is an early signal (or, after a redrive, an early event), or -- when a redrive
+        re-runs a wait that had ended -- what the wait received then: a wait that ended is
+        not waited for again, as a command that succeeded is answered from its participant's
+        first result. The attempt numbers the step's attempts; the wait's own number
+        (:func:`next_wait`) names its resume token and its event registration.
+        """
         step_state = self.state.steps[step.name]
-        n = step_state.count("do") + 1
+        previous = step_state.current("do")
+        ended = previous.output if previous is not None and previous.outcome in ("ok", "forced") else None
+        number = step_state.count("do") + 1
+        n = next_wait(step_state)
+        step_state.rewait = 0
         step_state.status = move_step(step_state.status, StepStatus.WAITING)
         attempt = Attempt(
-            n=n,
+            n=number,
             kind="do",
-            command_id=derived_id(self.state.id, f"{step.name}:wait:{n}"),
+            command_id=derived_id(self.state.id, f"{step.name}:wait:{number}"),
             participant=WAIT_PARTICIPANT,
             input_type=step.kind,
             input=NULL,
@@ -149,7 +174,7 @@ class WaitRules:
         if step.timeout_s:
             details["timeout_ms"] = int(step.timeout_s * 1000)
         attempt.input = msgspec.Raw(_json.encode(details))
-        early = self.state.signals.pop(f"{step.name}:{n}", None)
+        early = self.state.signals.pop(f"{step.name}:{n}", None) if ended is None else ended
         if early is not None:
             attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.now_ms, early
             self._succeeded(step, step_state, early)
@@ -160,15 +185,20 @@ class WaitRules:
             wait.stream, wait.message_type, wait.key = spec.stream.key, spec.message_type, str(details["key"])
             self.effects.append(
                 WatchEvent(
-                    step=step.name, n=n, stream=wait.stream, message_type=wait.message_type, key=wait.key
+                    step=step.name,
+                    n=n,
+                    stream=wait.stream,
+                    message_type=wait.message_type,
+                    key=wait.key,
+                    attempt=0 if number == n else number,
                 )
             )
         self.state.wait = wait
         if isinstance(spec, Sleep):
-            self._start_wait_timer(step_state, step.name, n, "wake", delay_ms=delay_ms, at_ms=at_ms)
+            self._start_wait_timer(step_state, step.name, number, "wake", delay_ms=delay_ms, at_ms=at_ms)
         elif step.timeout_s:
             self._start_wait_timer(
-                step_state, step.name, n, "timeout", delay_ms=int(step.timeout_s * 1000), at_ms=None
+                step_state, step.name, number, "timeout", delay_ms=int(step.timeout_s * 1000), at_ms=None
             )
 
     def _start_wait_timer(
@@ -202,9 +232,16 @@ class WaitRules:
         self._cancel_timer(step_state)
         wait = self.state.wait
         if wait is not None and wait.kind == "event":
+            attempt = step_state.current("do")
+            number = attempt.n if attempt is not None else wait.n
             self.effects.append(
                 UnwatchEvent(
-                    step=wait.step, n=wait.n, stream=wait.stream, message_type=wait.message_type, key=wait.key
+                    step=wait.step,
+                    n=wait.n,
+                    stream=wait.stream,
+                    message_type=wait.message_type,
+                    key=wait.key,
+                    attempt=0 if number == wait.n else number,
                 )
             )
         self.state.wait = None
@@ -264,24 +301,38 @@ class WaitRules:
         if wait is not None and (wait.step, wait.n) == (event.step, event.n):
             self.resume(self.definition.step_named(event.step), step_state, event.data)
             return
-        slot = f"{event.step}:{event.n}"
-        upcoming = step_state.status == StepStatus.PENDING and event.n == step_state.count("do") + 1
-        if upcoming and not self.stopping and self.state.status != SagaStatus.COMPENSATING:
-            if slot in self.state.signals:
-                self.ignore(f"duplicate signal for {slot}: an earlier one is kept for the wait")
-                return
-            self.state.signals[slot] = event.data
-            return
-        self.ignore(f"signal for {slot} is late or duplicate: that wait is not current")
+        if not self.keep_early("signal", event.step, step_state, event.n, event.data):
+            self.ignore(f"signal for {event.step}:{event.n} is late or duplicate: that wait is not current")
+
+    def keep_early(self, what: str, step: str, step_state: StepState, n: int, data: msgspec.Raw) -> bool:
+        """Keep what came for wait ``n`` of ``step`` before it began, if that wait is next.
+
+        A signal can beat its wait (an approval beats the reply of the step that asked for
+        it); an event can only after a redrive interrupted its wait, and came for the wait's
+        registration before the redrive removed it. Whether it was dealt with (kept, or ignored
+        as a duplicate of one kept).
+        """
+        upcoming = step_state.status == StepStatus.PENDING and n == next_wait(step_state)
+        if not upcoming or self.stopping or self.state.status == SagaStatus.COMPENSATING:
+            return False
+        slot = f"{step}:{n}"
+        if slot in self.state.signals:
+            self.ignore(f"duplicate {what} for {slot}: an earlier one is kept for the wait")
+            return True
+        self.state.signals[slot] = data
+        return True
 
     def on_event(self, event: EventReceived) -> None:
-        """Another context's event matched a wait: resume it once."""
+        """Another context's event matched a wait: resume it once (or keep it for the wait)."""
         wait = self.state.wait
-        current = wait is not None and (wait.step, wait.n, wait.kind) == (event.step, event.n, "event")
-        if self.state.status.terminal or not current:
-            self.ignore(f"event {event.event_id} for {event.step}:{event.n} is late or duplicate")
-            return
-        self.resume(self.definition.step_named(event.step), self.state.steps[event.step], event.payload)
+        step_state = self.state.steps.get(event.step)
+        if not self.state.status.terminal and step_state is not None:
+            if wait is not None and (wait.step, wait.n, wait.kind) == (event.step, event.n, "event"):
+                self.resume(self.definition.step_named(event.step), step_state, event.payload)
+                return
+            if self.keep_early("event", event.step, step_state, event.n, event.payload):
+                return
+        self.ignore(f"event {event.event_id} for {event.step}:{event.n} is late or duplicate")
 
     def on_deadline(self, event: TimerFired) -> None:
         """The saga's deadline passed: stop going forward and compensate."""

@@ -25,7 +25,7 @@ import msgspec
 
 from bus import derived_id, message_type
 from saga._compose import CHILD, StartChild, child_saga_id
-from saga._decide_groups import GroupRules
+from saga._decide_groups import GroupRules, completed_output
 from saga._decide_tcc import TccRules
 from saga._decide_waits import WaitRules
 from saga._definition import LOCAL, Command, Compensation, Saga, Step, StepContext, invoke
@@ -355,8 +355,7 @@ class _Run(WaitRules, GroupRules, TccRules):
         if self.state.status != SagaStatus.DEAD_LETTERED:
             self.ignore(f"retry applies to dead-lettered sagas, this one is {self.state.status}")
             return
-        note = Note(at_ms=event.at_ms, what="operator retry", by=event.by, reason=event.reason)
-        self.state.error = note
+        self._operator_note("operator retry", event)
         failed_undo = self._failed_compensation()
         if failed_undo is not None:
             cleanup = self._loser_cleanup(failed_undo)
@@ -389,6 +388,7 @@ class _Run(WaitRules, GroupRules, TccRules):
             self.ignore(f"the saga has already ended ({self.state.status})")
             return
         step = self.bound(event.step)
+        self._operator_note("operator force-complete", event, step=event.step)
         forced = Attempt(
             n=len(step_state.attempts) + 1,
             kind="do",
@@ -462,13 +462,14 @@ class _Run(WaitRules, GroupRules, TccRules):
             self.ignore(refusal)
             return
         start = self.definition.step_named(event.step)
-        self.state.error = Note(
-            at_ms=event.at_ms, what="operator redrive", by=event.by, reason=event.reason, step=start.name
-        )
+        self._operator_note("operator redrive", event, step=start.name)
         for step in self.definition.steps[start.index :]:
             step_state = self.state.steps[step.name]
             if step_state.status == StepStatus.PENDING:
                 continue
+            if step_state.status == StepStatus.WAITING and self.state.wait is not None:
+                step_state.rewait = self.state.wait.n  # the wait begins again as itself: next_wait
+                self.release_wait(step_state)
             self._cancel_timer(step_state)
             for attempt in step_state.attempts:
                 if attempt.outcome is None:
@@ -483,6 +484,17 @@ class _Run(WaitRules, GroupRules, TccRules):
         self.state.cursor = start.index
         self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
         self.advance()
+
+    def _operator_note(
+        self, what: str, event: RetryRequested | ForceCompleted | RedriveRequested, *, step: str = ""
+    ) -> None:
+        """An operator moved the saga on: their note replaces the last error as ``state.error``.
+
+        The error that stopped the saga stays where it happened (its attempt and the history);
+        the saga's note says why it moves again, as after every retry, force-complete and
+        redrive.
+        """
+        self.state.error = Note(at_ms=event.at_ms, what=what, by=event.by, reason=event.reason, step=step)
 
     # -- the forward path ------------------------------------------------------------------
 
@@ -845,13 +857,7 @@ class Outputs(Mapping[str, bytes]):
                 return bytes(record.output)
             raise KeyError(name)
         if name in state.completed:
-            step = definition.step_named(name)
-            if step.group is not None and step.group.dynamic:
-                group = state.steps[name].group
-                total = group.total if group is not None else 0
-                outputs = (bytes(state.branches[f"{name}#{i}"].output) for i in range(total))
-                return b"[" + b",".join(outputs) + b"]"
-            return bytes(state.steps[name].output)
+            return completed_output(definition, state, name)
         for group_name in state.completed:
             spec = definition.step_named(group_name).group
             if spec is None or spec.dynamic:

@@ -212,16 +212,22 @@ class Step(Generic[D, O]):
         """Whether the step waits (sleep, signal or event) instead of sending a command."""
         return self.kind in WAIT_KINDS
 
-    def decode_output(self, raw: bytes) -> O:
-        """Decode a recorded output (``InvalidInput`` when it does not match the type).
+    @property
+    def value_type(self) -> Any:
+        """The type the step's output decodes as (``None``: the step has no output).
 
-        A first-of-N group's output is its winner's: decoded as the branches' output type
-        when they all have the same one (else as plain JSON values).
+        Its output type, except for a first-of-N group, whose output is its winner's: the
+        branches' output type when they all have the same one, else plain JSON values
+        (``Any``).
         """
-        output_type: Any = self.output_type
         if self.group is not None and self.group.mode == "first":
             types = {b.output_type for b in self.group.branches}
-            output_type = types.pop() if len(types) == 1 else Any
+            return types.pop() if len(types) == 1 else Any
+        return self.output_type
+
+    def decode_output(self, raw: bytes) -> O:
+        """Decode a recorded output as :attr:`value_type` (``InvalidInput`` when it does not match)."""
+        output_type = self.value_type
         if output_type is None:
             return typing.cast(O, None)
         try:

@@ -14,6 +14,9 @@ window and, after it, ignored by the decider (the wait has ended). Keys::
     rs:{<ctx>:w:<stream tag>/<stream name>}:wait:<key>    hash: '<type> <saga>|<step>|<n>' -> Waiter
     rs:{<ctx>:w:<stream tag>/<stream name>}:early:<key>   list: '<type> <BufferedEvent>' (expiring)
 
+(A wait that an operator redrive began again keeps its number ``n``; its field is
+``...|<n>.<attempt>``, apart from the field of the registration the redrive removed.)
+
 :class:`MemoryIndex` keeps the same rules in memory for the in-process test runner.
 """
 
@@ -71,7 +74,8 @@ def _keys(context: str, stream: Stream, key: str) -> list[str]:
 
 
 def _field(request: WatchRequest) -> str:
-    return f"{request.message_type} {request.saga_id}|{request.step}|{request.n}"
+    which = f"{request.n}.{request.attempt}" if request.attempt else str(request.n)
+    return f"{request.message_type} {request.saga_id}|{request.step}|{which}"
 
 
 def _waiter_of(request: WatchRequest) -> Waiter:

@@ -23,6 +23,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
+from saga._decide_groups import completed_output
 from saga._definition import Saga, Step
 from saga._errors import InvalidInput, MigrationRefused
 from saga._model import Migrated, SagaState, StepState
@@ -75,7 +76,7 @@ class Instance(Generic[D]):
         name = step if isinstance(step, str) else step.name
         if name not in self.state.completed:
             raise KeyError(f"step {name!r} of {self.id} has not succeeded")
-        return self._source.step_named(name).decode_output(bytes(self.state.steps[name].output))
+        return self._source.step_named(name).decode_output(completed_output(self._source, self.state, name))
 
 
 @dataclass(frozen=True, slots=True)

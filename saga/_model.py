@@ -91,6 +91,10 @@ class StepState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """A group step's branches (``None`` for every other step)."""
     seq: int = 0
     """A branch's rank in its group's completion order (1 = first to complete; 0 = not yet)."""
+    rewait: int = 0
+    """Set when an operator redrive interrupted this step's wait ``rewait``: the step's next
+    wait is that wait again, so the resume token sent for it still resumes the saga (0: the
+    next wait is a new one)."""
 
     def current(self, kind: Kind) -> Attempt | None:
         """The latest attempt of ``kind``."""
@@ -173,13 +177,18 @@ class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     completed: list[str] = msgspec.field(default_factory=list)
     cancel: Note | None = None
     error: Note | None = None
+    """The last note (``saga inspect``'s "last note"): the failure that stopped or turned the
+    saga back (a failed attempt, an expired reservation, the deadline) or, once an operator
+    moved it on, their retry, force-complete or redrive; the failure itself stays in its
+    attempt and in the history."""
     revision: int = 0
     created_ms: int = 0
     updated_ms: int = 0
     wait: Wait | None = None
     expired: Note | None = None
     signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
-    """Signals that came before their wait began, by ``<step>:<wait number>``."""
+    """Signals that came before their wait began, by ``<step>:<wait number>`` (and events
+    that came for a wait an operator redrive interrupted, before it began again)."""
     branches: dict[str, StepState] = msgspec.field(default_factory=dict)
     """The branches of group steps that have started, by ``<group>#<index>`` (stored apart
     from the saga hash; see ``saga/_store.py``)."""
@@ -419,24 +428,31 @@ class CancelTimer(msgspec.Struct, gc=False, tag="cancel_timer", kw_only=True):
     timer_id: str
 
 
-class WatchEvent(msgspec.Struct, gc=False, tag="watch_event", kw_only=True):
-    """Register wait ``n`` of ``step`` for events of ``message_type`` on ``stream`` with ``key``."""
+class WatchEvent(msgspec.Struct, gc=False, tag="watch_event", kw_only=True, omit_defaults=True):
+    """Register wait ``n`` of ``step`` for events of ``message_type`` on ``stream`` with ``key``.
+
+    ``attempt`` is the step's attempt that waits, when it is not ``n`` (a wait an operator
+    redrive began again keeps its number): it keeps the registration apart from the one the
+    redrive removed.
+    """
 
     step: str
     n: int
     stream: str
     message_type: str
     key: str
+    attempt: int = 0
 
 
-class UnwatchEvent(msgspec.Struct, gc=False, tag="unwatch_event", kw_only=True):
-    """Remove the registration of an event wait that ended."""
+class UnwatchEvent(msgspec.Struct, gc=False, tag="unwatch_event", kw_only=True, omit_defaults=True):
+    """Remove the registration of an event wait that ended (``attempt`` as for ``WatchEvent``)."""
 
     step: str
     n: int
     stream: str
     message_type: str
     key: str
+    attempt: int = 0
 
 
 class NotifyParent(msgspec.Struct, gc=False, tag="notify_parent", kw_only=True, omit_defaults=True):

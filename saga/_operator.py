@@ -30,6 +30,7 @@ from saga._model import Dispatch, Event, HistoryEntry, SagaState
 from saga._protocol import OperatorRequest, operator_event
 from saga._replay import decode_entries
 from saga._states import SagaStatus
+from saga._tokens import Signer
 from saga._trust import inbox_audience
 
 Outcome = Literal["applied", "queued", "dry-run"]
@@ -80,9 +81,15 @@ class Action:
         return cls(name, kind, request, operator_event(kind, uuid7(), at_ms, request))
 
 
-def judge(definition: Saga[Any], state: SagaState, action: Action) -> Decision:
-    """Run the decider on ``state`` as the orchestrator will; refuse what it would ignore."""
-    decision = decide(definition, state, action.event)
+def judge(
+    definition: Saga[Any], state: SagaState, action: Action, *, signer: Signer | None = None
+) -> Decision:
+    """Run the decider on ``state`` as the orchestrator will; refuse what it would ignore.
+
+    ``signer`` is the context's, for sagas whose builders make resume tokens (a redrive or
+    retry runs them again): without it the verdict would be that the builder failed.
+    """
+    decision = decide(definition, state, action.event, signer=signer)
     if decision.ignored:
         raise ActionRefused(action.name, state.id, decision.ignored)
     return decision

@@ -14,6 +14,11 @@ so a participant that remembered the failure runs the (fixed) code again. Any ot
 (it succeeded, or an attempt is in flight or timed out, so its effect is unknown) keeps its
 key, and the participant answers with what it already did: nothing happens twice.
 
+Waits follow the same idea (``saga/_decide_waits.py``). The wait a redrive interrupts
+begins again under its own number (``StepState.rewait``), so the resume token sent for it
+and an event registered for it still resume the saga; a wait that had ended ends at once
+with what it received, as a command that succeeded is answered from its first result.
+
 These functions are pure; the decider applies them, and the admin client asks them first
 so that a refused redrive is reported before anything is sent.
 """

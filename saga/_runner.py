@@ -51,6 +51,7 @@ from saga._model import (
     Kind,
     NotifyParent,
     ParentLink,
+    RedriveRequested,
     RetryRequested,
     SagaState,
     Started,
@@ -292,6 +293,21 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
             output=msgspec.Raw(raw),
             by=by,
             reason=reason,
+        )
+        self._request(saga_id, event)
+
+    def redrive(
+        self,
+        saga_id: str,
+        step: str | Step[Any, Any],
+        *,
+        reason: str = "redriven by a test",
+        by: str = "test",
+    ) -> None:
+        """Operator redrive: run the saga again from ``step`` (``saga replay --from-step``)."""
+        name = step if isinstance(step, str) else step.name
+        event = RedriveRequested(
+            id=self._new_id("redrive"), at_ms=self.now_ms, step=name, by=by, reason=reason
         )
         self._request(saga_id, event)
 
@@ -636,15 +652,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
                 self.dispatched.append((saga_id, effect))
                 self._queue.append(_Command(saga_id, record.partition, effect.participant, envelope))
             elif isinstance(effect, WatchEvent | UnwatchEvent):
-                request = WatchRequest(
-                    saga_id=saga_id,
-                    partition=record.partition.index,
-                    step=effect.step,
-                    n=effect.n,
-                    stream=effect.stream,
-                    message_type=effect.message_type,
-                    key=effect.key,
-                )
+                request = WatchRequest.of(saga_id, record.partition.index, effect)
                 kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
                 self._queue.append(Watch(record.partition.context, kind, request))
             elif isinstance(effect, NotifyParent):

@@ -15,7 +15,7 @@ import msgspec
 
 from bus import Envelope
 from saga._children import child_definition, parent_reply
-from saga._compose import CancelChild, StartChild
+from saga._compose import CancelChild, StartChild, child_output_type
 from saga._errors import InvalidInput, SagaError, SagaExists, UnknownDefinition, VersionDrained
 from saga._model import CancelRequested, Event, NotifyParent, SagaState
 from saga._protocol import to_event
@@ -98,7 +98,7 @@ class RunnerChildren:
             output=effect.output,
             error=effect.error,
         )
-        self._deliver_report(report, definition.steps[-1].output_type if effect.ok else None)
+        self._deliver_report(report, child_output_type(definition) if effect.ok else None)
 
     def _deliver_report(self, report: ParentReport, output_type: Any) -> None:
         if not self._has_saga(report.parent.saga_id):

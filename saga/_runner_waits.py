@@ -18,6 +18,7 @@ from bus import Envelope, FakeClock, Stream, new_envelope
 from saga import _event_waits as waits
 from saga._client import encode_signal
 from saga._config import EngineConfig
+from saga._decide_waits import next_wait
 from saga._definition import Saga, Step
 from saga._errors import SagaNotFound
 from saga._model import Event, SagaState, SignalReceived
@@ -94,7 +95,7 @@ class RunnerWaits:
         if self._definition_of(saga_id).step_named(name).kind != "signal":
             raise ValueError(f"step {name!r} does not wait for a signal")
         wait = state.wait
-        n = wait.n if wait is not None and wait.step == name else state.steps[name].count("do") + 1
+        n = wait.n if wait is not None and wait.step == name else next_wait(state.steps[name])
         return self.signer(state.context).token(
             state.partition, saga_id, name, n, incarnation=state.created_ms, now_ms=self.clock.now_ms()
         )

@@ -108,6 +108,7 @@ STEP_TRANSITIONS: Final[dict[StepStatus, dict[StepStatus, str]]] = {
     StepStatus.WAITING: {
         StepStatus.SUCCEEDED: "the wait ended: the timer fired, the signal or the event came",
         StepStatus.FAILED: "the wait timed out, or the saga was cancelled or ran past its deadline",
+        StepStatus.PENDING: REDRIVE,
     },
     StepStatus.RETRYING: {
         StepStatus.DISPATCHED: "the back-off elapsed: the next attempt was sent",

@@ -84,7 +84,7 @@ class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     parent: ParentLink | None = None
 
 
-class WatchRequest(msgspec.Struct, gc=False, kw_only=True):
+class WatchRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """The payload of a ``WatchEvent``/``UnwatchEvent`` command on ``cmd:_waits``."""
 
     saga_id: str
@@ -94,6 +94,22 @@ class WatchRequest(msgspec.Struct, gc=False, kw_only=True):
     stream: str
     message_type: str
     key: str
+    attempt: int = 0
+    """The waiting attempt, when it is not ``n`` (see :class:`~saga._model.WatchEvent`)."""
+
+    @classmethod
+    def of(cls, saga_id: str, partition: int, effect: WatchEvent | UnwatchEvent) -> WatchRequest:
+        """The request an effect of saga ``saga_id`` (in ``partition``) makes."""
+        return cls(
+            saga_id=saga_id,
+            partition=partition,
+            step=effect.step,
+            n=effect.n,
+            stream=effect.stream,
+            message_type=effect.message_type,
+            key=effect.key,
+            attempt=effect.attempt,
+        )
 
 
 _meta_decoder = msgspec.json.Decoder(_Meta)
@@ -493,19 +509,11 @@ def parent_envelope(state: SagaState, effect: NotifyParent, *, now_ms: int) -> E
 def watch_envelope(state: SagaState, effect: WatchEvent | UnwatchEvent, *, now_ms: int) -> Envelope:
     """The ``cmd:_waits`` command that (un)registers an event wait in the context's index."""
     kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
-    request = WatchRequest(
-        saga_id=state.id,
-        partition=state.partition,
-        step=effect.step,
-        n=effect.n,
-        stream=effect.stream,
-        message_type=effect.message_type,
-        key=effect.key,
-    )
+    which = f"{effect.n}.{effect.attempt}" if effect.attempt else str(effect.n)
     return Envelope(
-        id=derived_id(state.id, f"{effect.step}:{kind}:{effect.n}"),
+        id=derived_id(state.id, f"{effect.step}:{kind}:{which}"),
         type=kind,
-        payload=_json.encode(request),
+        payload=_json.encode(WatchRequest.of(state.id, state.partition, effect)),
         source=state.context,
         correlation_id=state.id,
         created_at_ms=now_ms,

@@ -90,11 +90,25 @@ def encode_trace(trace: Trace) -> bytes:
     return msgspec.json.format(msgspec.json.encode(trace), indent=2) + b"\n"
 
 
-def decode_trace(source: Trace | bytes | str | os.PathLike[str]) -> Trace:
-    """A trace from JSON bytes or text, or a path to a JSON file."""
+TraceSource = Trace | bytes | str | os.PathLike[str]
+"""What :func:`decode_trace` and :func:`replay_trace` read (see :func:`decode_trace`)."""
+
+
+def decode_trace(source: TraceSource) -> Trace:
+    """A trace from a file, or from its JSON document.
+
+    ``source`` is one of:
+
+    - a path: a :class:`pathlib.Path` (any ``os.PathLike``), or a ``str`` that is not JSON
+      text -- the file ``saga export --output`` wrote;
+    - the JSON document itself: ``bytes`` (what ``encode_trace`` returns), or a ``str``
+      whose first non-blank character is ``{`` (a trace is always a JSON object; a file
+      whose name starts with ``{`` is read when given as a ``Path``);
+    - a :class:`Trace`, returned as it is.
+    """
     if isinstance(source, Trace):
         return source
-    if isinstance(source, os.PathLike):
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and not source.lstrip().startswith("{")):
         source = Path(source).read_bytes()
     trace = _trace_decoder.decode(source)
     if trace.format != TRACE_FORMAT:
@@ -102,10 +116,11 @@ def decode_trace(source: Trace | bytes | str | os.PathLike[str]) -> Trace:
     return trace
 
 
-def replay_trace(
-    trace: Trace | bytes | str | os.PathLike[str], definitions: Saga[Any] | Registry | App
-) -> SagaState:
+def replay_trace(trace: TraceSource, definitions: Saga[Any] | Registry | App) -> SagaState:
     """Replay ``trace`` against today's definitions; return the state it rebuilds.
+
+    ``trace`` is a path (``Path`` or ``str``), the JSON document (``bytes``, or a ``str``
+    starting with ``{``) or a :class:`Trace`: see :func:`decode_trace`.
 
     Raises :class:`TraceMismatch` (an ``AssertionError``) naming the first decision that
     differs, or the fields of the final state that differ. ``definitions`` is the saga

@@ -33,10 +33,12 @@ from timer to timer until the saga ends or is dead-lettered. Waits:
 :meth:`SagaRunner.query`), :meth:`SagaRunner.publish` another context's event, with the
 checks and matching rules Redis applies (see ``docs/time.md``).
 
-Regression tests from production: :func:`replay` runs a recorded history (``saga
-export``, or the Redis history list) through the decider and fails at the first decision
-that differs; given several versions (a registry), it replays each history on the version
-it started on, across recorded migrations.
+Regression tests from production: :func:`replay_trace` replays a trace that ``saga
+export`` wrote (its path, as a ``Path`` or a ``str``, or its JSON document) and fails with
+:class:`TraceMismatch` at the first decision or final-state field that differs;
+:func:`replay` runs a bare history (the Redis history list) through the decider and fails
+at the first decision that differs; given several versions (a registry), it replays each
+history on the version it started on, across recorded migrations.
 
 Versions: give the runner several versions of a definition and :meth:`SagaRunner.migrate`
 runs a migration function over its sagas exactly as ``saga versions migrate`` does.
@@ -67,6 +69,7 @@ from saga._fakes import (
     succeed,
 )
 from saga._runner import PendingTimer, RunnerError, SagaRunner
+from saga._trace import TraceMismatch, replay_trace
 
 __all__ = [
     "Behaviour",
@@ -78,6 +81,7 @@ __all__ = [
     "SagaRunner",
     "StepSummary",
     "Summary",
+    "TraceMismatch",
     "compensation_order",
     "decode_history",
     "duplicate_reply",
@@ -89,6 +93,7 @@ __all__ = [
     "no_reply",
     "redeliver",
     "replay",
+    "replay_trace",
     "sequence",
     "succeed",
     "summarize",

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
 import bus
+
+if TYPE_CHECKING:
+    from saga import SagaWorker
+
+T = TypeVar("T")
 
 
 async def holds_within(
@@ -33,6 +39,26 @@ async def eventually(
     """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
     if not await holds_within(check, timeout, poll=poll):
         raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+
+
+async def while_deciding(worker: SagaWorker, action: Awaitable[T]) -> T:
+    """Run ``action`` (which waits for a decision) while ``worker`` decides its inbox."""
+    result: list[T] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+
+        async def act() -> None:
+            try:
+                result.append(await action)
+            except Exception as error:
+                failure.append(error)
+
+        tg.start_soon(act)
+        while not (result or failure):
+            await worker.run_until_idle()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 async def age_pending(redis: bus.Redis, stream: bus.Stream, group: str, entry_id: str, idle_ms: int) -> None:

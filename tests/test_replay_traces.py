@@ -8,6 +8,7 @@ differently, replay fails and names the step.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -51,6 +52,20 @@ def test_an_inserted_step_fails_the_replay_naming_it() -> None:
 
 
 DEMO = Path(__file__).parent / "traces" / "demo-completed.json"
+
+
+def test_a_trace_is_read_from_a_path_of_either_type_or_from_its_json() -> None:
+    expected = replay_trace(DEMO, app)
+    assert replay_trace(str(DEMO), app) == expected
+    assert replay_trace(os.path.relpath(DEMO), app) == expected  # "tests/traces/demo-completed.json"
+    assert replay_trace(DEMO.read_bytes(), app) == expected
+    assert replay_trace("\n  " + DEMO.read_text(), app) == expected  # JSON text, leading blanks
+    assert replay_trace(decode_trace(DEMO), app) == expected
+
+
+def test_a_str_path_that_does_not_exist_says_so() -> None:
+    with pytest.raises(FileNotFoundError, match=r"no-such-trace\.json"):
+        replay_trace("tests/traces/no-such-trace.json", app)
 
 
 def test_a_trace_of_another_format_is_refused() -> None:

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
-import anyio
 import msgspec
 import pytest
 
@@ -28,6 +27,7 @@ from saga import (
 from saga._keys import Partition
 from saga._model import Dispatch, HistoryEntry, SagaState
 from saga._store import command_envelope
+from tests.helpers import while_deciding
 from tests.ops.scenario import CONFIG, FIXED, PARTITION, Scenario, app, drive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -49,26 +49,6 @@ def worker(real_redis: bus.Redis, scenario: Scenario) -> SagaWorker:
 @pytest.fixture
 async def admin(real_redis: bus.Redis, scenario: Scenario) -> AsyncIterator[SagaAdmin]:
     yield SagaAdmin(real_redis, app, by="alice@ops", wait_s=10)
-
-
-async def while_deciding(worker: SagaWorker, action: Awaitable[T]) -> T:
-    """Run ``action`` (which waits for a decision) while the orchestrator decides its inbox."""
-    result: list[T] = []
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tg:
-
-        async def act() -> None:
-            try:
-                result.append(await action)
-            except Exception as error:
-                failure.append(error)
-
-        tg.start_soon(act)
-        while not (result or failure):
-            await worker.run_until_idle()
-    if failure:
-        raise failure[0]
-    return result[0]
 
 
 async def inbox_and_history(redis: bus.Redis, saga_id: str) -> tuple[int, int]:
@@ -188,6 +168,13 @@ async def test_force_complete_a_dead_lettered_step(
     )
     forced = state.steps["arrange_shipping"].attempts[-1]
     assert (forced.outcome, forced.worker, forced.participant) == ("forced", "alice@ops", "operator")
+    assert state.error is not None  # the note is the operator's, as after a retry
+    assert (state.error.what, state.error.by, state.error.reason, state.error.step) == (
+        "operator force-complete",
+        "alice@ops",
+        "booked by phone",
+        "arrange_shipping",
+    )
     assert (await admin.replay(saga_id)).ok
 
 
@@ -221,7 +208,14 @@ async def test_retry_after_the_fix_completes_and_a_retry_that_cannot_apply_is_re
     result = await while_deciding(worker, admin.retry(saga_id, reason="carrier back"))
     assert result.dispatched == ["arrange_shipping/do #6 -> shipping ArrangeShipping"]
     await worker.run_until_idle()
-    assert (await admin.get(saga_id)).status == SagaStatus.COMPLETED
+    state = await admin.get(saga_id)
+    assert state.status == SagaStatus.COMPLETED
+    assert state.error is not None
+    assert (state.error.what, state.error.by, state.error.reason) == (
+        "operator retry",
+        "alice@ops",
+        "carrier back",
+    )
 
     completed = scenario.ids["completed"]
     before = await inbox_and_history(real_redis, completed)

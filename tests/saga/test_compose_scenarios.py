@@ -24,25 +24,12 @@ from hypothesis import strategies as st
 
 import bus
 from bus import FakeClock
-from saga import (
-    App,
-    EngineConfig,
-    Saga,
-    SagaClient,
-    SagaNotFound,
-    SagaState,
-    SagaStatus,
-    SagaWorker,
-    Versions,
-)
-from saga._keys import Partition
-from saga._protocol import RETRY as RETRY_REQUEST
-from saga._protocol import OperatorRequest
-from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
-from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, bill, fan, invoicing, parent, race, seats
+from saga import App, Saga, SagaClient, SagaNotFound, SagaState, SagaStatus, SagaWorker, Versions
+from saga.testing import Summary
+from tests.saga.compose_backends import RedisBackend, RunnerBackend
+from tests.saga.compose_sagas import Plan, Services, bill, fan, invoicing, parent, race, seats
 
 pytestmark = pytest.mark.anyio
-SETTLED = {SagaStatus.DEAD_LETTERED} | {s for s in SagaStatus if s.terminal}
 ITEMS = ["a", "b", "c", "d"]
 
 
@@ -210,106 +197,18 @@ def check(scenario: Scenario, summary: Summary) -> None:
         assert got == status, f"{name}: {got} != {status}"
 
 
-class RunnerBackend:
-    def __init__(self) -> None:
-        self.runner = SagaRunner(*DEFINITIONS, participants=[])
-
-        async def cancel(saga_id: str) -> None:
-            self.runner.cancel(saga_id.split("/", maxsplit=1)[0])  # a child's piece cancels its parent
-
-        self.services = Services(cancel)
-        self.runner = SagaRunner(*DEFINITIONS, participants=[self.services.build()])
-
-    async def play(self, scenario: Scenario) -> tuple[Summary, SagaState]:
-        runner = self.runner
-        saga_id = runner.start(scenario.plan, definition=scenario.definition, saga_id=scenario.saga_id)
-        for op in scenario.script:
-            match op:
-                case ("settle",):
-                    runner.run_until_settled()
-                case ("expect", status):
-                    assert runner.status(saga_id) == status
-                case ("retry",):
-                    runner.retry(saga_id)
-        runner.assert_invariants()
-        return runner.summary(saga_id), runner.state(saga_id)
-
-
-class RedisBackend:
-    def __init__(self, redis: bus.Redis) -> None:
-        self.redis = redis
-        self.clock = FakeClock()
-        app = App("compose", sagas=DEFINITIONS)
-        self.client = SagaClient(redis, app.registry, clock=self.clock)
-        self.services = Services(self.cancel)
-        # The participant handles one command at a time, as the runner does: a handler that
-        # asks to cancel then answers is then seen in the same order on both backends.
-        one_at_a_time = EngineConfig(bus=bus.BusConfig(concurrency=1))
-        participant = App("worker", participants=[self.services.build()])
-        self.workers = [
-            SagaWorker(redis, app, clock=self.clock, consumer="o"),
-            SagaWorker(redis, participant, clock=self.clock, consumer="w", config=one_at_a_time),
-        ]
-        self.partitions = [Partition("compose", 0), Partition("billing", 0)]
-
-    async def cancel(self, saga_id: str) -> None:
-        await self.client.cancel(
-            saga_id.split("/", maxsplit=1)[0], context="compose"
-        )  # a child's piece: the parent
-
-    async def _entries(self) -> int:
-        total = 0
-        for partition in self.partitions:
-            for key in [partition.inbox.key] + [partition.commands(n).key for n in ("worker", "_child")]:
-                total += await self.redis.xlen(key)
-        return total
-
-    async def idle(self) -> None:
-        for _ in range(200):
-            before = await self._entries()
-            for worker in self.workers:
-                await worker.run_until_idle()
-            if await self._entries() == before:
-                return
-        raise AssertionError("the workers never went idle")
-
-    async def next_timer(self) -> int | None:
-        due = []
-        for partition in self.partitions:
-            rows = await self.redis.zrange(partition.timers, 0, 0, withscores=True)
-            due += [int(rows[0][1])] if rows else []
-        return min(due, default=None)
-
-    async def settle(self, saga_id: str) -> None:
-        await self.idle()
-        while (await self.client.get(saga_id, context="compose")).status not in SETTLED:
-            due = await self.next_timer()
-            if due is None:
-                break
-            self.clock.set(max(due, self.clock.now_ms()))
-            await self.idle()
-
-    async def play(self, scenario: Scenario) -> tuple[Summary, SagaState]:
-        saga_id = await self.client.start(scenario.definition, scenario.plan, saga_id=scenario.saga_id)
-        for op in scenario.script:
-            match op:
-                case ("settle",):
-                    await self.settle(saga_id)
-                case ("expect", status):
-                    assert (await self.client.get(saga_id, context="compose")).status == status
-                case ("retry",):
-                    await self.client.send(
-                        saga_id, RETRY_REQUEST, OperatorRequest(by="test"), context="compose"
-                    )
-        return await self.summary(scenario.definition, saga_id)
-
-    async def summary(self, definition: Saga[Plan], saga_id: str) -> tuple[Summary, SagaState]:
-        state = await self.client.get(saga_id, context=definition.context.name)
-        partition = Partition(definition.context.name, 0)
-        raw = await self.redis.lrange(partition.history(saga_id), 0, -1)
-        assert replay(DEFINITIONS, raw, saga_id=saga_id) == state
-        assert invariant_violations(definition, state, decode_history(raw)) == []
-        return summarize(state, decode_history(raw)), state
+async def play(backend: RunnerBackend | RedisBackend, scenario: Scenario) -> tuple[Summary, SagaState]:
+    """Run ``scenario``'s script on ``backend``; the saga's summary and final state."""
+    saga_id = await backend.start(scenario.definition, scenario.plan, scenario.saga_id)
+    for op in scenario.script:
+        match op:
+            case ("settle",):
+                await backend.settle(saga_id)
+            case ("expect", status):
+                assert await backend.status(saga_id) == status
+            case ("retry",):
+                await backend.retry(saga_id)
+    return await backend.summary(scenario.definition, saga_id)
 
 
 def timeline(state: SagaState) -> dict[str, list[tuple[str, int, str | None, int, int | None]]]:
@@ -337,13 +236,13 @@ def effects_once(services: Services) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 async def test_scenario_on_the_runner_matches_redis(scenario: Scenario, redis: bus.Redis) -> None:
     on_runner = RunnerBackend()
-    runner_summary, runner_state = await on_runner.play(scenario)
+    runner_summary, runner_state = await play(on_runner, scenario)
     check(scenario, runner_summary)
     effects_once(on_runner.services)
 
     on_redis = RedisBackend(redis)
     with anyio.fail_after(60):
-        redis_summary, redis_state = await on_redis.play(scenario)
+        redis_summary, redis_state = await play(on_redis, scenario)
     assert redis_summary == runner_summary
     assert timeline(redis_state) == timeline(runner_state)
     assert sorted(on_redis.services.effects) == sorted(on_runner.services.effects)
@@ -378,12 +277,12 @@ def test_random_plans_end_alike_on_the_runner_and_fakeredis(plan: Plan) -> None:
 
     async def compare() -> None:
         on_runner = RunnerBackend()
-        runner_summary, runner_state = await on_runner.play(scenario)
+        runner_summary, runner_state = await play(on_runner, scenario)
         redis = bus.connect(bus.MEMORY_URL)
         try:
             on_redis = RedisBackend(redis)
             with anyio.fail_after(60):
-                redis_summary, redis_state = await on_redis.play(scenario)
+                redis_summary, redis_state = await play(on_redis, scenario)
         finally:
             await redis.aclose()
         assert redis_summary == runner_summary

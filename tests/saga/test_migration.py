@@ -175,6 +175,42 @@ def test_the_function_sees_the_instance_as_the_source_version_wrote_it() -> None
     assert seen == [ORDER, "ship", ("reserve", "charge"), Reserved(reservation="r")]
 
 
+def test_the_function_reads_a_completed_maps_output_as_its_list() -> None:
+    """A map's list is never stored; the instance builds it as ``ctx.output`` does."""
+    from saga import Command, Saga, command
+    from saga.testing import succeed
+
+    class Items(msgspec.Struct, frozen=True):
+        names: list[str]
+
+    class Mark(msgspec.Struct, tag=True, frozen=True):
+        name: str
+
+    def batch(version: int) -> Saga[Items]:
+        saga: Saga[Items] = Saga("batch", version=version, context="shop", data=Items)
+
+        @saga.map(items=lambda items: items.names, reply=Mark)
+        def each(_data: Items, name: str) -> Command:
+            return command("marker", Mark(name=name))
+
+        saga.wait_signal("approve")
+        return saga
+
+    old, new = batch(1), batch(2)
+    runner = SagaRunner(old, new, participants=[FakeParticipant("marker", {Mark: succeed(lambda m: m)})])
+    runner.start(Items(names=["a", "b"]), definition=old, saga_id="b1")
+    runner.run_until_idle()
+    seen: list[Any] = []
+
+    @migration(old, new)
+    def look(instance: Instance[Items]) -> None:
+        seen.append(instance.output("each"))
+
+    [skipped] = runner.migrate(look).values()
+    assert skipped.outcome == "skipped"
+    assert seen == [[Mark(name="a"), Mark(name="b")]]
+
+
 def test_a_migration_goes_to_a_later_version_of_the_same_saga() -> None:
     with pytest.raises(ValueError, match="later version"):
         migration(V2, V1)(lambda _i: Plan())

@@ -52,6 +52,7 @@ def step_record() -> StepState:
             total=3, started=2, running=[1], succeeded=1, failed=1, completions=1, closed="x", winner=0
         ),
         seq=2,
+        rewait=1,
     )
 
 

@@ -761,6 +761,34 @@ def test_force_complete_moves_a_dead_lettered_step_on() -> None:
     runner.assert_invariants()
 
 
+@pytest.mark.parametrize("action", ["retry", "force-complete"])
+def test_an_operator_action_replaces_the_failures_note_with_the_operators(action: str) -> None:
+    """Retry and force-complete agree: the saga's note says who moved it on and why, while the
+    failure that stopped it stays in its attempt (and the history)."""
+    runner = runner_for(hotel=hotel(BookHotel=fail_transiently(times=3)))
+    saga_id = runner.start(ANN)
+    runner.run_until_settled()
+    failure = runner.state(saga_id).error
+    assert failure is not None
+    assert (failure.what, failure.step) == ("do attempt 3 transient", "book_hotel")
+    if action == "retry":
+        runner.retry(saga_id, reason="hotel API is back", by="ops")
+    else:
+        runner.force_complete(
+            saga_id, "book_hotel", HotelBooked(booking="x"), reason="hotel API is back", by="ops"
+        )
+    runner.run_until_settled()
+    state = runner.state(saga_id)
+    assert state.status == SagaStatus.COMPLETED
+    assert state.error is not None
+    assert (state.error.what, state.error.by, state.error.reason) == (
+        f"operator {action}",
+        "ops",
+        "hotel API is back",
+    )
+    assert state.steps["book_hotel"].attempts[2].error == failure.reason
+
+
 def test_force_complete_a_stuck_running_step() -> None:
     runner = runner_for(bank=bank(Charge=no_reply()))
     saga_id = runner.start(ANN)
