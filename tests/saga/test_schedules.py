@@ -88,7 +88,7 @@ def test_runner_cancel_previous_cancels_the_running_one_then_starts_the_newest()
     assert all(s.cancel is not None and s.cancel.by == "schedule:minutely" for s in states[:-1])
 
 
-def test_runner_dst_schedule_runs_at_the_shifted_time() -> None:
+def test_runner_dst_schedule_runs_when_the_gap_ends() -> None:
     from datetime import UTC, datetime
 
     start = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
@@ -106,7 +106,7 @@ def test_runner_dst_schedule_runs_at_the_shifted_time() -> None:
     )
     runner.advance(days=3)
     assert runner.saga_ids == [
-        "nightly@2026-03-08T07:30:00.000Z",  # 03:30 EDT: 02:30 did not exist that night
+        "nightly@2026-03-08T07:00:00.000Z",  # 03:00 EDT: 02:30 did not exist that night
         "nightly@2026-03-09T06:30:00.000Z",  # 02:30 EDT
         "nightly@2026-03-10T06:30:00.000Z",
     ]
