@@ -150,6 +150,10 @@ def create(
     catch_up: Annotated[str, typer.Option(help="skip, run_once or run_all.")] = "skip",
     skip_weekends: Annotated[bool, typer.Option(help="Skip Saturdays and Sundays.")] = False,
     holiday: Annotated[list[str] | None, typer.Option(help="An ISO date to skip (repeatable).")] = None,
+    holiday_calendar: Annotated[
+        list[str] | None,
+        typer.Option(help="Skip the public holidays of a country or region: DE, DE-BY, US-NY (repeatable)."),
+    ] = None,
     replace: Annotated[bool, typer.Option(help="Replace a schedule with this id.")] = False,
     app_ref: AppRef = None,
     redis_url: RedisUrl = None,
@@ -170,6 +174,7 @@ def create(
                 "timezone": timezone,
                 "skip_weekends": skip_weekends,
                 "holidays": tuple(holiday or ()),
+                "holiday_calendars": tuple(holiday_calendar or ()),
                 "overlap": overlap,
                 "catch_up": catch_up,
             },

@@ -90,7 +90,9 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
         "--timezone",
         "Europe/Berlin",
         "--holiday",
-        "2026-12-25",
+        "2026-12-24",
+        "--holiday-calendar",
+        "DE-BY",
         "--overlap",
         "buffer_one",
     )
@@ -99,7 +101,8 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
     assert code == 0, output
     [info] = msgspec.json.decode(output)
     assert info["schedule"]["cron"] == "30 2 * * mon-fri"
-    assert info["schedule"]["holidays"] == ["2026-12-25"]
+    assert info["schedule"]["holidays"] == ["2026-12-24"]
+    assert info["schedule"]["holiday_calendars"] == ["DE-BY"]
     assert info["state"]["next_ms"] > 0
 
     for action, check in (("pause", "paused"), ("resume", "active"), ("trigger", "active")):
@@ -114,6 +117,13 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
     )
     assert code == 1
     assert "expected 5 fields" in output
+    code, output = saga_cli(
+        real_redis_url, "schedule", "create", "bad", "-c", "reports", "--saga", "r", "--cron", "@daily",
+        "--holiday-calendar", "DE-XX",
+    )  # fmt: skip
+    assert code == 1
+    assert output.startswith("error: holiday calendar 'DE-XX': DE has no subdivision 'XX' (it has: BB, BE, ")
+    assert output.count("\n") == 1  # one line
     code, output = saga_cli(real_redis_url, "schedule", "delete", "nightly", "--context", "reports")
     assert code == 0
     code, output = saga_cli(real_redis_url, "schedule", "pause", "nightly", "--context", "reports")
