@@ -150,12 +150,28 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
         return not any(is_holiday(calendar, day) for calendar in self.holiday_calendars)
 
 
+class Broken(msgspec.Struct, kw_only=True, frozen=True):
+    """Why a schedule stopped firing: the saga it names is unknown where it fired.
+
+    Attributes:
+        reason: What is wrong, and what the worker that fired it knows instead.
+        at_ms: When that worker marked it (Unix ms, the timer clock's).
+
+    """
+
+    reason: str
+    at_ms: int
+
+
 class ScheduleState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What a schedule has done and is doing.
 
     Attributes:
         next_ms: The next occurrence (``None``: no more).
         paused: Paused schedules start nothing; occurrences while paused are skipped.
+        broken: Set by a worker that does not know the schedule's saga: nothing starts
+            until a worker that knows it repairs it, or an operator re-creates, resumes or
+            triggers it (``saga/_scheduler.py``).
         runs: Sagas it started that have not been seen ending.
         buffered_ms: An occurrence waiting for the running sagas to end.
         pending: Starts decided but not yet confirmed done, as (saga id, occurrence).
@@ -170,6 +186,7 @@ class ScheduleState(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     next_ms: int | None = None
     paused: bool = False
+    broken: Broken | None = None
     runs: list[str] = msgspec.field(default_factory=list)
     buffered_ms: int | None = None
     pending: list[tuple[str, int]] = msgspec.field(default_factory=list)
