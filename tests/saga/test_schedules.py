@@ -115,6 +115,36 @@ def test_runner_dst_schedule_runs_when_the_gap_ends() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        # 2026-03-29 02:30 does not exist in Berlin: it runs at 03:00 CEST
+        ((2026, 3, 28), ["2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"]),
+        # 2026-10-25 02:30 happens twice: it runs at the first (CEST), not again at 02:30 CET
+        ((2026, 10, 24), ["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]),
+    ],
+)
+def test_runner_berlin_nightly_runs_once_on_both_dst_changes(
+    start: tuple[int, int, int], expected: list[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    runner = SagaRunner(report, start_time=datetime(*start, 12, 0, tzinfo=UTC))
+    data = msgspec.Raw(msgspec.json.encode(Report(name="n", seconds=1)))
+    runner.add_schedule(
+        Schedule(
+            id="nightly",
+            saga="report",
+            context=REPORTS,
+            data=data,
+            cron="30 2 * * *",
+            timezone="Europe/Berlin",
+        )
+    )
+    runner.advance(days=2)
+    assert runner.saga_ids == [f"nightly@{at}" for at in expected]
+
+
 def test_runner_pause_resume_and_trigger() -> None:
     runner = SagaRunner(report, start_time=MIDNIGHT)
     runner.add_schedule(every_minute(overlap="allow_all"))
