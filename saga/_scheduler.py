@@ -56,11 +56,11 @@ from saga._errors import (
     ScheduleNotFound,
     UnknownDefinition,
 )
-from saga._keys import Partition, partition_of
+from saga._keys import ContextKeys, Partition, partition_of
 from saga._registry import Registry
 from saga._schedule import Broken, Schedule, ScheduleState, first_state, plan
 from saga._states import SagaStatus
-from saga._versions import Versions, parse_key
+from saga._versions import parse_key
 
 WRITE: Final = Script.load("saga", "schedule_write")
 _json = msgspec.json.Encoder()
@@ -271,7 +271,9 @@ class ScheduleClient:
                     f"{definition.context.name!r}, not {self.context!r}"
                 )
             return definition
-        registered = {parse_key(key)[0] for key in await Versions(self._redis).shapes(self.context)}
+        with redis_errors():  # the names only: a shape of a newer format need not be read
+            keys = await self._redis.hkeys(ContextKeys(self.context).shapes)
+        registered = {parse_key(key.decode())[0] for key in keys}
         if schedule.saga in registered:
             return None
         if registered or (self.registry is not None and len(self.registry) > 0):
