@@ -10,7 +10,8 @@ import typer
 
 from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, with_redis
 from cli._load import load_object
-from saga import App, Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo
+from saga import App, Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo, ScheduleState
+from saga._scheduler import BROKEN_RECHECK_MS
 
 AppRef = Annotated[
     str | None,
@@ -72,9 +73,24 @@ def _with_client(redis_url: str | None, context: str, job: Any, registry: Regist
     return with_redis(redis_url, lambda redis: job(ScheduleClient(redis, context, registry=registry)))
 
 
+def _as_json(info: ScheduleInfo) -> dict[str, Any]:
+    """One schedule as ``--json`` prints it: every field, defaults too, so the shape is fixed."""
+    return {
+        "schedule": msgspec.structs.asdict(info.schedule),
+        "state": msgspec.structs.asdict(info.state),
+        "revision": info.revision,
+        "due_ms": info.due_ms,
+    }
+
+
+def _state(state: ScheduleState) -> str:
+    flags = [flag for flag, on in (("paused", state.paused), ("broken", state.broken is not None)) if on]
+    return ", ".join(flags) or "active"
+
+
 def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
     if json_output:
-        emit_json(infos)
+        emit_json([_as_json(i) for i in infos])
         return
     rows = [
         [
@@ -83,7 +99,7 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
             i.schedule.cron or "once",
             i.schedule.timezone,
             i.schedule.overlap,
-            "paused" if i.state.paused else "active",
+            _state(i.state),
             _fmt(i.state.next_ms),
             i.state.started,
             i.state.skipped,
@@ -92,34 +108,82 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
         for i in infos
     ]
     headers = ["id", "saga", "cron", "zone", "overlap", "state", "next", "started", "skipped", "running"]
-    emit_table(headers, rows)
+    emit_table(headers, rows, colours={5: lambda cell: "red" if "broken" in cell else None})
+    broken = [(i.schedule.id, i.state.broken) for i in infos if i.state.broken is not None]
+    for schedule_id, mark in broken:
+        typer.echo(f"{schedule_id}: broken since {_fmt(mark.at_ms)}: {mark.reason}")
+    if broken:
+        typer.echo(
+            "A broken schedule starts nothing. Name a saga that exists (schedule create --replace), "
+            f"or run a worker that knows it (it repairs the schedule within {BROKEN_RECHECK_MS // 1000} s); "
+            "schedule resume tries again now."
+        )
 
 
 @schedule_app.command("list")
 @reporting_errors
 def list_schedules(context: ContextOption, redis_url: RedisUrl = None, json_output: Json = False) -> None:
-    """List the context's schedules: policy, state, next run, counts."""
+    """List the context's schedules: policy, state (active, paused, broken), next run, counts.
+
+    A broken schedule names a saga the worker that fired it does not know; each is listed
+    with why under the table. --json prints a list of {schedule, state, revision, due_ms}
+    with every field present (docs/time.md).
+    """
     _show(_with_client(redis_url, context, lambda c: c.list()), json_output)
 
 
-def _action(name: str, doc: str) -> None:
-    @reporting_errors
-    def command(
-        schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
-        context: ContextOption,
-        redis_url: RedisUrl = None,
-        json_output: Json = False,
-    ) -> None:
-        info = _with_client(redis_url, context, lambda c: getattr(c, name)(schedule_id))
-        _show([info], json_output)
-
-    command.__doc__ = doc
-    schedule_app.command(name)(command)
+ScheduleId = Annotated[str, typer.Argument(help="The schedule's id.")]
 
 
-_action("pause", "Pause a schedule: nothing starts; occurrences while paused are skipped.")
-_action("resume", "Resume a schedule from its next occurrence after now.")
-_action("trigger", "Run a schedule once now (its overlap policy applies).")
+def _change(
+    name: str, schedule_id: str, context: str, app_ref: str | None, redis_url: str | None, json_output: bool
+) -> None:
+    registry = _registry(app_ref) if app_ref else None
+    info = _with_client(redis_url, context, lambda c: getattr(c, name)(schedule_id), registry)
+    _show([info], json_output)
+
+
+@schedule_app.command("pause")
+@reporting_errors
+def pause(
+    schedule_id: ScheduleId, context: ContextOption, redis_url: RedisUrl = None, json_output: Json = False
+) -> None:
+    """Pause a schedule: nothing starts; occurrences while paused are skipped."""
+    _change("pause", schedule_id, context, None, redis_url, json_output)
+
+
+@schedule_app.command("resume")
+@reporting_errors
+def resume(
+    schedule_id: ScheduleId,
+    context: ContextOption,
+    app_ref: AppRef = None,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """Resume a schedule from its next occurrence after now, and clear a broken mark.
+
+    Refused when its saga is known not to exist: --app does not define it, or workers
+    registered the context's sagas in Redis and it is not among them.
+    """
+    _change("resume", schedule_id, context, app_ref, redis_url, json_output)
+
+
+@schedule_app.command("trigger")
+@reporting_errors
+def trigger(
+    schedule_id: ScheduleId,
+    context: ContextOption,
+    app_ref: AppRef = None,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """Run a schedule once now (its overlap policy applies), and clear a broken mark.
+
+    Refused when its saga is known not to exist: --app does not define it, or workers
+    registered the context's sagas in Redis and it is not among them.
+    """
+    _change("trigger", schedule_id, context, app_ref, redis_url, json_output)
 
 
 @schedule_app.command("delete")
@@ -150,12 +214,21 @@ def create(
     catch_up: Annotated[str, typer.Option(help="skip, run_once or run_all.")] = "skip",
     skip_weekends: Annotated[bool, typer.Option(help="Skip Saturdays and Sundays.")] = False,
     holiday: Annotated[list[str] | None, typer.Option(help="An ISO date to skip (repeatable).")] = None,
+    holiday_calendar: Annotated[
+        list[str] | None,
+        typer.Option(help="Skip the public holidays of a country or region: DE, DE-BY, US-NY (repeatable)."),
+    ] = None,
     replace: Annotated[bool, typer.Option(help="Replace a schedule with this id.")] = False,
     app_ref: AppRef = None,
     redis_url: RedisUrl = None,
     json_output: Json = False,
 ) -> None:
-    """Create a schedule that starts SAGA with DATA on a cron expression or at a later time."""
+    """Create a schedule that starts SAGA with DATA on a cron expression or at a later time.
+
+    Refused when SAGA is known not to exist: --app does not define it, or workers registered
+    the context's sagas in Redis and it is not among them. With --app the data is checked
+    against the definition too.
+    """
     if start_at is not None and start_at.tzinfo is None:
         raise CommandError("--start-at needs a UTC offset (e.g. 2026-12-01T09:00:00+01:00)")
     try:
@@ -170,6 +243,7 @@ def create(
                 "timezone": timezone,
                 "skip_weekends": skip_weekends,
                 "holidays": tuple(holiday or ()),
+                "holiday_calendars": tuple(holiday_calendar or ()),
                 "overlap": overlap,
                 "catch_up": catch_up,
             },

@@ -17,6 +17,7 @@ from bus import PermanentError, TransientError
 from saga._acl import AclUser, acl_rules
 from saga._admin import SagaAdmin
 from saga._app import App
+from saga._calendar import CalendarError
 from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
 from saga._compat import Change, Rule, compare_shapes
@@ -112,6 +113,7 @@ __all__ = [
     "App",
     "Attempt",
     "BranchView",
+    "CalendarError",
     "CancelRequested",
     "CatchUp",
     "Change",

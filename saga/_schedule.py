@@ -1,9 +1,10 @@
 """Schedules: what starts sagas on a cron expression or at a later time, and the pure planner.
 
 A :class:`Schedule` says what to start (a definition's name, its data), when (a cron
-expression in an IANA zone, and/or a delayed start), on which days (skip weekends, skip a
-list of holidays) and what to do when a run is still going (``overlap``) or occurrences
-were missed while nothing was running the scheduler (``catch_up``). Its
+expression in an IANA zone, and/or a delayed start), on which days (skip weekends, fixed
+dates, the public holidays of country or region calendars) and what to do when a run is
+still going (``overlap``) or occurrences were missed while nothing was running the
+scheduler (``catch_up``). Its
 :class:`ScheduleState` remembers what it started. :func:`plan` decides what happens when a
 schedule is due: which sagas to start (each id derived from the schedule and the
 occurrence time, so starting twice is harmless), which to cancel, which occurrences to
@@ -40,6 +41,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
+from saga._calendar import check_calendar, is_holiday
 from saga._cron import Cron
 
 Overlap = Literal["skip", "buffer_one", "allow_all", "cancel_previous"]
@@ -61,13 +63,17 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
         saga: The definition's name; the newest version the worker knows is started.
         context: The definition's bounded context.
         data: The saga's start data (JSON, checked against the definition when created).
-        cron: A cron expression (see ``saga/_cron.py``); empty for a one-off delayed start.
+        cron: A five-field cron expression (``saga/_cron.py``: syntax, DST rules); empty for
+            a one-off delayed start.
         start_at_ms: A delayed start: nothing runs before this time (Unix ms). Without
             ``cron`` the schedule runs once, then.
         end_at_ms: Nothing runs after this time.
         timezone: The IANA zone the cron expression and the calendar are read in.
         skip_weekends: Skip occurrences on Saturdays and Sundays (in ``timezone``).
         holidays: ISO dates (``2026-12-25``) to skip, in ``timezone``.
+        holiday_calendars: Calendars whose public holidays are skipped, in ``timezone``: a
+            country of the ``holidays`` package, optionally with a subdivision (``DE``,
+            ``DE-BY``, ``US-NY``; see ``saga/_calendar.py``).
         overlap: What to do when the previous run is still going (module docstring).
         catch_up: What to do about occurrences found late (module docstring).
         catch_up_window_ms: How late an occurrence may be found and still run (``None``:
@@ -85,6 +91,7 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     timezone: str = "UTC"
     skip_weekends: bool = False
     holidays: tuple[str, ...] = ()
+    holiday_calendars: tuple[str, ...] = ()
     overlap: Overlap = "skip"
     catch_up: CatchUp = "skip"
     catch_up_window_ms: int | None = None
@@ -102,6 +109,8 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
             raise ValueError(f"schedule {self.id!r}: unknown time zone {self.timezone!r}") from error
         for day in self.holidays:
             date.fromisoformat(day)
+        for calendar in self.holiday_calendars:
+            check_calendar(calendar)
         if self.catch_up_window_ms is not None and self.catch_up_window_ms < 0:
             raise ValueError(f"schedule {self.id!r}: catch_up_window_ms must be >= 0")
 
@@ -136,7 +145,22 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
         day = datetime.fromtimestamp(at_ms / 1000, tz=zone).date()
         if self.skip_weekends and day.isoweekday() >= 6:
             return False
-        return day.isoformat() not in self.holidays
+        if day.isoformat() in self.holidays:
+            return False
+        return not any(is_holiday(calendar, day) for calendar in self.holiday_calendars)
+
+
+class Broken(msgspec.Struct, kw_only=True, frozen=True):
+    """Why a schedule stopped firing: the saga it names is unknown where it fired.
+
+    Attributes:
+        reason: What is wrong, and what the worker that fired it knows instead.
+        at_ms: When that worker marked it (Unix ms, the timer clock's).
+
+    """
+
+    reason: str
+    at_ms: int
 
 
 class ScheduleState(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -145,6 +169,9 @@ class ScheduleState(msgspec.Struct, kw_only=True, omit_defaults=True):
     Attributes:
         next_ms: The next occurrence (``None``: no more).
         paused: Paused schedules start nothing; occurrences while paused are skipped.
+        broken: Set by a worker that does not know the schedule's saga: nothing starts
+            until a worker that knows it repairs it, or an operator re-creates, resumes or
+            triggers it (``saga/_scheduler.py``).
         runs: Sagas it started that have not been seen ending.
         buffered_ms: An occurrence waiting for the running sagas to end.
         pending: Starts decided but not yet confirmed done, as (saga id, occurrence).
@@ -159,6 +186,7 @@ class ScheduleState(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     next_ms: int | None = None
     paused: bool = False
+    broken: Broken | None = None
     runs: list[str] = msgspec.field(default_factory=list)
     buffered_ms: int | None = None
     pending: list[tuple[str, int]] = msgspec.field(default_factory=list)

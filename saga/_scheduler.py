@@ -22,6 +22,18 @@ A scheduler that dies between 1 and 3 leaves pending work that the next one (or 
 does first, with the same saga ids: no occurrence is lost and none starts twice. Starting
 the saga cannot join the claim in one script because the saga lives in another slot. "Now"
 is the timer clock's (Redis ``TIME``; the fake clock in tests), like every timer's.
+
+A schedule must name a saga that exists. :class:`ScheduleClient` refuses one that does not
+when it can know: its registry (the app) or the shapes workers registered in Redis for the
+context list the sagas (``create``, ``resume`` and ``trigger`` check). Otherwise a worker
+whose app does not know the saga marks the schedule *broken*: one compare-and-set write
+records why in the schedule's state (``ScheduleState.broken``) and logs one error; the
+schedule then starts nothing and is only looked at again every :data:`BROKEN_RECHECK_MS`,
+silently, until a worker that knows the saga finds it, clears the mark in the same write
+that claims its due occurrences (the catch-up policy decides about those missed meanwhile)
+and logs once that it is repaired. Re-creating it (``create(..., replace=True)``) or
+``resume``/``trigger`` clear the mark too; a worker that still does not know the saga marks
+it again.
 """
 
 from __future__ import annotations
@@ -37,17 +49,18 @@ from bus._errors import redis_errors
 from bus._log import get_logger
 from saga._client import SagaClient
 from saga._config import EngineConfig
-from saga._definition import Context
+from saga._definition import Context, Saga
 from saga._errors import (
     InvalidInput,
     ScheduleExists,
     ScheduleNotFound,
     UnknownDefinition,
 )
-from saga._keys import Partition, partition_of
+from saga._keys import ContextKeys, Partition, partition_of
 from saga._registry import Registry
-from saga._schedule import Schedule, ScheduleState, first_state, plan
+from saga._schedule import Broken, Schedule, ScheduleState, first_state, plan
 from saga._states import SagaStatus
+from saga._versions import parse_key
 
 WRITE: Final = Script.load("saga", "schedule_write")
 _json = msgspec.json.Encoder()
@@ -55,6 +68,8 @@ _spec_decoder = msgspec.json.Decoder(Schedule)
 _state_decoder = msgspec.json.Decoder(ScheduleState)
 _log = get_logger("redsaga.saga")
 _CAS_TRIES: Final = 20
+BROKEN_RECHECK_MS: Final = 60_000
+"""How often a broken schedule is looked at again, so that a worker that knows its saga repairs it."""
 
 
 class ScheduleInfo(msgspec.Struct, kw_only=True):
@@ -134,8 +149,11 @@ class _Store:
 class ScheduleClient:
     """Create, read, pause, resume, trigger and delete the schedules of one context.
 
-    With a ``registry`` that knows the schedule's saga, :meth:`create` checks the data
-    against the definition; without one (the CLI) the scheduler checks when it starts.
+    :meth:`create`, :meth:`resume` and :meth:`trigger` refuse a schedule whose saga does not
+    exist (:class:`UnknownDefinition`) when the sagas of the context are known here: from
+    ``registry`` (the app), or from the shapes its workers registered in Redis. With a
+    ``registry`` that knows the saga, :meth:`create` also checks the data against the
+    definition; otherwise the scheduler checks it when it starts a run.
     """
 
     def __init__(
@@ -162,13 +180,9 @@ class ScheduleClient:
             raise InvalidInput(
                 f"schedule {schedule.id!r} is for context {schedule.context!r}, not {self.context!r}"
             )
-        if self.registry is not None:
-            try:
-                definition = self.registry.latest(schedule.saga)
-            except UnknownDefinition:
-                definition = None
-            if definition is not None:
-                definition.encode_data(schedule.data)
+        definition = await self._check_saga(schedule)
+        if definition is not None:
+            definition.encode_data(schedule.data)
         now = await timer_now(self._redis, self.clock)
         state = first_state(schedule, now)
         outcome, _ = await self._store.write(
@@ -203,19 +217,29 @@ class ScheduleClient:
         return await self._update(schedule_id, change)
 
     async def resume(self, schedule_id: str) -> ScheduleInfo:
-        """Start again from the next occurrence after now (missed ones are not caught up)."""
+        """Start again from the next occurrence after now (missed ones are not caught up).
+
+        Clears a broken mark, after checking the saga exists (see the class docstring).
+        """
+        await self._check_saga((await self.get(schedule_id)).schedule)
 
         def change(state: ScheduleState, now: int, info: ScheduleInfo) -> int | None:
             state.paused = False
+            state.broken = None
             state.next_ms = info.schedule.next_after(now)
             return state.next_ms if not (state.pending or state.to_cancel) else now
 
         return await self._update(schedule_id, change)
 
     async def trigger(self, schedule_id: str) -> ScheduleInfo:
-        """Run once now, outside the calendar (the overlap policy still applies)."""
+        """Run once now, outside the calendar (the overlap policy still applies).
+
+        Clears a broken mark, after checking the saga exists (see the class docstring).
+        """
+        await self._check_saga((await self.get(schedule_id)).schedule)
 
         def change(state: ScheduleState, now: int, _info: ScheduleInfo) -> int | None:
+            state.broken = None
             state.triggers.append(now)
             return now
 
@@ -225,6 +249,41 @@ class ScheduleClient:
         """Delete the schedule (sagas it started are not touched)."""
         await self.get(schedule_id)
         await self._store.write(schedule_id, "*", None, None, None)
+
+    async def _check_saga(self, schedule: Schedule) -> Saga[Any] | None:
+        """The schedule's definition if the registry has it; refuse a saga known not to exist.
+
+        The saga exists if the registry or the shapes registered in Redis for the context
+        name it. It is known not to when either lists sagas of the context (or the registry
+        is an app's) and neither names it; with neither, nothing can be known here and the
+        worker that fires the schedule decides.
+        """
+        definition = None
+        if self.registry is not None:
+            try:
+                definition = self.registry.latest(schedule.saga)
+            except UnknownDefinition:
+                definition = None
+        if definition is not None:
+            if definition.context.name != self.context:
+                raise InvalidInput(
+                    f"schedule {schedule.id!r}: saga {schedule.saga!r} runs in context "
+                    f"{definition.context.name!r}, not {self.context!r}"
+                )
+            return definition
+        with redis_errors():  # the names only: a shape of a newer format need not be read
+            keys = await self._redis.hkeys(ContextKeys(self.context).shapes)
+        registered = {parse_key(key.decode())[0] for key in keys}
+        if schedule.saga in registered:
+            return None
+        if registered or (self.registry is not None and len(self.registry) > 0):
+            app = {d.name for d in self.registry or () if d.context.name == self.context}
+            known = ", ".join(sorted(registered | app)) or "none"
+            raise UnknownDefinition(
+                f"schedule {schedule.id!r}: no saga named {schedule.saga!r} in context "
+                f"{self.context!r} (known: {known})"
+            )
+        return None
 
     async def _update(
         self, schedule_id: str, change: Callable[[ScheduleState, int, ScheduleInfo], int | None]
@@ -266,12 +325,16 @@ class Scheduler:
         info = await self._store.load(schedule_id)
         if info is None:
             return 0
+        definition = self._definition(info.schedule)
+        if definition is None:
+            await self._mark_broken(info, now_ms)
+            return 0
         if info.state.pending or info.state.to_cancel:  # left by a scheduler that stopped
-            if await self._act(info.schedule, info.state.pending, info.state.to_cancel) is None:
-                return 0
+            await self._act(definition, info.schedule, info.state.pending, info.state.to_cancel)
             info = await self._confirm(schedule_id, info.state.pending, info.state.to_cancel)
             if info is None:
                 return 0
+        broken, info.state.broken = info.state.broken, None  # this worker knows the saga
         ended = await self._ended(info.state.runs)
         decided = plan(info.schedule, info.state, now_ms, ended, recheck_ms=self.config.schedule_recheck_ms)
         outcome, _ = await self._store.write(
@@ -279,28 +342,59 @@ class Scheduler:
         )
         if outcome != "ok":
             return 0  # another scheduler claimed it
+        if broken is not None:
+            _log.info(
+                "schedule repaired: this worker knows its saga",
+                schedule=schedule_id,
+                saga=info.schedule.saga,
+                broken_since_ms=broken.at_ms,
+            )
         for at in decided.skipped:
             _log.info("schedule occurrence skipped", schedule=schedule_id, occurrence_ms=at)
-        started = await self._act(info.schedule, decided.start, decided.cancel)
-        if started is None:
-            return 0  # left pending for a worker that knows the saga
+        started = await self._act(definition, info.schedule, decided.start, decided.cancel)
         await self._confirm(schedule_id, decided.start, decided.cancel)
         return started
 
-    async def _act(
-        self, schedule: Schedule, starts: Iterable[tuple[str, int]], cancels: Iterable[str]
-    ) -> int | None:
-        """Start and cancel (idempotent); ``None`` when this worker cannot (unknown saga)."""
-        starts, cancels = list(starts), list(cancels)
-        if not starts and not cancels:
-            return 0
+    def _definition(self, schedule: Schedule) -> Saga[Any] | None:
+        """The newest definition of the schedule's saga in this context, if this worker has one."""
         try:
             definition = self.registry.latest(schedule.saga)
         except UnknownDefinition:
-            _log.error(
-                "schedule names a saga this worker does not know", schedule=schedule.id, saga=schedule.saga
-            )
             return None
+        return definition if definition.context.name == self.context.name else None
+
+    async def _mark_broken(self, info: ScheduleInfo, now_ms: int) -> None:
+        """Record that the saga is unknown here (logged once), and look again later, silently."""
+        state, first = info.state, info.state.broken is None
+        known = ", ".join(sorted({d.name for d in self.registry if d.context.name == self.context.name}))
+        if first:
+            state.broken = Broken(
+                reason=(
+                    f"no saga named {info.schedule.saga!r} in context {self.context.name!r} is known "
+                    f"to the worker that fired it (it knows: {known})"
+                ),
+                at_ms=now_ms,
+            )
+        outcome, _ = await self._store.write(
+            info.schedule.id, str(info.revision), None, state, now_ms + BROKEN_RECHECK_MS
+        )
+        if outcome == "ok" and first:  # of several schedulers, the one whose write won logs
+            _log.error(
+                "schedule marked broken: it names a saga this worker does not know",
+                schedule=info.schedule.id,
+                saga=info.schedule.saga,
+                context=self.context.name,
+                known=known,
+            )
+
+    async def _act(
+        self,
+        definition: Saga[Any],
+        schedule: Schedule,
+        starts: Iterable[tuple[str, int]],
+        cancels: Iterable[str],
+    ) -> int:
+        """Start and cancel (idempotent); return how many sagas were started."""
         started = 0
         for saga_id, _at in starts:
             try:

@@ -11,6 +11,7 @@ import bus
 from bus import FakeClock
 from cli.main import app
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
+from tests.saga.report_sagas import report
 from tests.saga.time_sagas import Loan, loan, participants
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -90,7 +91,9 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
         "--timezone",
         "Europe/Berlin",
         "--holiday",
-        "2026-12-25",
+        "2026-12-24",
+        "--holiday-calendar",
+        "DE-BY",
         "--overlap",
         "buffer_one",
     )
@@ -99,7 +102,8 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
     assert code == 0, output
     [info] = msgspec.json.decode(output)
     assert info["schedule"]["cron"] == "30 2 * * mon-fri"
-    assert info["schedule"]["holidays"] == ["2026-12-25"]
+    assert info["schedule"]["holidays"] == ["2026-12-24"]
+    assert info["schedule"]["holiday_calendars"] == ["DE-BY"]
     assert info["state"]["next_ms"] > 0
 
     for action, check in (("pause", "paused"), ("resume", "active"), ("trigger", "active")):
@@ -114,8 +118,71 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
     )
     assert code == 1
     assert "expected 5 fields" in output
+    code, output = saga_cli(
+        real_redis_url, "schedule", "create", "bad", "-c", "reports", "--saga", "r", "--cron", "@daily",
+        "--holiday-calendar", "DE-XX",
+    )  # fmt: skip
+    assert code == 1
+    assert output.startswith("error: holiday calendar 'DE-XX': DE has no subdivision 'XX' (it has: BB, BE, ")
+    assert output.count("\n") == 1  # one line
     code, output = saga_cli(real_redis_url, "schedule", "delete", "nightly", "--context", "reports")
     assert code == 0
     code, output = saga_cli(real_redis_url, "schedule", "pause", "nightly", "--context", "reports")
     assert code == 1
     assert "no schedule with id 'nightly'" in output
+
+
+REPORTING = App("reporting", sagas=[report])
+
+
+async def test_a_schedule_for_an_unknown_saga_is_refused_or_listed_as_broken(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    typo = ("typo", "-c", "reports", "--saga", "nosuchsaga", "--cron", "0 3 * * *")
+    code, output = await saga_cli_async(
+        real_redis_url, "schedule", "create", *typo, "--app", "tests.cli.test_time:REPORTING"
+    )
+    assert (code, output) == (
+        1,
+        "error: schedule 'typo': no saga named 'nosuchsaga' in context 'reports' (known: report)\n",
+    )
+
+    # nothing can know here (no --app, no worker registered the context): the worker decides
+    code, output = await saga_cli_async(real_redis_url, "schedule", "create", *typo)
+    assert code == 0, output
+    code, output = await saga_cli_async(real_redis_url, "schedule", "trigger", "typo", "-c", "reports")
+    assert code == 0, output
+    worker = SagaWorker(real_redis, REPORTING, config=EngineConfig(bus=bus.BusConfig(lease_ms=10_000)))
+    await worker.run_until_idle()
+
+    code, output = await saga_cli_async(real_redis_url, "schedule", "list", "-c", "reports")
+    assert code == 0, output
+    table, reason, advice = output.splitlines()[1:]
+    assert table.split()[:2] == ["typo", "nosuchsaga"]
+    assert "broken" in table
+    assert reason.startswith("typo: broken since ")
+    assert reason.endswith(
+        ": no saga named 'nosuchsaga' in context 'reports' is known to the worker that fired it "
+        "(it knows: report)"
+    )
+    assert advice.startswith("A broken schedule starts nothing.")
+    code, output = await saga_cli_async(real_redis_url, "schedule", "list", "-c", "reports", "--json")
+    [info] = msgspec.json.decode(output)
+    assert set(info) == {"schedule", "state", "revision", "due_ms"}
+    assert set(info["state"]["broken"]) == {"reason", "at_ms"}
+    assert info["state"]["paused"] is False  # every field is there, defaults too
+    assert info["schedule"]["holiday_calendars"] == []
+
+    # once a worker registered the context's sagas, the CLI knows without --app
+    await worker.register()
+    code, output = await saga_cli_async(real_redis_url, "schedule", "trigger", "typo", "-c", "reports")
+    assert (code, output) == (
+        1,
+        "error: schedule 'typo': no saga named 'nosuchsaga' in context 'reports' (known: report)\n",
+    )
+    code, output = await saga_cli_async(real_redis_url, "schedule", "create", *typo, "--replace")
+    assert code == 1
+    fixed = ("typo", "-c", "reports", "--saga", "report", "--cron", "0 3 * * *", "--replace", "--json")
+    code, output = await saga_cli_async(real_redis_url, "schedule", "create", *fixed)
+    assert code == 0, output
+    assert msgspec.json.decode(output)[0]["state"]["broken"] is None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 import bus
 from bus import FakeClock
-from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker, ScheduleClient
 
 DOC = (Path(__file__).parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
 pytestmark = pytest.mark.anyio
@@ -80,3 +82,21 @@ def test_the_runner_example_runs() -> None:
         {"loan": loan, "ledger": ledger, "mailer": mailer, "NOON": NOON, "Loan": Loan}
         | {"Approval": Approval, "FundsReady": FundsReady},
     )
+
+
+async def test_the_schedule_example_creates_a_schedule_that_skips_bavarian_holidays() -> None:
+    from tests.saga.report_sagas import report
+
+    code = block("## Schedules")
+    body = "".join(f"    {line}\n" for line in code.splitlines())
+    namespace: dict[str, Any] = {}
+    exec(compile(f"async def example(redis, app):\n{body}", "docs/time.md", "exec"), namespace)  # noqa: S102
+    redis = bus.connect(bus.MEMORY_URL)
+    await namespace["example"](redis, App("reports", sagas=[report]))
+    [info] = await ScheduleClient(redis, "reports").list()
+    assert info.schedule.holiday_calendars == ("DE-BY",)
+    berlin = ZoneInfo("Europe/Berlin")
+    monday = int(datetime(2026, 1, 5, 2, 30, tzinfo=berlin).timestamp() * 1000)
+    wednesday = int(datetime(2026, 1, 7, 2, 30, tzinfo=berlin).timestamp() * 1000)
+    assert info.schedule.next_after(monday) == wednesday  # Tuesday 6 January: Epiphany in Bavaria
+    await redis.aclose()

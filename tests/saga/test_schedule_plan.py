@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from saga import Schedule, ScheduleState
+from saga import CalendarError, Schedule, ScheduleState
 from saga._schedule import first_state, plan, saga_id_for
 
 MINUTE = 60_000
@@ -68,6 +68,67 @@ def test_a_late_night_utc_run_counts_on_its_local_date() -> None:
     saturday_morning_tokyo = at(6, 23, 30)  # Fri 23:30 UTC = Sat 08:30 JST
     nxt = tokyo.next_after(saturday_morning_tokyo - 1)
     assert nxt == at(8, 23, 30)  # Mon 08:30 JST = Sun 23:30 UTC
+
+
+def local_runs(spec: Schedule, start: datetime, count: int) -> list[str]:
+    """The next ``count`` runs after ``start``, as dates in the schedule's zone."""
+    from zoneinfo import ZoneInfo
+
+    found, moment = [], int(start.timestamp() * 1000)
+    for _ in range(count):
+        moment = spec.next_after(moment)  # type: ignore[assignment]
+        found.append(datetime.fromtimestamp(moment / 1000, tz=ZoneInfo(spec.timezone)).strftime("%m-%d"))
+    return found
+
+
+def test_a_holiday_calendar_skips_the_public_holidays_of_its_region() -> None:
+    bavaria = schedule(cron="0 9 * * *", timezone="Europe/Berlin", holiday_calendars=("DE-BY",))
+    berlin = schedule(cron="0 9 * * *", timezone="Europe/Berlin", holiday_calendars=("DE-BE",))
+    new_year = datetime(2026, 1, 4, 12, tzinfo=UTC)
+    # Epiphany (6 January) is a public holiday in Bavaria, not in Berlin
+    assert local_runs(bavaria, new_year, 3) == ["01-05", "01-07", "01-08"]
+    assert local_runs(berlin, new_year, 3) == ["01-05", "01-06", "01-07"]
+    # the next year needs no new list of dates
+    assert local_runs(bavaria, datetime(2027, 1, 4, 12, tzinfo=UTC), 2) == ["01-05", "01-07"]
+    # movable feasts: Good Friday and Easter Monday 2026 are 3 and 6 April everywhere in Germany
+    assert local_runs(berlin, datetime(2026, 4, 1, 12, tzinfo=UTC), 3) == ["04-02", "04-04", "04-05"]
+
+
+def test_calendars_fixed_dates_and_weekends_combine() -> None:
+    # 4 July 2026 is a Saturday: New York observes Independence Day on Friday 3 July
+    new_york = schedule(
+        cron="0 9 * * *",
+        timezone="America/New_York",
+        skip_weekends=True,
+        holidays=("2026-07-06",),
+        holiday_calendars=("US-NY",),
+    )
+    assert local_runs(new_york, datetime(2026, 7, 1, 12, tzinfo=UTC), 3) == ["07-01", "07-02", "07-07"]
+    # a country's calendar without a region: its nationwide holidays (German Unity Day)
+    germany = schedule(cron="0 9 * * *", timezone="Europe/Berlin", holiday_calendars=("DE",))
+    assert local_runs(germany, datetime(2026, 10, 1, 12, tzinfo=UTC), 2) == ["10-02", "10-04"]
+
+
+@pytest.mark.parametrize(
+    ("calendar", "message"),
+    [
+        ("XX", "holiday calendar 'XX': the holidays package has no country 'XX' .*such as DE or US"),
+        ("de-by", "no country 'de'"),
+        ("DE-XX", r"DE has no subdivision 'XX' \(it has: BB, BE, BW, BY, "),
+        ("", "no country ''"),
+    ],
+)
+def test_an_unknown_holiday_calendar_is_refused_when_the_schedule_is_made(
+    calendar: str, message: str
+) -> None:
+    with pytest.raises(CalendarError, match=message) as refused:
+        schedule(holiday_calendars=("DE-BY", calendar))
+    assert refused.value.calendar == calendar
+    with pytest.raises(msgspec.ValidationError, match=message):  # decoding checks it too
+        msgspec.convert(
+            {"id": "s", "saga": "r", "context": "c", "cron": "@daily", "holiday_calendars": [calendar]},
+            Schedule,
+        )
 
 
 @pytest.mark.parametrize(

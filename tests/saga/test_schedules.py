@@ -13,12 +13,14 @@ from collections.abc import Iterable
 import anyio
 import msgspec
 import pytest
+from structlog.testing import capture_logs
 
 import bus
 from bus import FakeClock
 from saga import (
     App,
     EngineConfig,
+    InvalidInput,
     SagaClient,
     SagaState,
     SagaStatus,
@@ -27,10 +29,11 @@ from saga import (
     ScheduleClient,
     ScheduleExists,
     ScheduleNotFound,
+    UnknownDefinition,
 )
-from saga._scheduler import Scheduler
+from saga._scheduler import BROKEN_RECHECK_MS, Scheduler
 from saga.testing import SagaRunner
-from tests.saga.report_sagas import MIDNIGHT, REPORTS, Report, every_minute, report
+from tests.saga.report_sagas import MIDNIGHT, REPORTS, Report, every_minute, late_report, report
 
 pytestmark = pytest.mark.anyio
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
@@ -88,7 +91,7 @@ def test_runner_cancel_previous_cancels_the_running_one_then_starts_the_newest()
     assert all(s.cancel is not None and s.cancel.by == "schedule:minutely" for s in states[:-1])
 
 
-def test_runner_dst_schedule_runs_at_the_shifted_time() -> None:
+def test_runner_dst_schedule_runs_when_the_gap_ends() -> None:
     from datetime import UTC, datetime
 
     start = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
@@ -106,10 +109,40 @@ def test_runner_dst_schedule_runs_at_the_shifted_time() -> None:
     )
     runner.advance(days=3)
     assert runner.saga_ids == [
-        "nightly@2026-03-08T07:30:00.000Z",  # 03:30 EDT: 02:30 did not exist that night
+        "nightly@2026-03-08T07:00:00.000Z",  # 03:00 EDT: 02:30 did not exist that night
         "nightly@2026-03-09T06:30:00.000Z",  # 02:30 EDT
         "nightly@2026-03-10T06:30:00.000Z",
     ]
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        # 2026-03-29 02:30 does not exist in Berlin: it runs at 03:00 CEST
+        ((2026, 3, 28), ["2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"]),
+        # 2026-10-25 02:30 happens twice: it runs at the first (CEST), not again at 02:30 CET
+        ((2026, 10, 24), ["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]),
+    ],
+)
+def test_runner_berlin_nightly_runs_once_on_both_dst_changes(
+    start: tuple[int, int, int], expected: list[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    runner = SagaRunner(report, start_time=datetime(*start, 12, 0, tzinfo=UTC))
+    data = msgspec.Raw(msgspec.json.encode(Report(name="n", seconds=1)))
+    runner.add_schedule(
+        Schedule(
+            id="nightly",
+            saga="report",
+            context=REPORTS,
+            data=data,
+            cron="30 2 * * *",
+            timezone="Europe/Berlin",
+        )
+    )
+    runner.advance(days=2)
+    assert runner.saga_ids == [f"nightly@{at}" for at in expected]
 
 
 def test_runner_pause_resume_and_trigger() -> None:
@@ -198,8 +231,6 @@ async def test_invalid_schedule_data_is_refused_when_the_definition_is_known(red
     bad = Schedule(
         id="bad", saga="report", context=REPORTS, data=msgspec.Raw(b'{"nope": 1}'), cron="* * * * *"
     )
-    from saga import InvalidInput
-
     with pytest.raises(InvalidInput):
         await world.schedules.create(bad)
 
@@ -267,3 +298,114 @@ async def test_catch_up_after_downtime_on_redis(redis: bus.Redis) -> None:
     ids = [s.id for s in await world.sagas()]
     assert len([i for i in ids if i.startswith("all@")]) == 7  # 00:00 … 01:00
     assert [i for i in ids if i.startswith("once@")] == ["once@2026-03-02T01:00:00.000Z"]
+
+
+# -- a schedule for a saga that does not exist ------------------------------------------------
+
+
+def unknown(schedule_id: str = "typo", saga: str = "nosuchsaga") -> Schedule:
+    data = msgspec.Raw(msgspec.json.encode(Report(name=schedule_id)))
+    return Schedule(id=schedule_id, saga=saga, context=REPORTS, data=data, cron="* * * * *")
+
+
+async def test_an_unknown_saga_is_refused_when_the_app_is_known(redis: bus.Redis) -> None:
+    world = Reports(redis)
+    with pytest.raises(
+        UnknownDefinition, match=r"no saga named 'nosuchsaga' in context 'reports' \(known: report\)"
+    ):
+        await world.schedules.create(unknown())
+    assert await world.schedules.list() == []
+    # one made where nothing could know (no app, no worker ever registered) is refused at trigger
+    await ScheduleClient(redis, REPORTS, clock=world.clock).create(unknown())
+    with pytest.raises(UnknownDefinition, match="no saga named 'nosuchsaga'"):
+        await world.schedules.trigger("typo")
+    with pytest.raises(UnknownDefinition, match="no saga named 'nosuchsaga'"):
+        await world.schedules.resume("typo")
+    assert (await world.schedules.get("typo")).state.triggers == []
+    # a saga of another context is refused too
+    elsewhere = msgspec.structs.replace(unknown("elsewhere", "report"), context="billing")
+    with pytest.raises(InvalidInput, match="saga 'report' runs in context 'reports', not 'billing'"):
+        await ScheduleClient(redis, "billing", registry=world.app.registry, clock=world.clock).create(
+            elsewhere
+        )
+
+
+async def test_an_unknown_saga_is_refused_when_workers_registered_the_context_in_redis(
+    redis: bus.Redis,
+) -> None:
+    world = Reports(redis)
+    await world.workers[0].register()
+    no_app = ScheduleClient(redis, REPORTS, clock=world.clock)  # the CLI without --app
+    with pytest.raises(
+        UnknownDefinition, match=r"no saga named 'nosuchsaga' in context 'reports' \(known: report\)"
+    ):
+        await no_app.create(unknown())
+    assert await no_app.list() == []
+    created = await no_app.create(every_minute())
+    assert created.schedule.saga == "report"
+    assert (await no_app.trigger("minutely")).state.triggers != []
+
+
+async def test_a_worker_that_does_not_know_the_saga_marks_the_schedule_broken_once(redis: bus.Redis) -> None:
+    world = Reports(redis, workers=2)
+    await ScheduleClient(redis, REPORTS, clock=world.clock).create(unknown())  # nothing could know
+    with capture_logs() as logs:
+        for _ in range(240):  # two hours, a poll every 30 s, two schedulers racing
+            await world.advance(30)
+    broken = [log for log in logs if "schedule" in log["event"] and log.get("schedule") == "typo"]
+    assert [(log["log_level"], log["event"]) for log in broken] == [
+        ("error", "schedule marked broken: it names a saga this worker does not know")
+    ]
+    assert broken[0]["saga"] == "nosuchsaga"
+    assert await world.sagas() == []
+    info = await world.schedules.get("typo")
+    assert info.state.broken is not None
+    assert info.state.broken.reason == (
+        "no saga named 'nosuchsaga' in context 'reports' is known to the worker that fired it "
+        "(it knows: report)"
+    )
+    assert info.state.broken.at_ms == int(MIDNIGHT.timestamp() * 1000) + 30_000
+    assert info.state.pending == []  # nothing was claimed
+    assert info.due_ms is not None
+    assert info.due_ms <= world.clock.now_ms() + BROKEN_RECHECK_MS  # looked at again, rarely
+
+
+async def test_a_worker_that_knows_the_saga_repairs_a_broken_schedule(redis: bus.Redis) -> None:
+    world = Reports(redis)  # its app has `report` only
+    data = msgspec.Raw(msgspec.json.encode(Report(name="late", seconds=1)))
+    late = Schedule(
+        id="late", saga="late_report", context=REPORTS, data=data, cron="*/10 * * * *", catch_up="run_once"
+    )
+    await ScheduleClient(redis, REPORTS, clock=world.clock).create(late)
+    await world.advance(0)
+    assert (await world.schedules.get("late")).state.broken is not None
+
+    newer = SagaWorker(redis, App("reports", sagas=[report, late_report]), config=CONFIG, clock=world.clock)
+    with capture_logs() as logs:
+        world.clock.advance(BROKEN_RECHECK_MS / 1000)
+        await newer.run_until_idle()
+    assert [log["event"] for log in logs if log.get("schedule") == "late"] == [
+        "schedule repaired: this worker knows its saga"
+    ]
+    info = await world.schedules.get("late")
+    assert info.state.broken is None
+    assert info.state.last_started == "late@2026-03-02T00:00:00.000Z"  # the missed occurrence: run_once
+    assert [s.id for s in await world.sagas()] == ["late@2026-03-02T00:00:00.000Z"]
+
+
+async def test_re_creating_or_resuming_a_broken_schedule_clears_the_mark(redis: bus.Redis) -> None:
+    world = Reports(redis)
+    no_app = ScheduleClient(redis, REPORTS, clock=world.clock)
+    await no_app.create(unknown())
+    await world.advance(0)
+    assert (await no_app.get("typo")).state.broken is not None
+    for retry in (no_app.resume, no_app.trigger):  # nothing here knows better: the worker decides again
+        assert (await retry("typo")).state.broken is None
+        await world.advance(60)
+        assert (await no_app.get("typo")).state.broken is not None
+
+    fixed = await no_app.create(unknown(saga="report"), replace=True)
+    assert fixed.state.broken is None
+    await world.advance(60)
+    assert (await no_app.get("typo")).state.broken is None
+    assert [s.id for s in await world.sagas()] == ["typo@2026-03-02T00:03:00.000Z"]
