@@ -3,24 +3,32 @@
 Orders are drawn from a seeded random generator with injected failures: declined cards
 (compensated: the stock is released), unserved regions (compensated: refund, then release),
 and flaky participants (transient failures that the retry policy absorbs).
+
+Every entry is signed and checked, as in production: unless ``REDSAGA_KEYRING`` names the
+keys to use, the demo makes a master key for the run and issues one keyring holding every
+principal the process runs (the orchestrator, the three participants and ``client:demo``).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
 import msgspec
 
 from bus import Redis, uuid7
+from bus._auth import KEYRING_ENV, encode_keyrings
 from relay import Relay, RelayConfig
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga._keyring import issue_keyrings, new_master, reach_of
 from services_example.all import app
 from services_example.contracts import Line, Order
 from services_example.inventory import reserved_orders, stock
@@ -39,7 +47,11 @@ class Outcome(msgspec.Struct, kw_only=True):
 
 
 class DemoReport(msgspec.Struct, kw_only=True):
-    """What the demo did and whether the books balance."""
+    """What the demo did and whether the books balance.
+
+    ``signed_by`` lists the principals whose keyrings signed and checked every entry (empty
+    with signing off).
+    """
 
     orders: int
     seconds: float
@@ -47,6 +59,7 @@ class DemoReport(msgspec.Struct, kw_only=True):
     ledger_balanced: bool
     stock_released: bool
     unfinished: int
+    signed_by: list[str] = msgspec.field(default_factory=list)
 
 
 def make_orders(count: int, seed: int, run: str = "") -> list[Order]:
@@ -80,16 +93,36 @@ async def run_demo(
     db_dsn: str | None = None,
     timeout_s: float = 120.0,
     progress: Callable[[dict[str, int]], None] | None = None,
+    signed: bool = True,
 ) -> DemoReport:
     """Start ``orders`` sagas, run the services and their relays until every saga ends, report.
 
     Payments and inventory keep their state in databases: two SQLite files in a temporary
-    directory, or the PostgreSQL database ``db_dsn`` for both.
+    directory, or the PostgreSQL database ``db_dsn`` for both. With ``signed`` (the default)
+    every entry is signed (see the module docstring).
     """
-    with tempfile.TemporaryDirectory(prefix="redsaga-demo-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="redsaga-demo-") as scratch, _keys(signed=signed):
         ledger.dsn = db_dsn or f"sqlite:///{Path(scratch) / 'payments.db'}"
         stock.dsn = db_dsn or f"sqlite:///{Path(scratch) / 'inventory.db'}"
         return await _run(redis, orders, seed, timeout_s, progress)
+
+
+@contextmanager
+def _keys(*, signed: bool) -> Iterator[None]:
+    """Sign the run with keys made for it, through ``REDSAGA_KEYRING`` (as a worker reads it).
+
+    Nothing changes when signing is off or the environment names keys already.
+    """
+    if not signed or os.environ.get(KEYRING_ENV):
+        yield
+        return
+    reach = reach_of(app, clients=["demo"])
+    keyring = encode_keyrings(issue_keyrings(new_master(), reach, sorted(reach))).decode()
+    os.environ[KEYRING_ENV] = keyring
+    try:
+        yield
+    finally:
+        del os.environ[KEYRING_ENV]
 
 
 async def _run(
@@ -97,7 +130,7 @@ async def _run(
 ) -> DemoReport:
     config = EngineConfig()
     worker = SagaWorker(redis, app, config=config)
-    client = SagaClient(redis, app.registry, config=config, source="demo")
+    client = SagaClient(redis, app.registry, config=config, source="demo")  # client:demo when signed
     batch = make_orders(orders, seed, run=uuid7()[:13])
     # SQLite has no NOTIFY: the demo's relays poll often so replies are not held up.
     relays = [
@@ -150,6 +183,7 @@ async def _run(
         ledger_balanced=all(net.get(o, 0) == (totals[o] if o in completed else 0) for o in totals),
         stock_released=all(o in completed for o in holding if o in totals),
         unfinished=sum(1 for s in states if not s.status.terminal),
+        signed_by=sorted(config.auth.keyrings),
     )
 
 
