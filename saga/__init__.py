@@ -17,6 +17,7 @@ from bus import PermanentError, TransientError
 from saga._acl import AclUser, acl_rules
 from saga._admin import SagaAdmin
 from saga._app import App
+from saga._catalogue import Catalogue
 from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
 from saga._compat import Change, Rule, compare_shapes
@@ -27,6 +28,7 @@ from saga._decider import Decision, LocalCall, decide, start
 from saga._definition import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
 from saga._errors import (
     ActionRefused,
+    CodeRequired,
     ConcurrentUpdate,
     DefinitionError,
     IllegalTransition,
@@ -39,6 +41,7 @@ from saga._errors import (
     SagaNotFound,
     ScheduleExists,
     ScheduleNotFound,
+    StartConflict,
     UnknownDefinition,
     VersionDrained,
     VersionError,
@@ -83,7 +86,7 @@ from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
 from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
-from saga._stats import OutboxBacklog, SagaCount, Stats
+from saga._stats import GroupLoad, OutboxBacklog, SagaCount, SagaTally, Stats, StreamLoad
 from saga._tokens import InvalidToken, Signer
 from saga._trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
 from saga._versions import (
@@ -112,8 +115,10 @@ __all__ = [
     "Attempt",
     "BranchView",
     "CancelRequested",
+    "Catalogue",
     "CatchUp",
     "Change",
+    "CodeRequired",
     "Command",
     "CommandContext",
     "Compensation",
@@ -129,6 +134,7 @@ __all__ = [
     "EventReceived",
     "ForceCompleted",
     "Group",
+    "GroupLoad",
     "GroupState",
     "HistoryEntry",
     "IllegalTransition",
@@ -174,6 +180,7 @@ __all__ = [
     "SagaRow",
     "SagaState",
     "SagaStatus",
+    "SagaTally",
     "SagaWorker",
     "Schedule",
     "ScheduleClient",
@@ -184,6 +191,7 @@ __all__ = [
     "Shape",
     "SignalReceived",
     "Signer",
+    "StartConflict",
     "Started",
     "Stats",
     "Step",
@@ -196,6 +204,7 @@ __all__ = [
     "StepSucceeded",
     "StepView",
     "Stranded",
+    "StreamLoad",
     "TimelineRow",
     "TimerFired",
     "TimerView",

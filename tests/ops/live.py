@@ -16,7 +16,7 @@ import anyio
 import anyio.from_thread
 
 import bus
-from saga import EngineConfig, SagaWorker
+from saga import App, EngineConfig, SagaWorker
 from tests.ops.scenario import Scenario, app, drive
 
 LIVE_CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000, block_ms=50))
@@ -63,11 +63,18 @@ def prepare(url: str) -> Scenario:
 @contextmanager
 def orchestrator(url: str, scenario: Scenario) -> Iterator[SagaWorker]:
     """Run the scenario app's worker in a background thread until the block ends."""
+    with running(url, app, scenario.clock) as worker:
+        yield worker
+
+
+@contextmanager
+def running(url: str, served: App, clock: bus.Clock) -> Iterator[SagaWorker]:
+    """Run ``served``'s worker on ``clock`` in a background thread until the block ends."""
     with anyio.from_thread.start_blocking_portal() as portal:
 
         async def build() -> tuple[bus.Redis, SagaWorker]:
             redis = bus.connect(url)
-            return redis, SagaWorker(redis, app, config=LIVE_CONFIG, clock=scenario.clock, consumer="live")
+            return redis, SagaWorker(redis, served, config=LIVE_CONFIG, clock=clock, consumer="live")
 
         redis, worker = portal.call(build)
         running = portal.start_task_soon(worker.run)
