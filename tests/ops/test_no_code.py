@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 import bus
 from bus import FakeClock
 from cli.main import app as cli
-from saga import SagaClient, SagaWorker
+from saga import SagaAdmin, SagaClient, SagaWorker
 from saga._keys import Partition, partition_of
 from tests.helpers import eventually
 from tests.ops.live import running
@@ -323,3 +323,30 @@ def test_an_operator_with_only_a_redis_url(
     history = as_json(url, here, "inspect", "down-1", "--history")
     assert history["history_omitted"] is False  # type: ignore[index]
     assert any(r["summary"] == "retry requested by bob@oncall: archive is back" for r in history["timeline"])  # type: ignore[index]
+
+
+def test_a_wait_past_its_deadline_is_stuck(vault: tuple[ModuleType, FakeClock], real_redis_url: str) -> None:
+    async def main() -> None:
+        redis = bus.connect(real_redis_url)
+        try:
+            admin = await SagaAdmin.from_redis(redis)
+            stats = await admin.stats(stuck_for_ms=600_000)
+            assert (stats.stuck, stats.waiting) == (2, 1)
+            # the hold saga's sleep timer is past due and nothing fired it: stuck, not waiting
+            partition = Partition("vault", partition_of("hold", 2))
+            timer = (await admin.get("hold")).steps["cool_off"].timer
+            await redis.zadd(partition.timers, {timer: 1})
+            stats = await admin.stats(stuck_for_ms=600_000)
+            assert (stats.stuck, stats.waiting) == (3, 0)
+            page = await admin.list(stuck_for_ms=600_000)
+            assert ({r.id for r in page.rows}, page.total, page.waiting) == (
+                {"down-1", "down-2", "hold"},
+                3,
+                0,
+            )
+            tally = await admin.tally(stuck_for_ms=600_000, status="suspended")
+            assert (tally.total, tally.waiting) == (1, 0)
+        finally:
+            await redis.aclose()
+
+    anyio.run(main)
