@@ -1,4 +1,4 @@
-"""``saga dlq list|show|requeue|purge``: the dead-letter streams of the app's partitions."""
+"""``saga dlq list|show|requeue|purge``: the dead-letter streams of every registered context's partitions."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ SagaId = Annotated[str | None, typer.Option("--saga", help="Only letters naming 
 Tags = Annotated[
     list[str] | None,
     typer.Option(
-        "--tag", help="Read the dead-letter stream of this hash tag instead of the app's partitions."
+        "--tag",
+        help="Read the dead-letter stream of this hash tag instead of every registered context's partitions.",
     ),
 ]
 Every = Annotated[bool, typer.Option("--all", help="Every letter matching the filters (none: all letters).")]

@@ -17,7 +17,6 @@ from cli._common import CommandError, Json, emit_json
 from cli._format import parse_duration
 from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, RedisUrl, Wait, with_admin
 from saga import ActionResult, SagaAdmin, SagaStatus, encode_trace
-from saga._graph import path_graph
 
 SagaId = Annotated[str, typer.Argument(help="The saga's id.", show_default=False)]
 Format = Annotated[Literal["mermaid", "dot"], typer.Option("--format", help="Diagram format for --graph.")]
@@ -60,24 +59,20 @@ def inspect(
     Status, definition and version, the current step and what it waits for, every step with
     its attempts (input, output or error, timings, worker), pending timers, the last error
     with its chain, dead letters naming the saga, and the history timeline. Unknown id:
-    exit code 1.
+    exit code 1. --json prints the inspection (history_omitted is true unless --history;
+    graph holds the diagram with --graph). --graph needs --app.
     """
-
-    async def job(admin: SagaAdmin) -> tuple[object, str]:
-        found = await admin.inspect(saga_id, context=context, history=history)
-        diagram = ""
-        if graph:
-            state = await admin.get(saga_id, context=context)
-            diagram = path_graph(admin.registry.get(state.name, state.version), state, fmt)
-        return found, diagram
-
-    found, diagram = with_admin(redis_url, app, job)
-    if graph and not json:
-        typer.echo(diagram)
-    elif json:
-        emit_json({"inspection": found, "graph": diagram} if graph else found)
+    found = with_admin(
+        redis_url,
+        app,
+        lambda admin: admin.inspect(saga_id, context=context, history=history, graph=fmt if graph else None),
+    )
+    if json:
+        emit_json(found)
+    elif found.graph is not None:
+        typer.echo(found.graph)
     else:
-        _show.inspection(found, history=history)  # type: ignore[arg-type]
+        _show.inspection(found, history=history)
 
 
 def list_sagas(
@@ -104,39 +99,31 @@ def list_sagas(
     """List sagas by status, definition and version, or those stuck for a while.
 
     Any status can be asked for, dead_lettered included. --stuck-for lists sagas that have
-    not moved for that long, stalest first (from an index, not a scan). Paginated with
-    --limit and --offset; --count prints counts instead.
+    not moved for that long, stalest first (from an index, not a scan), leaving out those
+    waiting within their wait's deadline (counted as waiting). Paginated with --limit and
+    --offset; --count prints counts per definition and status instead. An unknown
+    --definition or --context: exit code 1.
     """
     stuck_ms = _duration(stuck_for, "--stuck-for")
-    statuses = list(status or [])
-
-    async def job(admin: SagaAdmin) -> tuple[object, int | None]:
-        filters = {"status": statuses, "definition": definition, "version": version, "context": context}
-        if count and stuck_ms is None:
-            rows = await admin.counts(context=context)
-            keep = [
-                r
-                for r in rows
-                if (not statuses or r.status in statuses)
-                and definition in (None, r.definition)
-                and version in (None, r.version)
-            ]
-            return keep, None
-        total = await admin.count(**filters, stuck_for_ms=stuck_ms)  # type: ignore[arg-type]
-        if count:
-            return None, total
-        found = await admin.list(**filters, stuck_for_ms=stuck_ms, offset=offset, limit=limit)  # type: ignore[arg-type]
-        return found, total
-
-    found, total = with_admin(redis_url, app, job)
+    filters = {
+        "status": list(status or []),
+        "definition": definition,
+        "version": version,
+        "context": context,
+        "stuck_for_ms": stuck_ms,
+    }
+    if count:
+        tally = with_admin(redis_url, app, lambda admin: admin.tally(**filters))  # type: ignore[arg-type]
+        if json:
+            emit_json(tally)
+        else:
+            _show.tally(tally)
+        return
+    found = with_admin(redis_url, app, lambda admin: admin.list(**filters, offset=offset, limit=limit))  # type: ignore[arg-type]
     if json:
-        emit_json(found if found is not None else {"count": total})
-    elif count and found is not None:
-        _show.counts(found)  # type: ignore[arg-type]
-    elif count:
-        typer.echo(f"{total} saga(s) not moved for {stuck_for}")
+        emit_json(found)
     else:
-        _show.page(found, total)  # type: ignore[arg-type]
+        _show.page(found)
 
 
 def replay(
@@ -170,6 +157,7 @@ def replay(
     kept: allowed while it runs or is dead-lettered on a forward step, from a step it has
     reached. A step whose attempts all failed gets a fresh idempotency key; any other keeps
     its key, so a participant answers with what it already did (see docs/operations.md).
+    Needs --app: the decider runs the definition's code.
     """
     if from_step is not None and not dry_run and not reason.strip():
         raise CommandError("--from-step needs --reason (it is recorded in the history)")
@@ -220,9 +208,10 @@ def force_complete(
 ) -> None:
     """Mark a stuck or dead-lettered step succeeded with an output; the saga continues.
 
-    The output is validated against the step's output type before anything is sent; the
-    action is refused (exit 1, nothing changed) if the saga moved on. A step whose
-    compensation failed is marked compensated instead.
+    The output is validated against the step's output type before anything is sent (its
+    registered JSON schema without --app); the action is refused (exit 1, nothing changed)
+    if the saga moved on. A step whose compensation failed is marked compensated instead.
+    --dry-run needs --app.
     """
     result = with_admin(
         redis_url,
@@ -348,7 +337,11 @@ def start(
     redis_url: RedisUrl = None,
     json: Json = False,
 ) -> None:
-    """Start a saga by hand; prints its id."""
+    """Start a saga by hand; prints its id. Needs --app (the data is checked against its type).
+
+    With --id, starting an existing saga with equal data prints its id (exit 0); with other
+    data it is an error naming the saga (exit 1), and the new data is not stored.
+    """
     started = with_admin(redis_url, app, lambda admin: admin.start(definition, data, saga_id=saga_id))
     if json:
         emit_json({"id": started})

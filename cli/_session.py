@@ -1,8 +1,9 @@
 """What the operations commands share: the app option, a real Redis, and an admin session.
 
-Every operations command loads the app's definitions (``--app``, or ``$REDSAGA_APP``), talks
-to a real Redis (``--redis-url``, or ``$REDSAGA_REDIS_URL``; the embedded demo server holds no
-sagas worth operating) and runs one :class:`saga.SagaAdmin` call.
+Every operations command talks to a real Redis (``--redis-url``, or ``$REDSAGA_REDIS_URL``;
+the embedded demo server holds no sagas worth operating) and runs one :class:`saga.SagaAdmin`
+call on the definitions registered there (:meth:`saga.SagaAdmin.from_redis`). The app's code
+(``--app``, or ``$REDSAGA_APP``) is loaded only when given; start, replay and dry runs need it.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ AppRef = Annotated[
     typer.Option(
         "--app",
         envvar=APP_ENV,
-        help="The App (or Registry) whose sagas to operate, as module:attribute (env REDSAGA_APP).",
+        help="The App (or Registry) with the definitions' code, as module:attribute (env REDSAGA_APP). "
+        "Only start, replay, redrive and dry runs need it; without it the definitions registered "
+        "in Redis are used.",
         show_default=False,
     ),
 ]
 ContextName = Annotated[
     str | None,
     typer.Option(
-        "--context", help="Only this bounded context (default: every context of the app).", show_default=False
+        "--context", help="Only this bounded context (default: every registered context).", show_default=False
     ),
 ]
 By = Annotated[
@@ -68,10 +71,10 @@ Wait = Annotated[
 Reason = Annotated[str, typer.Option("--reason", help="Why (recorded in the history with --by).")]
 
 
-def definitions(reference: str | None) -> App | Registry:
-    """The app named by ``--app`` (or ``$REDSAGA_APP``)."""
+def definitions(reference: str | None) -> App | Registry | None:
+    """The app named by ``--app`` (or ``$REDSAGA_APP``); ``None`` when none is named."""
     if not reference:
-        raise CommandError("name the app whose sagas to operate: --app module:attribute (or set REDSAGA_APP)")
+        return None
     loaded = load_object(reference)
     if not isinstance(loaded, App | Registry):
         raise CommandError(f"{reference} is a {type(loaded).__name__}, not a saga.App or saga.Registry")
@@ -94,14 +97,18 @@ def with_admin(
     by: str | None = None,
     wait_s: float = 10.0,
 ) -> T:
-    """Run ``job`` with an admin client on a fresh connection, closed afterwards."""
+    """Run ``job`` with an admin client on a fresh connection, closed afterwards.
+
+    The client knows the definitions registered in Redis, and the app's code when ``app``
+    names one.
+    """
     loaded, url = definitions(app), real_url(redis_url)
 
     async def main() -> T:
         redis = bus.connect(url)
         try:
             with redis_errors():
-                return await job(SagaAdmin(redis, loaded, by=by, wait_s=wait_s))
+                return await job(await SagaAdmin.from_redis(redis, loaded, by=by, wait_s=wait_s))
         finally:
             await redis.aclose()
 

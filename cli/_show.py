@@ -9,7 +9,7 @@ import typer
 from bus import DeadLetter, Requeued
 from cli._common import emit_table
 from cli._format import ago, clip, outcome_colour, status_colour, when
-from saga import ActionResult, Attempt, GroupState, Inspection, ReplayReport, SagaCount, SagaPage, Stats
+from saga import ActionResult, Attempt, GroupState, Inspection, ReplayReport, SagaPage, SagaTally, Stats
 
 _STATUS = {0: status_colour}
 
@@ -166,7 +166,7 @@ def _due(due_in_ms: int | None) -> str:
     return f"in {ago(due_in_ms)}" if due_in_ms >= 0 else f"overdue by {ago(-due_in_ms)}"
 
 
-def page(found: SagaPage, total: int | None) -> None:
+def page(found: SagaPage) -> None:
     """``saga list``: one line per saga, and where the next page starts."""
     emit_table(
         ["id", "definition", "status", "since", "idle", "rev"],
@@ -177,19 +177,23 @@ def page(found: SagaPage, total: int | None) -> None:
         colours={2: status_colour},
     )
     shown = f"{found.offset + 1}-{found.offset + len(found.rows)}" if found.rows else "none"
-    of = f" of {total}" if total is not None else ""
     more = f"; next page: --offset {found.next_offset}" if found.next_offset is not None else ""
-    typer.echo(f"\n{shown}{of}{more}")
+    typer.echo(f"\n{shown} of {found.total}{more}{_waiting(found.waiting)}")
 
 
-def counts(rows: Sequence[SagaCount]) -> None:
-    """``saga list --count``: sagas per definition, version and status."""
+def tally(found: SagaTally) -> None:
+    """``saga list --count``: sagas per definition, version and status, and the total."""
     emit_table(
         ["definition", "status", "sagas"],
-        [[f"{c.definition}@{c.version}", c.status, c.count] for c in rows],
+        [[f"{c.definition}@{c.version}", c.status, c.count] for c in found.counts],
         colours={1: status_colour},
     )
-    typer.echo(f"\ntotal {sum(c.count for c in rows)}")
+    stuck = f" not moved for {ago(found.stuck_for_ms)}" if found.stuck_for_ms is not None else ""
+    typer.echo(f"\ntotal {found.total}{stuck}{_waiting(found.waiting)}")
+
+
+def _waiting(waiting: int | None) -> str:
+    return f" ({waiting} more waiting within their wait's deadline)" if waiting else ""
 
 
 def action(result: ActionResult) -> None:
@@ -235,7 +239,7 @@ def replay(report: ReplayReport) -> None:
 
 def stats(found: Stats) -> None:
     """``saga stats``."""
-    stuck = f"stuck (no move for {ago(found.stuck_for_ms)}) {found.stuck}"
+    stuck = f"stuck (no move for {ago(found.stuck_for_ms)}) {found.stuck}   waiting {found.waiting}"
     typer.secho(f"in flight {found.in_flight}   {stuck}   at {when(found.checked_at_ms)}", bold=True)
     heading("sagas")
     emit_table(
@@ -251,14 +255,14 @@ def stats(found: Stats) -> None:
                 stream.stream,
                 stream.length,
                 g.group,
-                g.consumers,
+                f"{g.consumers} (+{g.idle_consumers} idle)" if g.idle_consumers else g.consumers,
                 g.pending,
                 "-" if g.lag is None else g.lag,
                 ago(g.oldest_pending_age_ms),
             ]
             for g in stream.groups
         ] or [[stream.stream, stream.length, "-", "-", "-", "-", "-"]]
-    emit_table(["stream", "length", "group", "consumers", "pending", "lag", "oldest pending"], rows)
+    emit_table(["stream", "length", "group", "live consumers", "pending", "lag", "oldest pending"], rows)
     heading("dead letters")
     emit_table(["dead-letter stream", "letters"], sorted(found.dead_letters.items()))
     if found.outbox:

@@ -18,6 +18,7 @@ from saga._acl import AclUser, acl_rules
 from saga._admin import SagaAdmin
 from saga._app import App
 from saga._calendar import CalendarError
+from saga._catalogue import Catalogue
 from saga._client import SagaClient
 from saga._compat import RULES as COMPATIBILITY_RULES
 from saga._compat import Change, Rule, compare_shapes
@@ -28,6 +29,7 @@ from saga._decider import Decision, LocalCall, decide, start
 from saga._definition import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
 from saga._errors import (
     ActionRefused,
+    CodeRequired,
     ConcurrentUpdate,
     DefinitionError,
     IllegalTransition,
@@ -41,6 +43,7 @@ from saga._errors import (
     SagaNotFound,
     ScheduleExists,
     ScheduleNotFound,
+    StartConflict,
     UnknownDefinition,
     VersionDrained,
     VersionError,
@@ -85,7 +88,7 @@ from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
 from saga._scheduler import ScheduleClient, ScheduleInfo
 from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
-from saga._stats import OutboxBacklog, SagaCount, Stats
+from saga._stats import GroupLoad, OutboxBacklog, SagaCount, SagaTally, Stats, StreamLoad
 from saga._tokens import Signer
 from saga._trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
 from saga._versions import (
@@ -115,8 +118,10 @@ __all__ = [
     "BranchView",
     "CalendarError",
     "CancelRequested",
+    "Catalogue",
     "CatchUp",
     "Change",
+    "CodeRequired",
     "Command",
     "CommandContext",
     "Compensation",
@@ -132,6 +137,7 @@ __all__ = [
     "EventReceived",
     "ForceCompleted",
     "Group",
+    "GroupLoad",
     "GroupState",
     "HistoryEntry",
     "IllegalTransition",
@@ -177,6 +183,7 @@ __all__ = [
     "SagaRow",
     "SagaState",
     "SagaStatus",
+    "SagaTally",
     "SagaWorker",
     "Schedule",
     "ScheduleClient",
@@ -187,6 +194,7 @@ __all__ = [
     "Shape",
     "SignalReceived",
     "Signer",
+    "StartConflict",
     "Started",
     "Stats",
     "Step",
@@ -199,6 +207,7 @@ __all__ = [
     "StepSucceeded",
     "StepView",
     "Stranded",
+    "StreamLoad",
     "TimelineRow",
     "TimerFired",
     "TimerView",

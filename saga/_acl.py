@@ -16,7 +16,8 @@
   command stream ``rs:{orders:<n>}:cmd:<participant>``, its dedupe and failure records, and
   what its scripts write in the same slot: the reply on the partition's inbox, the
   dead-letter stream, and the publish-dedupe window ``…:published`` of the dead letters it
-  publishes (an entry deleted while pending).
+  publishes (an entry deleted while pending); and the record that it runs
+  (``rs:{orders}:versions:participants``, which operators' tools read).
 - ``<prefix>.relay``: the outbox relay. ``EVALSHA`` of the publish script on the inboxes of
   the contexts whose participants reply through the outbox (and on ``relay_streams``).
 - ``<prefix>.operator``: read-only, for ``saga inspect``, ``list``, ``stats``, ``export``,
@@ -172,13 +173,14 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
         _partitions(context.name, "dlq"),
         "~" + EPOCH_KEY,  # every worker joins and checks the deployment's epoch
         "%R~" + tagged_key(context.name, "versions", "shapes"),  # its partition count, read at start
+        "~" + tagged_key(context.name, "versions", "participants"),  # records that it runs, at start
     ]
     note = f"participant {participant!r} serving context {context.name!r}"
     return AclUser(
         f"{prefix}.{context.name}.{participant}",
         "participant",
         context.name,
-        _commands((*_CONNECT, *_SCRIPTS, *_CONSUME, "hgetall"), _CONSUMER_SCRIPTS),
+        _commands((*_CONNECT, *_SCRIPTS, *_CONSUME, "hgetall", "hset"), _CONSUMER_SCRIPTS),
         tuple(keys),
         note,
     )

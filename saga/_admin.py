@@ -14,6 +14,11 @@ orchestrator in order with the replies racing them (see ``saga/_operator.py``): 
 judged first by the same decider on the state just read, refused at once if it would not
 apply, sent with the revision it was judged on, and awaited for ``wait_s`` seconds. An
 action that loses a race is recorded and ignored, and raises :class:`~saga.ActionRefused`.
+
+No code is needed to read or act: :meth:`SagaAdmin.from_redis` reads the definitions'
+registered shapes from Redis (a :class:`~saga.Catalogue`). Without the code an action is
+judged on what the state shows and then by the orchestrator, which has it; starting,
+replay, redrive and dry runs raise :class:`~saga.CodeRequired`.
 """
 
 from __future__ import annotations
@@ -43,22 +48,26 @@ from bus import (
 from bus._errors import redis_errors
 from saga._app import App
 from saga._branch_store import decode_branches
+from saga._catalogue import Catalogue
 from saga._client import SagaClient
 from saga._config import EngineConfig
 from saga._decider import Decision
 from saga._definition import LOCAL, Context, Saga
-from saga._errors import InvalidInput, SagaError, SagaNotFound, UnknownDefinition
+from saga._errors import CodeRequired, InvalidInput, SagaError, SagaNotFound, UnknownDefinition
+from saga._graph import Format as GraphFormat
+from saga._graph import path_graph
 from saga._inspect import Inspection, TimerView, build_inspection
 from saga._keys import Partition, partition_of
-from saga._listing import Query, SagaPage, count_sagas, list_sagas
+from saga._listing import Query, SagaPage, list_sagas, matching_rows
 from saga._model import HistoryEntry, SagaState
-from saga._operator import Action, ActionResult, judge, submit
+from saga._operator import Action, ActionResult, judge, judge_by_state, submit
 from saga._operator import dry_run as preview_result
 from saga._protocol import CANCEL, FORCE, REDRIVE, RETRY, OperatorRequest
 from saga._registry import Registry
 from saga._replay import ReplayReport, decode_entries, replay_history
+from saga._shape import Shape
 from saga._states import SagaStatus, StepStatus
-from saga._stats import SagaCount, Stats, gather, saga_counts
+from saga._stats import SagaCount, SagaTally, Stats, gather, saga_counts
 from saga._store import TimerTemplate, decode_state
 from saga._tokens import Signer
 from saga._trace import Trace
@@ -86,15 +95,17 @@ class SagaAdmin:
     """Inspect, list, replay, export and operate the sagas of an app's definitions.
 
     ``definitions`` is the :class:`App` (its participants tell :meth:`stats` which command
-    streams to read) or a :class:`Registry`. ``by`` names the operator in the history of
-    every action (default ``$REDSAGA_OPERATOR`` or ``user@host``); ``wait_s`` is how long an
-    action waits for the orchestrator's decision (0: send and return at once).
+    streams to read), a :class:`Registry`, or a :class:`Catalogue` (the definitions as
+    Redis knows them, no code: see :meth:`from_redis`). ``participants`` adds command
+    streams to :meth:`stats` in every context. ``by`` names the operator in the history of
+    every action and start (default ``$REDSAGA_OPERATOR`` or ``user@host``); ``wait_s`` is
+    how long an action waits for the orchestrator's decision (0: send and return at once).
     """
 
     def __init__(
         self,
         redis: Any,
-        definitions: App | Registry,
+        definitions: App | Registry | Catalogue,
         *,
         clock: Clock | None = None,
         config: EngineConfig | None = None,
@@ -103,23 +114,68 @@ class SagaAdmin:
         participants: Iterable[str] = (),
     ) -> None:
         self.redis = redis
-        self.registry = definitions.registry if isinstance(definitions, App) else definitions
+        self.registry: Registry | None = None
+        """The definitions' code (``None``: only the catalogue is known)."""
+        if isinstance(definitions, Catalogue):
+            self.catalogue = definitions
+        else:
+            self.registry = definitions.registry if isinstance(definitions, App) else definitions
+            served: dict[str, list[str]] = {}
+            for p in definitions.participants if isinstance(definitions, App) else []:
+                for context in p.serves:
+                    served.setdefault(context.name, []).append(p.name)
+            self.catalogue = Catalogue.of(self.registry, served)
         self.clock = clock or SystemClock()
         self.config = config or EngineConfig()
         self.by = by or default_operator()
         self.wait_s = wait_s
-        app_participants = definitions.participants if isinstance(definitions, App) else []
-        self._participants = {p.name: p.serves for p in app_participants}
-        for name in participants:
-            self._participants.setdefault(name, list(self.registry.contexts.values()))
+        self._extra_participants = list(participants)
         auth = self.config.auth
         principal = auth.signer_for("operator", "orchestrator")
         self.client = SagaClient(
-            redis, self.registry, clock=self.clock, config=self.config, source="admin", principal=principal
+            redis,
+            self.registry or Registry([]),
+            clock=self.clock,
+            config=self.config,
+            source="admin",
+            principal=principal,
         )
         self._publisher = Publisher(
             redis, source="admin", config=self.config.bus, auth=auth, principal=principal
         )
+
+    @classmethod
+    async def from_redis(
+        cls,
+        redis: Any,
+        definitions: App | Registry | None = None,
+        *,
+        clock: Clock | None = None,
+        config: EngineConfig | None = None,
+        by: str | None = None,
+        wait_s: float = 10.0,
+        participants: Iterable[str] = (),
+    ) -> SagaAdmin:
+        """An admin client on the definitions registered in Redis, no code needed.
+
+        Workers register every definition version's shape, its context's partition count
+        and the participants they run; that is enough to read, list, count, export, handle
+        dead letters, cancel, retry and force-complete. ``definitions`` adds their code
+        (for start, replay and redrive); Redis adds what the code does not define.
+        """
+        loaded = await Catalogue.load(redis)
+        admin = cls(
+            redis,
+            loaded if definitions is None else definitions,
+            clock=clock,
+            config=config,
+            by=by,
+            wait_s=wait_s,
+            participants=participants,
+        )
+        if definitions is not None:
+            admin.catalogue = admin.catalogue.merge(loaded)
+        return admin
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -131,25 +187,36 @@ class SagaAdmin:
         """Every history entry of the saga, oldest first."""
         return (await self._read(saga_id, context))[2]
 
-    async def inspect(self, saga_id: str, *, context: str | None = None, history: bool = False) -> Inspection:
+    async def inspect(
+        self,
+        saga_id: str,
+        *,
+        context: str | None = None,
+        history: bool = False,
+        graph: GraphFormat | None = None,
+    ) -> Inspection:
         """The saga explained: where it is, what it waits for, every attempt, timers, errors.
 
-        ``history`` adds the full history entries (the timeline summarises them anyway).
+        ``history`` adds the full history entries (the timeline summarises them anyway);
+        ``graph`` draws the saga's path over its definition's diagram (needs the code).
         """
         partition, state, entries = await self._read(saga_id, context)
+        diagram = path_graph(self._definition(state, "a graph"), state, graph) if graph else None
         now = await self.now_ms()
         letters = await dead_letters(
             self.redis, [tagged_key(partition.tag, "dlq")], LetterFilter(correlation_id=saga_id), limit=20
         )
-        return build_inspection(
+        found = build_inspection(
             state,
             entries,
             await self._timers(partition, state, now),
             letters,
             now_ms=now,
-            definition=self._definition_or_none(state),
+            shape=self.catalogue.shape_or_none(state.name, state.version),
             full_history=history,
         )
+        found.graph = diagram
+        return found
 
     async def list(
         self,
@@ -165,14 +232,55 @@ class SagaAdmin:
         """A page of sagas by status, definition and version; or those stuck for a while.
 
         With ``stuck_for_ms``, only sagas that have not moved for that long are listed,
-        stalest first (from the ``active`` index); otherwise oldest in their status first.
+        stalest first (from the ``active`` index), leaving out those waiting within their
+        wait's deadline (counted in ``waiting``); otherwise oldest in their status first.
+        ``total`` counts every page. An unknown ``definition`` raises
+        :class:`UnknownDefinition`.
         """
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be positive and offset not negative")
         query = _query(status, definition, version, stuck_for_ms)
-        now = await self.now_ms()
+        partitions = self._partitions(context)
+        counts = await saga_counts(self.redis, partitions)
+        self._check_named(definition, counts)
+        total = None if stuck_for_ms is not None else _total(counts, query)
         return await list_sagas(
-            self.redis, self._partitions(context), query, now_ms=now, offset=offset, limit=limit
+            self.redis, partitions, query, now_ms=await self.now_ms(), offset=offset, limit=limit, total=total
+        )
+
+    async def tally(
+        self,
+        *,
+        status: str | SagaStatus | Sequence[str | SagaStatus] = (),
+        definition: str | None = None,
+        version: int | None = None,
+        context: str | None = None,
+        stuck_for_ms: int | None = None,
+    ) -> SagaTally:
+        """How many sagas :meth:`list` would list over all its pages, per definition and status.
+
+        From the counters; with ``stuck_for_ms``, from a walk of the ``active`` index.
+        """
+        query = _query(status, definition, version, stuck_for_ms)
+        partitions = self._partitions(context)
+        counts = await saga_counts(self.redis, partitions)
+        self._check_named(definition, counts)
+        if stuck_for_ms is None:
+            kept = [c for c in counts if query.accepts_count(c.definition, c.version, c.status)]
+            return SagaTally(total=sum(c.count for c in kept), counts=kept)
+        rows, waiting = await matching_rows(self.redis, partitions, query, now_ms=await self.now_ms())
+        grouped: dict[tuple[str, int, SagaStatus], int] = {}
+        for row in rows:
+            slot = (row.definition, row.version, row.status)
+            grouped[slot] = grouped.get(slot, 0) + 1
+        return SagaTally(
+            total=len(rows),
+            counts=[
+                SagaCount(definition=name, version=v, status=st, count=n)
+                for (name, v, st), n in sorted(grouped.items())
+            ],
+            stuck_for_ms=stuck_for_ms,
+            waiting=waiting,
         )
 
     async def count(
@@ -185,11 +293,10 @@ class SagaAdmin:
         stuck_for_ms: int | None = None,
     ) -> int:
         """How many sagas :meth:`list` would list over all its pages."""
-        query = _query(status, definition, version, stuck_for_ms)
-        if stuck_for_ms is None:
-            rows = await self.counts(context=context)
-            return sum(r.count for r in rows if query.accepts_count(r.definition, r.version, r.status))
-        return await count_sagas(self.redis, self._partitions(context), query, now_ms=await self.now_ms())
+        tally = await self.tally(
+            status=status, definition=definition, version=version, context=context, stuck_for_ms=stuck_for_ms
+        )
+        return tally.total
 
     async def counts(self, *, context: str | None = None) -> builtins.list[SagaCount]:
         """Sagas per definition, version and status (from the counters)."""
@@ -198,14 +305,14 @@ class SagaAdmin:
     async def export(self, saga_id: str, *, context: str | None = None) -> Trace:
         """The saga's trace: definition version, input data, every event with its outputs."""
         partition, state, entries = await self._read(saga_id, context)
-        definition = self._definition_or_none(state)
+        shape = self.catalogue.shape_or_none(state.name, state.version)
         return Trace(
             saga_id=saga_id,
             definition=state.name,
             version=state.version,
             context=state.context,
             partition=partition.index,
-            steps=[s.name for s in definition.steps] if definition else list(state.steps),
+            steps=[s.name for s in shape.steps] if shape else list(state.steps),
             data=state.data,
             exported_at_ms=await self.now_ms(),
             state=state,
@@ -219,7 +326,7 @@ class SagaAdmin:
         change. To re-run a stuck saga from a step, see :meth:`redrive`.
         """
         partition, state, entries = await self._read(saga_id, context)
-        definition = self._definition(state)
+        definition = self._definition(state, "replay")
         signer = await self._signer(definition, state, exact=True)
         return replay_history(definition, entries, saga_id=saga_id, partition=partition.index, signer=signer)
 
@@ -234,20 +341,25 @@ class SagaAdmin:
         """Sagas per definition, version and status; queues; dead letters; stuck; outboxes.
 
         Streams read: each partition's inbox, its local-action stream, the command stream of
-        every participant the app declares, and ``streams`` (keys) besides.
+        every participant the catalogue knows for its context (the app's, or those workers
+        registered), and ``streams`` (keys) besides. Consumers count as live when idle for
+        less than the lease (``config.bus.lease_ms``).
         """
         partitions = self._partitions(context)
         read = [p.inbox for p in partitions]
         for partition in partitions:
+            names = {*self.catalogue.participants(partition.context), *self._extra_participants}
             read.append(partition.commands(LOCAL))
-            read += [
-                partition.commands(name)
-                for name, serves in sorted(self._participants.items())
-                if any(c.name == partition.context for c in serves)
-            ]
+            read += [partition.commands(name) for name in sorted(names)]
         read += [Stream.from_key(key) for key in streams]
         return await gather(
-            self.redis, partitions, read, now_ms=await self.now_ms(), stuck_for_ms=stuck_for_ms, dsns=dsns
+            self.redis,
+            partitions,
+            read,
+            now_ms=await self.now_ms(),
+            stuck_for_ms=stuck_for_ms,
+            live_after_ms=self.config.bus.lease_ms,
+            dsns=dsns,
         )
 
     # -- acting --------------------------------------------------------------------------------
@@ -256,7 +368,9 @@ class SagaAdmin:
         """Start a saga of ``definition`` (a saga, ``name`` or ``name@version``) with ``data``.
 
         ``data`` is the data object, or its JSON (bytes or text), validated against the
-        definition's data type before anything is written.
+        definition's data type before anything is written. The history records the start
+        as by this admin's operator. With ``saga_id`` the start is idempotent: an existing
+        saga with equal data is returned, one with other data raises :class:`StartConflict`.
         """
         saga = definition if isinstance(definition, Saga) else self._named(definition)
         if isinstance(data, bytes | str):
@@ -264,7 +378,7 @@ class SagaAdmin:
                 data = msgspec.json.decode(data, type=saga.data_type)
             except msgspec.DecodeError as error:  # ValidationError included
                 raise InvalidInput(f"data is not a valid {saga.data_type.__name__}: {error}") from error
-        return await self.client.start(saga, data, saga_id=saga_id)
+        return await self.client.start(saga, data, saga_id=saga_id, by=self.by)
 
     async def cancel(
         self, saga_id: str, *, reason: str = "", context: str | None = None, wait_s: float | None = None
@@ -302,13 +416,15 @@ class SagaAdmin:
         if not reason.strip():
             raise InvalidInput("force-complete needs a reason (it is recorded in the history)")
         partition, state, _ = await self._read(saga_id, context)
-        definition = self._definition(state)
-        raw = _json_output(definition, step, output)
+        shape = self.catalogue.shape_or_none(state.name, state.version)
+        if shape is None:
+            raise CodeRequired("force-complete", f"{state.name}@{state.version}")
+        raw = _json_output(shape, step, output)
         # The decider's verdict first (is this the step to force, now?), then the output type.
         await self._judge(
             "force-complete", FORCE, state, OperatorRequest(reason=reason, step=step, output=raw)
         )
-        typed = _typed_output(definition, state, step, raw)
+        typed = _typed_output(self._code(state), shape, state, step, raw)
         request = OperatorRequest(reason=reason, step=step, output=msgspec.Raw(typed))
         return await self._send(
             "force-complete", FORCE, partition, state, request, wait_s=wait_s, dry_run=dry_run
@@ -333,6 +449,7 @@ class SagaAdmin:
         if not reason.strip():
             raise InvalidInput("a redrive needs a reason (it is recorded in the history)")
         partition, state, _ = await self._read(saga_id, context)
+        self._definition(state, "a redrive")
         request = OperatorRequest(reason=reason, step=from_step)
         return await self._send("redrive", REDRIVE, partition, state, request, wait_s=wait_s, dry_run=dry_run)
 
@@ -370,8 +487,16 @@ class SagaAdmin:
     async def requeue_dead_letters(
         self, where: LetterFilter, *, context: str | None = None, tags: Sequence[str] = ()
     ) -> builtins.list[Requeued]:
-        """Put the matching letters' entries back on their streams (safe to repeat)."""
+        """Put the matching letters' entries back on their streams (safe to repeat).
+
+        Letters named by id must exist: ``KeyError`` names the first that does not, and
+        nothing is requeued.
+        """
         letters = await self.dead_letters(where, context=context, tags=tags, limit=None)
+        found = {letter.id for letter in letters}
+        missing = [i for i in where.ids if i not in found]
+        if missing:
+            raise KeyError(f"no dead letter {missing[0]!r}")
         return await requeue_dead_letters(self.redis, letters)
 
     async def purge_dead_letters(
@@ -421,27 +546,35 @@ class SagaAdmin:
         if size > limit:
             raise InvalidInput(f"the {name} request is {size} bytes, over the {limit}-byte payload limit")
         if dry_run:
+            if judged is None:
+                raise CodeRequired(f"a dry run of {name}", f"{state.name}@{state.version}")
             return preview_result(action, judged)
         return await submit(
             self.redis,
             self._publisher,
             partition,
-            judged,
+            state,
             action,
+            judged=judged,
             source=f"admin:{self.by}",
             wait_s=self.wait_s if wait_s is None else wait_s,
         )
 
     async def _judge(
         self, name: str, kind: str, state: SagaState, request: OperatorRequest
-    ) -> tuple[Action, Decision]:
-        """The action as the orchestrator will see it, and the decider's verdict on ``state``."""
+    ) -> tuple[Action, Decision | None]:
+        """The action as the orchestrator will see it, and the decider's verdict on ``state``.
+
+        Without the definition's code, only what the state shows is judged here (``None``).
+        """
         request.by, request.revision = self.by, state.revision
         action = Action.of(name, kind, request, at_ms=self.clock.now_ms())
-        definition = self._definition(state)
-        return action, judge(
-            definition, state, action, signer=await self._signer(definition, state, exact=False)
-        )
+        definition = self._code(state)
+        if definition is None:
+            judge_by_state(state, action)
+            return action, None
+        signer = await self._signer(definition, state, exact=False)
+        return action, judge(definition, state, action, signer=signer)
 
     async def _signer(self, definition: Saga[Any], state: SagaState, *, exact: bool) -> Signer | None:
         """The context's signer when the saga's builders may make resume tokens (the decider needs it).
@@ -504,29 +637,42 @@ class SagaAdmin:
 
     def _contexts(self, context: str | None) -> builtins.list[Context]:
         if context is not None:
-            return [self.registry.context(context)]
-        return list(self.registry.contexts.values())
+            return [self.catalogue.context(context)]
+        return list(self.catalogue.contexts.values())
 
     def _partitions(self, context: str | None) -> builtins.list[Partition]:
         return [Partition(c.name, i) for c in self._contexts(context) for i in range(c.partitions)]
 
-    def _definition(self, state: SagaState) -> Saga[Any]:
-        return self.registry.get(state.name, state.version)
-
-    def _definition_or_none(self, state: SagaState) -> Saga[Any] | None:
+    def _code(self, state: SagaState) -> Saga[Any] | None:
+        """The definition ``state`` runs, when this client has its code."""
         try:
-            return self._definition(state)
+            return self.registry.get(state.name, state.version) if self.registry else None
         except UnknownDefinition:
             return None
 
+    def _definition(self, state: SagaState, operation: str) -> Saga[Any]:
+        """The definition ``state`` runs (:class:`CodeRequired` for ``operation`` without it)."""
+        definition = self._code(state)
+        if definition is None:
+            raise CodeRequired(operation, f"{state.name}@{state.version}")
+        return definition
+
     def _named(self, reference: str) -> Saga[Any]:
         name, _, version = reference.partition("@")
+        if self.registry is None:
+            raise CodeRequired("starting a saga", reference)
         if not version:
             return self.registry.latest(name)
         try:
             return self.registry.get(name, int(version))
         except ValueError:
             raise InvalidInput(f"{reference!r} is not name or name@version") from None
+
+    def _check_named(self, definition: str | None, counts: Sequence[SagaCount]) -> None:
+        """:class:`UnknownDefinition` unless ``definition`` is registered or has sagas counted."""
+        known = {*self.catalogue.names(), *(c.definition for c in counts)}
+        if definition is not None and definition not in known:
+            raise UnknownDefinition(f"no definition named {definition!r} (known: {', '.join(sorted(known))})")
 
 
 def _query(
@@ -546,13 +692,17 @@ def _query(
     return Query(statuses=parsed, definition=definition, version=version, stuck_for_ms=stuck_for_ms)
 
 
-def _json_output(definition: Saga[Any], step_name: str, output: object) -> msgspec.Raw:
-    """The output as JSON, for a step of ``definition`` (:class:`InvalidInput` if not)."""
+def _total(counts: Sequence[SagaCount], query: Query) -> int:
+    return sum(c.count for c in counts if query.accepts_count(c.definition, c.version, c.status))
+
+
+def _json_output(shape: Shape, step_name: str, output: object) -> msgspec.Raw:
+    """The output as JSON, for a step of ``shape``'s definition (:class:`InvalidInput` if not)."""
     try:
-        definition.step_named(step_name)
+        shape.step_named(step_name)
     except KeyError:
-        names = ", ".join(s.name for s in definition.steps)
-        raise InvalidInput(f"unknown step {step_name!r} in {definition.key} (steps: {names})") from None
+        names = ", ".join(s.name for s in shape.steps)
+        raise InvalidInput(f"unknown step {step_name!r} in {shape.key} (steps: {names})") from None
     if not isinstance(output, bytes | str):
         return msgspec.Raw(_json.encode(output))
     raw = output.encode() if isinstance(output, str) else output
@@ -563,20 +713,32 @@ def _json_output(definition: Saga[Any], step_name: str, output: object) -> msgsp
     return msgspec.Raw(raw)
 
 
-def _typed_output(definition: Saga[Any], state: SagaState, step_name: str, raw: msgspec.Raw) -> bytes:
+def _typed_output(
+    definition: Saga[Any] | None, shape: Shape, state: SagaState, step_name: str, raw: msgspec.Raw
+) -> bytes:
     """The output as canonical JSON, checked against the step's output type.
 
-    A failed compensation takes any JSON. :class:`InvalidInput` says what is wrong, before
-    anything is sent.
+    With the code, decoded as the type; without it, checked against the type's registered
+    JSON schema. A failed compensation takes any JSON. :class:`InvalidInput` says what is
+    wrong, before anything is sent.
     """
-    step = definition.step_named(step_name)
-    record = state.branches.get(step_name) if "#" in step_name else state.steps.get(step.name)
+    shaped = shape.step_named(step_name)
+    record = state.branches.get(step_name) if "#" in step_name else state.steps.get(shaped.name)
     if record is not None and record.status in (StepStatus.COMPENSATION_FAILED, StepStatus.CONFIRM_FAILED):
         return _json.encode(msgspec.json.decode(raw))
-    if step.output_type is None:
+    if shaped.output is None:
         if msgspec.json.decode(raw) is not None:
-            raise InvalidInput(f"{definition.key}.{step.name} has no output: give null")
+            raise InvalidInput(f"{shape.key}.{shaped.name} has no output: give null")
         return b"null"
+    if definition is None:
+        try:
+            return _json.encode(shaped.output.check(msgspec.json.decode(raw)))
+        except ValueError as error:
+            raise InvalidInput(
+                f"the output is not a valid {shaped.output.name} for {shape.key}.{shaped.name}: {error}"
+            ) from error
+    step = definition.step_named(step_name)
+    assert step.output_type is not None  # noqa: S101 - the shape of this very definition has one
     try:
         typed = msgspec.json.decode(raw, type=step.output_type)
     except msgspec.ValidationError as error:

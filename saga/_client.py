@@ -20,7 +20,14 @@ from saga._branch_store import load_saga
 from saga._config import EngineConfig
 from saga._decider import start as decide_start
 from saga._definition import Saga
-from saga._errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinition, VersionDrained
+from saga._errors import (
+    InvalidInput,
+    SagaExists,
+    SagaNotFound,
+    StartConflict,
+    UnknownDefinition,
+    VersionDrained,
+)
 from saga._keys import Partition, check_saga_id, partition_of
 from saga._model import ParentLink, SagaState, Started
 from saga._protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
@@ -117,8 +124,9 @@ class SagaClient:
         nothing; data encoded larger than ``BusConfig.max_payload_bytes`` raises
         :class:`bus.PayloadTooLarge` and stores nothing; a drained version raises
         :class:`VersionDrained` and stores nothing. With
-        ``saga_id`` the call is idempotent: if that saga exists already its id is returned
-        (and :class:`SagaExists` is raised if it runs another definition). ``parent`` makes it
+        ``saga_id`` the call is idempotent: if that saga exists already with equal data its
+        id is returned; :class:`StartConflict` is raised if it has other data (the new data
+        is not stored), :class:`SagaExists` if it runs another definition. ``parent`` makes it
         a child saga that reports its end to that parent step (``saga/_children.py``).
 
         With signing on, a client that does not hold the context's orchestrator keyring
@@ -183,6 +191,8 @@ class SagaClient:
             existing = await self.get(saga_id, context=definition.context.name)
             if existing.name != definition.name:
                 raise SagaExists(f"saga {saga_id!r} exists and runs {existing.name}@{existing.version}")
+            if msgspec.json.decode(existing.data) != msgspec.json.decode(encoded):
+                raise StartConflict(saga_id, f"{existing.name}@{existing.version}")
         return saga_id
 
     def orchestrates(self, context: str) -> bool:

@@ -8,8 +8,10 @@
     ├── IllegalTransition      the state machine was asked for a transition it does not allow
     ├── SagaNotFound           no saga has this id
     ├── SagaExists             the id is taken by a different saga definition
+    │   └── StartConflict      ... or by a saga of this definition started with other data
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
     ├── UnknownDefinition      no definition with this name and version is registered here
+    │   └── CodeRequired       the operation needs the definition's code, and only its shape is known
     ├── ActionRefused          an operator action would not apply, or lost a race (says why)
     ├── InvalidToken           a resume token is malformed, forged, expired or not for this saga
     ├── ScheduleNotFound       no schedule has this id (in this context)
@@ -65,6 +67,22 @@ class SagaExists(SagaError):
     """A saga with this id exists and belongs to another definition."""
 
 
+class StartConflict(SagaExists):
+    """A start with a saga id that exists, with other data: the new data was not stored.
+
+    A start with an existing id is idempotent only when it asks for the same saga: equal
+    data. ``saga_id`` is the id, ``definition`` what the existing saga runs (``name@version``).
+    """
+
+    def __init__(self, saga_id: str, definition: str) -> None:
+        super().__init__(
+            f"saga {saga_id!r} exists ({definition}) with other data; the new data was not stored "
+            "(start it with another id, or cancel the existing saga first)"
+        )
+        self.saga_id = saga_id
+        self.definition = definition
+
+
 class ConcurrentUpdate(SagaError):
     """The saga changed while the operation was decided; re-read it and try again."""
 
@@ -84,6 +102,23 @@ class InvalidToken(SagaError):
     def __init__(self, message: str, *, saga: str = "") -> None:
         super().__init__(message)
         self.saga = saga
+
+
+class CodeRequired(UnknownDefinition):
+    """The operation needs a definition's code (typed data, the decider); only its shape is known.
+
+    An admin client reading definitions from Redis (:class:`~saga.Catalogue`) reads and acts
+    without the code; starting, replaying, redriving and dry runs need the App defining
+    ``definition`` (``name@version``). ``operation`` names what was asked.
+    """
+
+    def __init__(self, operation: str, definition: str) -> None:
+        super().__init__(
+            f"{operation} needs the code of {definition}: give the App that defines it "
+            "(--app module:attribute, or REDSAGA_APP)"
+        )
+        self.operation = operation
+        self.definition = definition
 
 
 class VersionError(SagaError):
@@ -161,6 +196,7 @@ class ScheduleExists(SagaError):
 
 __all__ = [
     "ActionRefused",
+    "CodeRequired",
     "ConcurrentUpdate",
     "DefinitionError",
     "IllegalTransition",
@@ -173,6 +209,7 @@ __all__ = [
     "SagaNotFound",
     "ScheduleExists",
     "ScheduleNotFound",
+    "StartConflict",
     "TransientError",
     "UnknownDefinition",
     "VersionDrained",

@@ -3,17 +3,17 @@
 Pure: the admin client reads the state, the history, the saga's pending timers and its
 dead letters, and :func:`build_inspection` turns them into one :class:`Inspection` that
 says where the saga is and what it waits for, in words an on-call engineer can act on.
+The definition's registered shape (``saga/_shape.py``) orders the steps and names their
+kinds and compensations, so no code is needed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 
 from bus import DeadLetter
-from saga._definition import Saga
 from saga._model import (
     Attempt,
     CancelRequested,
@@ -40,6 +40,7 @@ from saga._model import (
     UnwatchEvent,
     WatchEvent,
 )
+from saga._shape import Shape, StepShape
 from saga._states import SagaStatus, StepStatus
 
 
@@ -110,7 +111,9 @@ class Inspection(msgspec.Struct, kw_only=True):
     ``waiting_for`` says in one sentence what would move the saga next; ``error_chain`` is
     the last failed attempt's error, cause by cause; ``dead_letters`` are the letters of
     the saga's partition that name it (bad replies, poison commands). ``history`` holds the
-    full entries only when they were asked for; ``timeline`` always summarises them.
+    full entries only when they were asked for (``history_omitted`` says when they were
+    left out); ``timeline`` always summarises them. ``graph`` is the saga's path over its
+    definition's diagram, when asked for.
     """
 
     id: str
@@ -134,8 +137,10 @@ class Inspection(msgspec.Struct, kw_only=True):
     dead_letters: list[DeadLetter]
     timeline: list[TimelineRow]
     history: list[HistoryEntry]
+    history_omitted: bool = False
     branches: list[BranchView] = msgspec.field(default_factory=list)
     parent: ParentLink | None = None
+    graph: str | None = None
 
 
 def build_inspection(
@@ -145,20 +150,20 @@ def build_inspection(
     letters: Sequence[DeadLetter],
     *,
     now_ms: int,
-    definition: Saga[Any] | None,
+    shape: Shape | None,
     full_history: bool,
 ) -> Inspection:
-    """Explain ``state`` (``definition``, when known, orders the steps and names compensations)."""
-    names = [s.name for s in definition.steps] if definition else _dispatch_order(state)
+    """Explain ``state``; its definition's ``shape``, when known, orders the steps and names them."""
+    names = [s.name for s in shape.steps] if shape else _dispatch_order(state)
     steps = [
         StepView(
             name=name,
             status=state.steps[name].status,
-            compensation=_compensation(definition, name),
+            compensation=_compensation(_step(shape, name)),
             generation=state.steps[name].generation,
             output=state.steps[name].output,
             attempts=state.steps[name].attempts,
-            kind=definition.step_named(name).kind if definition else "",
+            kind=step.kind if (step := _step(shape, name)) else "",
             group=state.steps[name].group,
         )
         for name in names
@@ -187,17 +192,18 @@ def build_inspection(
         dead_letters=list(letters),
         timeline=[timeline_row(i, e) for i, e in enumerate(history)],
         history=list(history) if full_history else [],
-        branches=branch_views(state, definition, names),
+        history_omitted=not full_history,
+        branches=branch_views(state, shape, names),
         parent=state.parent,
     )
 
 
-def branch_views(state: SagaState, definition: Saga[Any] | None, order: Sequence[str]) -> list[BranchView]:
+def branch_views(state: SagaState, shape: Shape | None, order: Sequence[str]) -> list[BranchView]:
     """The started branches of every group step, by group (in step ``order``) then index."""
     views = []
     for key, record in state.branches.items():
         group, _, index = key.rpartition("#")
-        step = definition.step_named(key) if definition else None
+        step = _step(shape, key)
         views.append(
             BranchView(
                 key=key,
@@ -206,7 +212,7 @@ def branch_views(state: SagaState, definition: Saga[Any] | None, order: Sequence
                 branch=step.name if step else group,
                 status=record.status,
                 completed=record.seq,
-                compensation=step.compensation.name if step and step.compensation else None,
+                compensation=_compensation(step),
                 output=record.output,
                 attempts=record.attempts,
             )
@@ -395,11 +401,18 @@ def _dispatch_order(state: SagaState) -> list[str]:
     return sorted(state.steps, key=first)
 
 
-def _compensation(definition: Saga[Any] | None, name: str) -> str | None:
-    if definition is None:
+def _step(shape: Shape | None, name: str) -> StepShape | None:
+    """The step (or branch) ``name`` of ``shape``; ``None`` when unknown (a step the shape lacks)."""
+    if shape is None:
         return None
-    compensation = definition.step_named(name).compensation
-    return compensation.name if compensation else None
+    try:
+        return shape.step_named(name)
+    except KeyError:
+        return None
+
+
+def _compensation(step: StepShape | None) -> str | None:
+    return step.compensation.name if step and step.compensation else None
 
 
 def _why(reason: str) -> str:

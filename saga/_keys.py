@@ -28,6 +28,8 @@ A context's definition versions are registered under the context's own hash tag
     rs:{orders}:versions:drained     hash: 'name@version' -> drain note (who, when, why)
     rs:{orders}:versions:workers     zset: worker id -> when its registration expires (ms)
     rs:{orders}:versions:served      hash: worker id -> what the worker serves (JSON)
+    rs:{orders}:versions:participants hash: participant -> the worker that last ran it (JSON):
+                                     which cmd:<participant> streams the context has
     rs:{redsaga}:contexts            set: every context with a version registry
 """
 
@@ -185,3 +187,8 @@ class ContextKeys:
     def served(self) -> str:
         """Hash: worker id -> what the worker serves."""
         return tagged_key(self.context, "versions", "served")
+
+    @property
+    def participants(self) -> str:
+        """Hash: participant name -> the worker that last ran it."""
+        return tagged_key(self.context, "versions", "participants")

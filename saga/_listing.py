@@ -5,6 +5,10 @@ scored by when the saga entered the status; ``active`` scored by when a non-ende
 last moved), read in windows and merged across partitions in score order: oldest (or
 stalest) first. Filters on definition and version read two hash fields per candidate, in
 pipelined batches. Nothing scans the keyspace.
+
+*Stuck* means not moved for a while and not waiting as designed: a saga suspended on a
+sleep, signal or event whose own deadline (the wait's timer) is still ahead, or that waits
+without a timeout, is *waiting*, and counted apart (:func:`waiting`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import msgspec
 
 from bus._errors import redis_errors
 from saga._keys import Partition
+from saga._model import Wait
 from saga._states import SagaStatus
 
 _WINDOW: Final = 200
@@ -44,12 +49,30 @@ class SagaRow(msgspec.Struct, kw_only=True):
 
 
 class SagaPage(msgspec.Struct, kw_only=True):
-    """A page of a listing; pass ``next_offset`` as ``offset`` for the next one."""
+    """A page of a listing; pass ``next_offset`` as ``offset`` for the next one.
+
+    ``total`` is how many sagas match over all pages. Listing stuck sagas, ``waiting``
+    counts those left out because they wait within their wait's deadline (else ``None``).
+    """
 
     rows: list[SagaRow]
     offset: int
     limit: int
     next_offset: int | None
+    total: int = 0
+    waiting: int | None = None
+
+
+class _WaitMeta(msgspec.Struct):
+    wait: Wait | None = None
+
+
+class _StepTimer(msgspec.Struct):
+    timer: str | None = None
+
+
+_wait_meta = msgspec.json.Decoder(_WaitMeta)
+_step_timer = msgspec.json.Decoder(_StepTimer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,27 +136,128 @@ class _Index:
 
 
 async def list_sagas(
-    redis: Any, partitions: Sequence[Partition], query: Query, *, now_ms: int, offset: int, limit: int
+    redis: Any,
+    partitions: Sequence[Partition],
+    query: Query,
+    *,
+    now_ms: int,
+    offset: int,
+    limit: int,
+    total: int | None = None,
 ) -> SagaPage:
-    """One page of the sagas matching ``query``, in index order."""
+    """One page of the sagas matching ``query``, in index order.
+
+    ``total``, when the caller knows it (from the counters), saves walking past the page;
+    listing stuck sagas always walks them all (only the walk can tell waiting ones apart).
+    """
+    walk = Walk(query)
+    walk_all = total is None or query.stuck_for_ms is not None
     rows: list[SagaRow] = []
-    skipped = 0
-    async for row in _matching(redis, partitions, query, now_ms):
-        if skipped < offset:
-            skipped += 1
-            continue
-        if len(rows) == limit:
-            return SagaPage(rows=rows, offset=offset, limit=limit, next_offset=offset + limit)
-        rows.append(row)
-    return SagaPage(rows=rows, offset=offset, limit=limit, next_offset=None)
+    matched = 0
+    async for row in walk.rows(redis, partitions, now_ms):
+        matched += 1
+        if offset < matched <= offset + limit:
+            rows.append(row)
+        elif matched > offset + limit and not walk_all:
+            break
+    return SagaPage(
+        rows=rows,
+        offset=offset,
+        limit=limit,
+        next_offset=offset + limit if matched > offset + limit else None,
+        total=matched if walk_all or total is None else total,
+        waiting=walk.waiting if query.stuck_for_ms is not None else None,
+    )
 
 
-async def count_sagas(redis: Any, partitions: Sequence[Partition], query: Query, *, now_ms: int) -> int:
-    """How many sagas match ``query`` (walks the matching index entries)."""
-    return sum([1 async for _ in _matching(redis, partitions, query, now_ms)])
+async def matching_rows(
+    redis: Any, partitions: Sequence[Partition], query: Query, *, now_ms: int
+) -> tuple[list[SagaRow], int | None]:
+    """Every saga matching ``query``, and (listing stuck sagas) how many were left out waiting."""
+    walk = Walk(query)
+    rows = [row async for row in walk.rows(redis, partitions, now_ms)]
+    return rows, walk.waiting if query.stuck_for_ms is not None else None
 
 
-async def _matching(redis: Any, partitions: Sequence[Partition], query: Query, now_ms: int) -> Any:
+async def waiting(redis: Any, partition: Partition, saga_ids: Sequence[str], now_ms: int) -> set[str]:
+    """The sagas of ``saga_ids`` (suspended ones) that wait within their wait's deadline.
+
+    A wait's deadline is its timer (a sleep's end, a signal's or event's timeout): still
+    ahead, the saga waits as designed; no timer, it waits as long as it takes. A timer past
+    due (not fired) or gone (fired, its event not decided) means nothing moved it: stuck.
+    """
+    if not saga_ids:
+        return set()
+    with redis_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for saga_id in saga_ids:
+                pipe.hget(partition.saga(saga_id), "meta")
+            metas = await pipe.execute()
+    waits = {
+        saga_id: meta.wait
+        for saga_id, raw in zip(saga_ids, metas, strict=True)
+        if raw is not None and (meta := _wait_meta.decode(raw)).wait is not None
+    }
+    if not waits:
+        return set()
+    with redis_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for saga_id, wait in waits.items():
+                pipe.hget(partition.saga(saga_id), f"s:{wait.step}")
+            steps = await pipe.execute()
+    timers = {
+        saga_id: _step_timer.decode(raw).timer if raw is not None else None
+        for saga_id, raw in zip(waits, steps, strict=True)
+    }
+    timed = [(saga_id, timer) for saga_id, timer in timers.items() if timer is not None]
+    with redis_errors():
+        due = await redis.zmscore(partition.timers, [t for _, t in timed]) if timed else []
+    found = {saga_id for saga_id, timer in timers.items() if timer is None}
+    found |= {
+        saga_id
+        for (saga_id, _), score in zip(timed, due, strict=True)
+        if score is not None and score > now_ms
+    }
+    return found
+
+
+@dataclass(slots=True)
+class Walk:
+    """One walk over the index entries matching a query; counts the waiting sagas it left out."""
+
+    query: Query
+    waiting: int = 0
+
+    async def rows(self, redis: Any, partitions: Sequence[Partition], now_ms: int) -> Any:
+        """The matching rows, in index order (an async iterator)."""
+        async for found in _batches(redis, partitions, self.query, now_ms):
+            batch = (
+                found
+                if self.query.stuck_for_ms is None
+                else await self._without_waiting(redis, found, now_ms)
+            )
+            for row in batch:
+                if self.query.accepts(row):
+                    yield row
+
+    async def _without_waiting(self, redis: Any, batch: list[SagaRow], now_ms: int) -> list[SagaRow]:
+        left_out: set[tuple[str, int, str]] = set()
+        by_partition: dict[tuple[str, int], list[str]] = {}
+        for row in batch:
+            if row.status == SagaStatus.SUSPENDED:
+                by_partition.setdefault((row.context, row.partition), []).append(row.id)
+        for (context, index), ids in by_partition.items():
+            left_out |= {
+                (context, index, i) for i in await waiting(redis, Partition(context, index), ids, now_ms)
+            }
+        kept = [r for r in batch if (r.context, r.partition, r.id) not in left_out]
+        self.waiting += sum(
+            1 for r in batch if (r.context, r.partition, r.id) in left_out and self.query.accepts(r)
+        )
+        return kept
+
+
+async def _batches(redis: Any, partitions: Sequence[Partition], query: Query, now_ms: int) -> Any:
     cutoff = float("inf") if query.stuck_for_ms is None else now_ms - query.stuck_for_ms
     indexes = [_Index(key, p, cutoff) for p in partitions for key in query.keys(p)]
     heap: list[tuple[float, str, int]] = []
@@ -152,9 +276,7 @@ async def _matching(redis: Any, partitions: Sequence[Partition], query: Query, n
             if index.buffer:
                 next_score, next_member = index.buffer.pop()
                 heapq.heappush(heap, (next_score, next_member, n))
-        for row in await _rows(redis, [(s, m, indexes[n].partition) for s, m, n in batch], now_ms):
-            if query.accepts(row):
-                yield row
+        yield await _rows(redis, [(s, m, indexes[n].partition) for s, m, n in batch], now_ms)
 
 
 async def _rows(redis: Any, batch: list[tuple[float, str, Partition]], now_ms: int) -> list[SagaRow]:
@@ -183,3 +305,35 @@ async def _rows(redis: Any, batch: list[tuple[float, str, Partition]], now_ms: i
             )
         )
     return rows
+
+
+async def count_idle(
+    redis: Any, partitions: Sequence[Partition], *, now_ms: int, idle_ms: int
+) -> tuple[int, int]:
+    """``(stuck, waiting)``: sagas not moved for ``idle_ms``, split by :func:`waiting`.
+
+    Reads the ``active`` index in windows and asks the ``suspended`` index which of them
+    are suspended; only those are read further.
+    """
+    stuck = held = 0
+    for partition in partitions:
+        start = 0
+        while True:
+            with redis_errors():
+                ids = await redis.zrangebyscore(
+                    partition.active, "-inf", now_ms - idle_ms, start=start, num=_WINDOW
+                )
+                members = [m.decode() for m in ids]
+                scores = (
+                    await redis.zmscore(partition.by_status(SagaStatus.SUSPENDED.value), members)
+                    if ids
+                    else []
+                )
+            suspended = [m for m, score in zip(members, scores, strict=True) if score is not None]
+            waits = len(await waiting(redis, partition, suspended, now_ms))
+            held += waits
+            stuck += len(members) - waits
+            start += len(members)
+            if len(members) < _WINDOW:
+                break
+    return stuck, held

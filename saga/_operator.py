@@ -10,6 +10,10 @@ the history and ignored ("the saga moved on"), never applied to a state nobody l
 
 The client then watches the saga's history for the request's entry (real time: it waits for
 another process) and reports what was decided, or that it is still queued.
+
+Without the definition's code (an admin client on a :class:`~saga.Catalogue`) the decider
+cannot run here: :func:`judge_by_state` refuses what the state alone shows would be ignored,
+and the orchestrator, which has the code, judges the rest against the revision sent.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from saga._decider import Decision, decide
 from saga._definition import Saga
 from saga._errors import ActionRefused
 from saga._keys import Partition
-from saga._model import Dispatch, Event, HistoryEntry, SagaState
-from saga._protocol import OperatorRequest, operator_event
+from saga._model import Dispatch, Event, HistoryEntry, SagaState, StepState
+from saga._protocol import CANCEL, FORCE, RETRY, OperatorRequest, operator_event
 from saga._replay import decode_entries
 from saga._states import SagaStatus
 from saga._tokens import Signer
@@ -95,23 +99,44 @@ def judge(
     return decision
 
 
+def judge_by_state(state: SagaState, action: Action) -> None:
+    """Refuse, without the decider, what ``state`` alone shows the decider would ignore.
+
+    An ended saga takes no action, a retry needs a dead-lettered saga, a cancel is asked
+    once, and a forced step must exist; everything else is judged by the orchestrator.
+    """
+    reason = ""
+    if action.kind == RETRY and state.status != SagaStatus.DEAD_LETTERED:
+        reason = f"retry applies to dead-lettered sagas, this one is {state.status}"
+    elif action.kind == FORCE and _record(state, action.request.step or "") is None:
+        reason = f"no step {action.request.step!r}"
+    elif state.status.terminal:
+        reason = f"the saga has already ended ({state.status})"
+    elif action.kind == CANCEL and state.cancel is not None:
+        reason = "cancel was already requested"
+    if reason:
+        raise ActionRefused(action.name, state.id, reason)
+
+
 async def submit(
     redis: Any,
     publisher: Publisher,
     partition: Partition,
-    judged: Decision,
+    state: SagaState,
     action: Action,
     *,
+    judged: Decision | None,
     source: str,
     wait_s: float,
     poll_s: float = 0.05,
 ) -> ActionResult:
-    """Send a judged action to the saga's inbox and wait up to ``wait_s`` for its decision.
+    """Send a judged action on ``state`` to the saga's inbox and wait up to ``wait_s`` for its decision.
 
     ``judged`` is what :func:`judge` decided; it is reported (as the expected outcome) when
-    the action is still queued after the wait.
+    the action is still queued after the wait. Without it (no code to judge with) a queued
+    action reports the saga as it was read, and no commands.
     """
-    saga_id = judged.state.id
+    saga_id = state.id
     history_key = partition.history(saga_id)
     with redis_errors():
         seen = int(await redis.llen(history_key))
@@ -134,6 +159,18 @@ async def submit(
                         return _decided(action, saga_id, entry)
                 seen += len(raw)
                 await anyio.sleep(poll_s)
+    if judged is None:
+        return ActionResult(
+            action=action.name,
+            saga_id=saga_id,
+            outcome="queued",
+            request_id=action.event.id,
+            by=action.request.by,
+            reason=action.request.reason,
+            status=state.status,
+            revision=state.revision,
+            dispatched=[],
+        )
     return _result(action, "queued", action.event.id, judged)
 
 
@@ -170,6 +207,10 @@ def _result(action: Action, outcome: Outcome, request_id: str, decision: Decisio
         revision=decision.state.revision + 1,
         dispatched=[describe_dispatch(e) for e in decision.effects if isinstance(e, Dispatch)],
     )
+
+
+def _record(state: SagaState, key: str) -> StepState | None:
+    return state.branches.get(key) if "#" in key else state.steps.get(key)
 
 
 def describe_dispatch(dispatch: Dispatch) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 from bus import Bus, Delivery, Envelope, Reply
 from saga._definition import Context, check_participant_name
 from saga._errors import DefinitionError
@@ -36,20 +38,22 @@ class CommandContext:
     attempt: int
     idempotency_key: str
     delivery: Delivery
-
-    @property
-    def envelope(self) -> Envelope:
-        """The command's envelope (headers carry trace context)."""
-        return self.delivery.envelope
+    envelope: Envelope
+    """The command's envelope (headers carry trace context). An outbox handler's also names
+    this worker in ``replied-by``, which the reply written to the outbox carries over, so the
+    saga's history says who replied as it does for replies sent on the bus."""
 
     async def heartbeat(self) -> None:
         """Extend the lease on this command (only needed by handlers that block the loop)."""
         await self.delivery.heartbeat()
 
     @classmethod
-    def of(cls, delivery: Delivery) -> CommandContext:
+    def of(cls, delivery: Delivery, *, outbox: bool = False) -> CommandContext:
         """The context of the command ``delivery`` carries (the saga's headers say which step)."""
         envelope = delivery.envelope
+        if outbox:
+            headers = {**envelope.headers, "replied-by": delivery.consumer}
+            envelope = msgspec.structs.replace(envelope, headers=headers)
         return cls(
             saga_id=envelope.correlation_id,
             step=envelope.headers.get("step", ""),
@@ -57,6 +61,7 @@ class CommandContext:
             attempt=envelope.attempt,
             idempotency_key=envelope.idempotency_key,
             delivery=delivery,
+            envelope=envelope,
         )
 
 
@@ -137,7 +142,7 @@ class Participant:
 
 def _adapt(function: CommandHandler, *, outbox: bool) -> Callable[[Any, Delivery], Awaitable[Any]]:
     async def handle(message: Any, delivery: Delivery) -> Any:
-        context = CommandContext.of(delivery)
+        context = CommandContext.of(delivery, outbox=outbox)
         reply = await reply_for(function(message, context), wrap=False)
         if outbox and not isinstance(reply, StepFailed | Reply):
             return None  # success: the handler's own transaction put the reply in the outbox

@@ -41,6 +41,29 @@ class TypeShape(msgspec.Struct, kw_only=True, frozen=True):
     name: str
     schema: dict[str, Any]
 
+    def check(self, value: Any) -> Any:
+        """``value`` (decoded JSON) checked against the schema, without the type's code.
+
+        Returns it with a tagged struct's tag filled in when left out, as msgspec's own
+        decoding allows; ``ValueError`` says what is wrong and where.
+        """
+        import jsonschema  # noqa: PLC0415 - only operators without the code validate this way
+
+        root = self.schema
+        target = root.get("$defs", {}).get(root.get("$ref", "").rpartition("/")[2], root)
+        if isinstance(value, dict):
+            tags = {
+                name: prop["enum"][0]
+                for name, prop in target.get("properties", {}).items()
+                if name in target.get("required", ()) and len(prop.get("enum", ())) == 1 and name not in value
+            }
+            value = {**tags, **value}
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(root).iter_errors(value))
+        if error is not None:
+            where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the top level"
+            raise ValueError(f"{error.message} (at {where})")
+        return value
+
 
 class CompensationShape(msgspec.Struct, kw_only=True, frozen=True):
     """A step's compensation: its name and kind (``command`` or ``action``)."""
@@ -86,6 +109,31 @@ class Shape(msgspec.Struct, kw_only=True, frozen=True):
     def fingerprint(self) -> str:
         """A short digest of the shape (equal shapes, equal fingerprints)."""
         return hashlib.sha256(encode_shape(self)).hexdigest()[:16]
+
+    def step_named(self, name: str) -> StepShape:
+        """The step ``name``, or the step branch ``<group>#<index>`` runs (``KeyError`` if none).
+
+        The same lookup as :meth:`saga.Saga.step_named`, on the shape: a map's branches all
+        run its one branch step; a fixed group's branch ``i`` is the one keyed ``i:<name>``.
+        """
+        group, sep, index = name.rpartition("#")
+        if sep:
+            branches = self.step_named(group).branches
+            found = branches.get("each") or next(
+                (steps for key, steps in branches.items() if key.partition(":")[0] == index), ()
+            )
+            if not found or not index.isdigit():
+                raise KeyError(f"saga {self.key} has no branch {name!r}")
+            return found[0]
+        for step in self.steps:
+            if step.name == name:
+                return step
+        for step in self.steps:
+            for steps in step.branches.values():
+                for branch in steps:
+                    if branch.name == name:
+                        return branch
+        raise KeyError(f"saga {self.key} has no step {name!r}")
 
 
 def shape_of(definition: Saga[Any]) -> Shape:

@@ -72,6 +72,13 @@ class WorkerInfo(msgspec.Struct, kw_only=True, frozen=True):
     started_ms: int = 0
 
 
+class ParticipantRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """Which worker last started running a participant for a context, and when."""
+
+    by: str
+    at_ms: int
+
+
 class ContextSnapshot(msgspec.Struct, kw_only=True):
     """A context's registered shapes and in-flight sagas per ``name@version``."""
 
@@ -261,6 +268,12 @@ class Versions:
             served = await self.redis.hmget(keys.served, ids) if ids else []
         return [msgspec.json.decode(s or b"{}", type=WorkerInfo) for s in served]
 
+    async def participants(self, context: str) -> list[str]:
+        """The participants workers ran for ``context`` (whose ``cmd:<name>`` streams exist)."""
+        with redis_errors():
+            names = await self.redis.hkeys(ContextKeys(context).participants)
+        return sorted(n.decode() for n in names)
+
     async def drained(self, context: str) -> dict[str, DrainNote]:
         """The drained versions of ``context`` with their notes."""
         with redis_errors():
@@ -428,6 +441,15 @@ class Versions:
         report.changed += changed
         report.replaced += replaced
         return True
+
+    async def register_participant(self, context: str, participant: str, *, by: str) -> None:
+        """Record that a worker (``by``) runs ``participant`` for ``context``.
+
+        Operators' tools read it to know the context's command streams without the code.
+        """
+        record = _json_encode(ParticipantRecord(by=by, at_ms=self.clock.now_ms()))
+        with redis_errors():
+            await self.redis.hset(ContextKeys(context).participants, participant, record)
 
     async def heartbeat(self, context: str, worker: WorkerInfo, ttl_ms: int) -> list[WorkerInfo]:
         """Register (or renew) ``worker`` in ``context`` for ``ttl_ms``; return the live workers."""

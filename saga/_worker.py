@@ -100,7 +100,8 @@ class SagaWorker:
 
         Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
         shape incompatibly while sagas are in flight on it; nothing is registered then.
-        Raises :class:`~saga.PartitionMismatch` when a participant serves a context with
+        Records the participants it runs, per context, for operators' tools. Raises
+        :class:`~saga.PartitionMismatch` when a participant serves a context with
         fewer or more partitions than the context registered, and what
         :meth:`bus.Worker.preflight` raises: :class:`~bus.UnsafeRedisConfig` and
         :class:`~bus.RedisDataLost`.
@@ -130,6 +131,9 @@ class SagaWorker:
                         f"{registered}: commands of the other partitions would never be handled; pass "
                         f"serves=[saga.Context({context.name!r}, partitions={registered})]"
                     )
+                await self.versions.register_participant(
+                    context.name, participant.name, by=f"{self.app.name}/{self.bus_worker.consumer}"
+                )
 
     async def _register(self) -> Registration:
         report = await self.versions.register(

@@ -142,9 +142,29 @@ def test_list_by_status_stuck_paginated_and_counted(live: Live) -> None:
     assert "next page: --offset 1" in first
     counts = ok(live, "list", "--count")
     assert "total 7" in counts
-    assert as_json(live, "list", "--count", "--stuck-for", "10m") == {"count": 3}
-    assert as_json(live, "list", "--definition", "order_fulfilment", "--version", "2")["rows"] == []  # type: ignore[index]
+    # one documented shape for --count, with or without --stuck-for
+    stuck_count = as_json(live, "list", "--count", "--stuck-for", "10m")
+    assert stuck_count == {
+        "total": 3,
+        "counts": [
+            {"definition": "order_fulfilment", "version": 1, "status": "dead_lettered", "count": 2},
+            {"definition": "order_fulfilment", "version": 1, "status": "running", "count": 1},
+        ],
+        "stuck_for_ms": 600_000,
+        "waiting": 0,
+    }
+    all_count = as_json(live, "list", "--count")
+    assert set(all_count) == set(stuck_count)  # type: ignore[arg-type]
+    assert (all_count["total"], all_count["stuck_for_ms"], all_count["waiting"]) == (7, None, None)  # type: ignore[index]
+    # list --json carries the total over all pages
+    page = as_json(live, "list", "--limit", "2")
+    assert (page["total"], len(page["rows"]), page["next_offset"]) == (7, 2, 2)  # type: ignore[index]
+    none = as_json(live, "list", "--definition", "order_fulfilment", "--version", "2")
+    assert (none["rows"], none["total"]) == ([], 0)  # type: ignore[index]
     assert len(as_json(live, "list", "-s", "failed", "-s", "cancelled")["rows"]) == 2  # type: ignore[index]
+    unknown = saga(live, "list", "--definition", "nosuch")
+    assert unknown.exit_code == 1
+    assert unknown.stderr == "error: no definition named 'nosuch' (known: order_fulfilment)\n"
 
 
 def test_replay_reports_every_decision_matching(live: Live) -> None:
@@ -248,6 +268,17 @@ def test_start(live: Live) -> None:
     data = '{"id":"o-77","customer":"c","lines":[{"sku":"s","quantity":1}],"total_cents":100}'
     assert ok(live, "start", "order_fulfilment", "--data", data, "--id", "o-77").strip() == "o-77"
     assert as_json(live, "start", "order_fulfilment@1", "--data", data, "--id", "o-77") == {"id": "o-77"}
+    # the same id with other data is refused, naming the saga; the first data stays
+    other = data.replace('"total_cents":100', '"total_cents":999')
+    conflict = saga(live, "start", "order_fulfilment", "--data", other, "--id", "o-77")
+    assert conflict.exit_code == 1
+    assert conflict.stderr == (
+        "error: saga 'o-77' exists (order_fulfilment@1) with other data; the new data was not stored "
+        "(start it with another id, or cancel the existing saga first)\n"
+    )
+    found = as_json(live, "inspect", "o-77")
+    assert found["data"]["total_cents"] == 100  # type: ignore[index]
+    assert found["timeline"][0]["summary"] == "started by alice@ops"  # type: ignore[index]
 
 
 def test_dead_letter_commands(live: Live) -> None:
@@ -263,7 +294,13 @@ def test_dead_letter_commands(live: Live) -> None:
 
     requeued = as_json(live, "dlq", "requeue", bad_reply)
     assert requeued[0]["outcome"] == "requeued"  # type: ignore[index]
-    assert as_json(live, "dlq", "requeue", bad_reply) == []  # gone: requeueing twice does nothing
+    # gone: a second requeue of the id is an error, like dlq show, and changes nothing
+    before = snapshot(live)
+    twice = saga(live, "dlq", "requeue", bad_reply)
+    assert (twice.exit_code, twice.stderr) == (1, f"error: no dead letter {bad_reply!r}\n")
+    unknown = saga(live, "dlq", "requeue", "0-1", letters[0]["id"])  # type: ignore[index]
+    assert (unknown.exit_code, unknown.stderr) == (1, "error: no dead letter '0-1'\n")
+    assert snapshot(live) == before
 
     refused = saga(live, "dlq", "purge", "--all")
     assert refused.exit_code == 1
@@ -348,8 +385,6 @@ def test_unreachable_redis_and_missing_options(tmp_path: Path) -> None:
         cli, ["list"], env={"REDSAGA_REDIS_URL": "", "REDSAGA_APP": "tests.ops.scenario:app"}
     )
     assert "error: operations need a Redis: pass --redis-url" in no_url.stderr
-    no_app = runner.invoke(cli, ["list"], env={"REDSAGA_REDIS_URL": "redis://x", "REDSAGA_APP": ""})
-    assert "error: name the app whose sagas to operate" in no_app.stderr
     not_app = runner.invoke(cli, ["list", "--app", "services_example.orders:order_fulfilment"], env=env)
     assert "is a Saga, not a saga.App or saga.Registry" in not_app.stderr
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
+import anyio
 import msgspec
 import pytest
 
@@ -16,18 +17,26 @@ from saga import (
     ActionRefused,
     ActionResult,
     App,
+    EngineConfig,
     InvalidInput,
     SagaAdmin,
+    SagaClient,
+    SagaExists,
     SagaNotFound,
     SagaStatus,
     SagaWorker,
+    StartConflict,
     StepStatus,
+    UnknownDefinition,
     replay_trace,
 )
 from saga._keys import Partition
 from saga._model import Dispatch, HistoryEntry, SagaState
 from saga._store import command_envelope
-from tests.helpers import while_deciding
+from services_example.contracts import Line, Order
+from services_example.orders import order_fulfilment
+from tests.helpers import eventually, while_deciding
+from tests.ops.live import LIVE_CONFIG
 from tests.ops.scenario import CONFIG, FIXED, PARTITION, Scenario, app, drive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -109,7 +118,10 @@ async def test_list_by_status_definition_and_version(admin: SagaAdmin, scenario:
     dead = await admin.list(status="dead_lettered")
     assert {r.id for r in dead.rows} == {ids["dead_lettered"], ids["dead_lettered_undo"]}
     assert len((await admin.list(definition="order_fulfilment", version=1)).rows) == 7
-    assert (await admin.list(definition="other")).rows == []
+    with pytest.raises(UnknownDefinition, match="no definition named 'other' \\(known: order_fulfilment\\)"):
+        await admin.list(definition="other")
+    with pytest.raises(UnknownDefinition, match="no definition named 'other'"):
+        await admin.tally(definition="other", stuck_for_ms=0)
     assert (await admin.list(version=2)).rows == []
     assert await admin.count(status="dead_lettered") == 2
     assert await admin.count() == 7
@@ -451,7 +463,9 @@ async def test_dead_letters_list_show_requeue_and_purge(
     [requeued] = await admin.requeue_dead_letters(LetterFilter(ids=(bad_reply.id,)))
     assert requeued.outcome == "requeued"
     assert await real_redis.xlen(PARTITION.inbox.key) == inbox_before + 1
-    assert await admin.requeue_dead_letters(LetterFilter(ids=(bad_reply.id,))) == []  # gone: nothing twice
+    with pytest.raises(KeyError, match=f"no dead letter '{bad_reply.id}'"):  # gone: an unknown id
+        await admin.requeue_dead_letters(LetterFilter(ids=(bad_reply.id,)))
+    assert await real_redis.xlen(PARTITION.inbox.key) == inbox_before + 1
     await worker.run_until_idle()  # still a wrong reply: dead-lettered again, with its history
     again = await admin.dead_letters(LetterFilter(type="CardRefunded"))
     assert len(again) == 1
@@ -521,3 +535,81 @@ async def test_an_oversized_force_complete_is_refused_before_sending(
     with pytest.raises(InvalidInput, match="over the 1048576-byte payload limit"):
         await admin.force_complete(saga_id, "arrange_shipping", {"tracking": "x" * (1 << 20)}, reason="r")
     assert await inbox_and_history(real_redis, saga_id) == before
+
+
+async def test_stats_counts_only_live_consumers(real_redis: bus.Redis, scenario: Scenario) -> None:
+    # the scenario's own consumer stopped; a running worker is live
+    worker = SagaWorker(real_redis, app, config=LIVE_CONFIG, clock=scenario.clock, consumer="live-test")
+    admin = SagaAdmin(real_redis, app, config=EngineConfig(bus=bus.BusConfig(lease_ms=1_500)))
+
+    async def one_live_one_idle() -> bool:
+        # before Redis 7.2 only a read that returns entries refreshes a consumer's idle time:
+        # give the running worker something to read (an entry it dead-letters)
+        await real_redis.xadd(PARTITION.commands("inventory").key, {"garbage": "1"})
+        stats = await admin.stats()
+        [group] = {s.stream: s for s in stats.streams}[PARTITION.commands("inventory").key].groups
+        return (group.consumers, group.idle_consumers) == (1, 1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.started.wait()
+        await eventually(one_live_one_idle, 30, "stats counts the running worker live, the stopped one idle")
+        assert (await admin.stats()).live_after_ms == 1_500
+        worker.stop()
+
+
+async def test_a_start_with_other_data_is_refused(admin: SagaAdmin, real_redis: bus.Redis) -> None:
+    data = b'{"id":"o-9","customer":"c","lines":[{"sku":"s","quantity":1}],"total_cents":5}'
+    assert await admin.start("order_fulfilment", data, saga_id="o-9") == "o-9"
+    assert await admin.start("order_fulfilment", data, saga_id="o-9") == "o-9"  # equal data: idempotent
+    reordered = b'{"customer":"c","id":"o-9","total_cents":5,"lines":[{"quantity":1,"sku":"s"}]}'
+    assert await admin.start("order_fulfilment", reordered, saga_id="o-9") == "o-9"
+    client = SagaClient(real_redis, app.registry)
+    other = Order(id="o-9", customer="c", lines=[Line(sku="s", quantity=1)], total_cents=6)
+    with pytest.raises(StartConflict) as refused:
+        await client.start(order_fulfilment, other, saga_id="o-9")
+    assert (refused.value.saga_id, refused.value.definition) == ("o-9", "order_fulfilment@1")
+    assert isinstance(refused.value, SagaExists)
+    state = await admin.get("o-9")
+    assert msgspec.json.decode(state.data)["total_cents"] == 5
+    [started] = (await admin.inspect("o-9")).timeline
+    assert started.summary == "started by alice@ops"
+
+
+async def test_inspect_names_who_replied_through_the_outbox(real_redis: bus.Redis, tmp_path: Path) -> None:
+    from services_example import inventory as inventory_service
+    from services_example import payments as payments_service
+    from services_example.all import app as demo
+
+    payments_service.ledger.dsn = f"sqlite:///{tmp_path / 'payments.db'}"
+    inventory_service.stock.dsn = f"sqlite:///{tmp_path / 'inventory.db'}"
+    for hook in demo.on_start:
+        await hook()
+    try:
+        worker = SagaWorker(real_redis, demo, consumer="worker-7")
+        order = Order(id="o1", customer="c", lines=[Line(sku="s", quantity=2)], total_cents=700)
+        await SagaClient(real_redis, demo.registry).start(order_fulfilment, order, saga_id="o1")
+        relays = [
+            relay.Relay.connect(d, real_redis)
+            for d in (payments_service.ledger.dsn, inventory_service.stock.dsn)
+        ]
+        for _ in range(10):
+            await worker.run_until_idle()
+            for one in relays:
+                await one.run(drain=True)
+        found = await SagaAdmin(real_redis, demo).inspect("o1")
+    finally:
+        for hook in demo.on_stop:
+            await hook()
+    assert found.status == SagaStatus.COMPLETED
+    # reserve_stock and charge_payment reply through their outboxes, arrange_shipping on the bus
+    assert [(s.name, s.attempts[0].outcome, s.attempts[0].worker) for s in found.steps] == [
+        ("reserve_stock", "ok", "worker-7"),
+        ("charge_payment", "ok", "worker-7"),
+        ("arrange_shipping", "ok", "worker-7"),
+    ]
+    assert [r.summary for r in found.timeline[1:]] == [
+        "reserve_stock/do #1 succeeded (worker-7)",
+        "charge_payment/do #1 succeeded (worker-7)",
+        "arrange_shipping/do #1 succeeded (worker-7)",
+    ]

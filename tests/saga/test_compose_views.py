@@ -91,7 +91,7 @@ def test_inspect_shows_branches_with_their_index_and_state() -> None:
     runner = running_fan()
     state = runner.state("f")
     found = build_inspection(
-        state, runner.history("f"), [], [], now_ms=runner.now_ms, definition=fan, full_history=False
+        state, runner.history("f"), [], [], now_ms=runner.now_ms, shape=shape_of(fan), full_history=False
     )
     views = {b.key: b for b in found.branches}
     assert [(v.group, v.index, v.branch, v.status) for v in found.branches if v.group == "book"] == [
@@ -159,7 +159,7 @@ def test_saga_inspect_prints_the_branches_and_the_groups_progress(capsys: pytest
         [],
         [],
         now_ms=runner.now_ms,
-        definition=fan,
+        shape=shape_of(fan),
         full_history=False,
     )
     inspection(found, history=False)
