@@ -8,6 +8,7 @@ saga's inbox, so they are decided in order with the replies racing them.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -154,7 +155,8 @@ class SagaClient:
         if not self.orchestrates(definition.context.name):
             request = StartRequest(saga=event.saga, data=event.data, by=event.by, parent=parent)
             envelope = Envelope(
-                id=derived_id(saga_id, "start"),
+                # a repeat of this very start is deduped; a start with other data is not
+                id=derived_id(saga_id, f"start:{hashlib.sha256(encoded).hexdigest()[:32]}"),
                 type=START,
                 payload=_json.encode(request),
                 source=self.source,

@@ -104,23 +104,23 @@ class Orchestrator:
         self._by_tag = {partition.tag: partition for partition in self.partitions}
 
     async def signer(self) -> Signer:
-        """The context's resume-token signer (loaded once)."""
+        """The context's resume-token signer (loaded once).
+
+        With signing on, loading it publishes the context's public token keys, so that
+        clients can check tokens before they send them.
+        """
         if self._signer is None:
-            self._signer = await load_signer(
+            signer = await load_signer(
                 self.redis,
                 self.context.name,
                 auth=self.config.auth,
                 secret=self.config.signal_secret,
                 ttl_ms=self.config.token_ttl_s * 1000,
             )
+            if self.config.auth.enabled:
+                await publish_verifier(self.redis, signer)
+            self._signer = signer
         return self._signer
-
-    async def prepare(self) -> None:
-        """Publish the context's token keys, so clients can check tokens (signing on only)."""
-        if self.config.auth.enabled and any(
-            d.takes_signals for d in self.registry if d.context == self.context
-        ):
-            await publish_verifier(self.redis, await self.signer())
 
     @property
     def partitions(self) -> list[Partition]:

@@ -111,8 +111,6 @@ class SagaWorker:
         while True:  # wait out a Redis outage, as the bus worker's set-up does
             try:
                 await self._check_partitions()
-                for orchestrator in self.orchestrators:
-                    await orchestrator.prepare()
                 return await self._register() if self.orchestrators else Registration()
             except BusError as error:
                 if not error.retryable or self._stopping.is_set():

@@ -264,6 +264,20 @@ async def test_permanent_failure_is_dead_lettered_at_once(redis: bus.Redis) -> N
             "is not a redsaga stream key",
         ),
         ({f"f{i}": "x" for i in range(100)}, "entry has 100 fields"),
+        (
+            {
+                "id": "m",
+                "type": "Charge",
+                "at": "1",
+                "v": "1",
+                "data": '{"order":' + "[" * 3000 + "]" * 3000 + "}",
+            },
+            "malformed payload",
+        ),
+        (
+            {"id": "m", "type": "Charge", "at": "1", "v": "1", "data": "{}", "hdr": "[" * 3000 + "]" * 3000},
+            "invalid envelope field",
+        ),
     ],
 )
 async def test_malformed_entry_is_dead_lettered_on_first_delivery(
@@ -284,6 +298,17 @@ async def test_malformed_entry_is_dead_lettered_on_first_delivery(
     assert letter["entry"] == entry_id
     assert letter["deliveries"] == "1"
     assert await pending(redis, COMMANDS, "payments") == []
+
+
+def test_a_payload_nested_too_deeply_to_decode_is_malformed_not_an_error_to_retry() -> None:
+    """msgspec gives up on deep nesting with RecursionError; a handler would count it transient."""
+
+    class Anything(msgspec.Struct):
+        value: object
+
+    envelope = bus.Envelope(id="m", type="Anything", payload=b'{"value":' + b"[" * 5000 + b"]" * 5000 + b"}")
+    with pytest.raises(bus.MalformedEntry, match="nested too deeply"):
+        envelope.decode(Anything)
 
 
 async def test_oversized_entry_is_dead_lettered_without_decoding(redis: bus.Redis) -> None:
