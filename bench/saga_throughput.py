@@ -9,6 +9,10 @@ then the floor (lines named ``….floor``): the same 3-step saga written by hand
 asyncio with consumer groups, COUNT 100 batched reads, and one EVALSHA per step, pipelined
 per batch. Compare ratios, not absolute numbers: the machine is shared and noisy.
 
+``--signing off,on`` runs redsaga a second time with every entry signed and checked
+(lines named ``….signed``; every principal's keyring issued from one master for the run,
+the child process holding only the participants'), to price signing beside the same floor.
+
 Fields: ``rate_per_s`` (sagas/s), ``p50_ms``/``p99_ms`` (start -> completed, seen by the
 orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes),
 ``redis_cpu_us_per_unit`` (the Redis server's CPU per saga, from ``INFO cpu``: every
@@ -29,6 +33,7 @@ memory of the saga hash, and of the branch hash per branch, at the end).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -47,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import msgspec
 
 import bus
+from bus._auth import KEYRING_ENV, encode_keyrings, load_keyrings
 from bus._connection import FastConnection
 from saga import (
     App,
@@ -63,6 +69,7 @@ from saga import (
     tune_gc,
 )
 from saga import _orchestrator as orchestrator_module
+from saga._keyring import issue_keyrings, new_master, reach_of
 from saga._keys import Partition
 from saga._store import commit_result
 from services_example.contracts import Line, Order
@@ -83,10 +90,27 @@ def _count(self, *args):  # type: ignore[no-untyped-def]
 
 FastConnection.pack_command = _count  # type: ignore[method-assign]
 
-CONFIG = EngineConfig(retention_s=0)  # the defaults users get; retention off to count bytes
+CONFIG = EngineConfig(retention_s=0, auth=bus.SIGNING_OFF)  # the defaults; retention off to count bytes
 ORCHESTRATOR_APP = App("bench-orders", sagas=[order_fulfilment])
 PARTICIPANTS_APP = App("bench-participants", participants=[inventory, payments, shipping])
 ALL_APP = App("bench-all", sagas=[order_fulfilment], participants=[inventory, payments, shipping])
+
+
+def signing_keys(principals: list[str]) -> str:
+    """A keyring file (JSON) holding ``principals``, issued from a master made for the run."""
+    reach = reach_of(ALL_APP, clients=["bench"])
+    return encode_keyrings(issue_keyrings(MASTER, reach, principals)).decode()
+
+
+MASTER = new_master()
+PARTICIPANT_PRINCIPALS = ["participant:inventory", "participant:payments", "participant:shipping"]
+
+
+def config_for(keys: str | None) -> EngineConfig:
+    """The bench's engine config, signing with the keyring ``keys`` (JSON) when given."""
+    if keys is None:
+        return CONFIG
+    return EngineConfig(retention_s=0, auth=bus.Authenticator(load_keyrings(keys)))
 
 
 def order(n: int) -> Order:
@@ -151,11 +175,15 @@ async def one_saga(start: Start, n: int) -> None:
 # -- redsaga --------------------------------------------------------------------------------
 
 
-async def run_redsaga(url: str, shape: str, count: int, procs: int, tag: str) -> dict[str, object]:
+async def run_redsaga(
+    url: str, shape: str, count: int, procs: int, tag: str, *, signed: bool = False
+) -> dict[str, object]:
     redis = bus.connect(url)
     await redis.flushdb()
     tracker = Tracker()
-    worker = SagaWorker(redis, ALL_APP if procs == 1 else ORCHESTRATOR_APP, config=CONFIG)
+    here = ["orchestrator:orders"] + (PARTICIPANT_PRINCIPALS if procs == 1 else [])
+    config = config_for(signing_keys(here) if signed else None)
+    worker = SagaWorker(redis, ALL_APP if procs == 1 else ORCHESTRATOR_APP, config=config)
 
     def observe(state: SagaState) -> None:
         if state.status.terminal or state.status == SagaStatus.DEAD_LETTERED:
@@ -164,14 +192,18 @@ async def run_redsaga(url: str, shape: str, count: int, procs: int, tag: str) ->
             tracker.done(state.id)
 
     worker.observe(observe)
-    client = SagaClient(redis, ORCHESTRATOR_APP.registry, config=CONFIG)
+    client = SagaClient(redis, ORCHESTRATOR_APP.registry, config=config)  # writes sagas, as the orchestrator
 
     async def start(n: int) -> anyio.Event:
         event = tracker.begin(f"{tag}{n}")
         await client.start(order_fulfilment, order(n), saga_id=f"{tag}{n}")
         return event
 
-    child = spawn_child(url, "redsaga") if procs == 2 else None
+    child = (
+        spawn_child(url, "redsaga", signing_keys(PARTICIPANT_PRINCIPALS) if signed else None)
+        if procs == 2
+        else None
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         await worker.started.wait()
@@ -339,12 +371,14 @@ async def server_cpu_s(redis: bus.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def spawn_child(url: str, kind: str) -> subprocess.Popen[str]:
+def spawn_child(url: str, kind: str, keys: str | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, KEYRING_ENV: keys} if keys else None
     return subprocess.Popen(
         [sys.executable, __file__, "--child", kind, "--redis-url", url],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=env,
     )
 
 
@@ -362,7 +396,7 @@ async def child_main(kind: str, url: str) -> None:
     count_conflicts()
     async with anyio.create_task_group() as tg:
         if kind == "redsaga":
-            worker = SagaWorker(redis, PARTICIPANTS_APP, config=CONFIG)
+            worker = SagaWorker(redis, PARTICIPANTS_APP, config=config_for(os.environ.get(KEYRING_ENV)))
             tg.start_soon(worker.run)
             await worker.started.wait()
         elif kind.startswith("fanout:"):  # a second worker racing for the fan-out saga's replies
@@ -569,6 +603,7 @@ def main() -> None:
     parser.add_argument("--procs", default="1,2")
     parser.add_argument("--branches", type=int, default=1000, help="branches of the fan-out saga")
     parser.add_argument("--fanout-concurrency", type=int, default=50)
+    parser.add_argument("--signing", default="off", help="off, on, or off,on (both, signed lines '.signed')")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tune_gc()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
@@ -586,10 +621,13 @@ def main() -> None:
                     print(json.dumps({"name": "saga.fanout.1proc.floor", **floor}), flush=True)
                 continue
             count = args.serial if shape == "serial" else args.sagas
-            for runner, suffix in ((run_redsaga, ""), (run_floor, ".floor")):
-                result = anyio.run(runner, args.redis_url, shape, count, procs, f"{shape}-")
-                name = f"saga.{shape}.{procs}proc{suffix}"
+            for signing in args.signing.split(","):
+                run = functools.partial(run_redsaga, signed=signing == "on")
+                result = anyio.run(run, args.redis_url, shape, count, procs, f"{shape}-")
+                name = f"saga.{shape}.{procs}proc{'.signed' if signing == 'on' else ''}"
                 print(json.dumps({"name": name, **result}), flush=True)
+            result = anyio.run(run_floor, args.redis_url, shape, count, procs, f"{shape}-")
+            print(json.dumps({"name": f"saga.{shape}.{procs}proc.floor", **result}), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"name": "saga.bench.process", "max_rss_kb": usage.ru_maxrss}), flush=True)
 

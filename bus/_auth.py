@@ -5,7 +5,7 @@ A **principal** is a process role with a name: ``orchestrator:orders``, ``partic
 writes carries three fields besides the envelope's own::
 
     p    the principal that signed it          k    the key id (rotation: several verify)
-    mac  keyed BLAKE2b-128 over the entry's fields, base64url (22 characters)
+    mac  keyed BLAKE2b-128 over the entry's fields, base64 (24 characters)
 
 The MAC covers every field that identifies or carries the message (``id type v data src corr
 cause idem reply n hdr p k``, each length-prefixed, absent as empty), not ``at``: a timer's
@@ -111,10 +111,11 @@ def canonical(fields: Mapping[bytes, bytes]) -> bytes:
     return join_canonical([fields.get(name, b"") for name in SIGNED_FIELDS])
 
 
-def mac_of(key: bytes, message: bytes) -> str:
-    """The ``mac`` field for ``message`` under ``key``."""
-    digest = hashlib.blake2b(message, key=key, digest_size=MAC_BYTES).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+def mac_of(key: bytes, message: bytes) -> bytes:
+    """The ``mac`` field for ``message`` under ``key`` (base64, 24 characters)."""
+    return binascii.b2a_base64(
+        hashlib.blake2b(message, key=key, digest_size=MAC_BYTES).digest(), newline=False
+    )
 
 
 def _b64(raw: bytes) -> str:
@@ -175,7 +176,10 @@ class Keyring:
 
     def key_set(self, kid: str) -> KeySet | None:
         """The keys of key id ``kid``, if this keyring has them."""
-        return next((s for s in self.sets if s.kid == kid), None)
+        for key_set in self.sets:
+            if key_set.kid == kid:
+                return key_set
+        return None
 
     @property
     def key_ids(self) -> list[str]:
@@ -254,7 +258,7 @@ class Authenticator:
     turned off: nothing is signed, everything is accepted, :meth:`verify` names no one.
     """
 
-    __slots__ = ("_pairs", "keyrings", "mode")
+    __slots__ = ("_pairs", "_sending", "keyrings", "mode")
 
     def __init__(self, keyrings: Iterable[Keyring] = (), mode: Mode | None = None) -> None:
         self.keyrings = {k.principal: k for k in keyrings}
@@ -265,6 +269,7 @@ class Authenticator:
             raise AuthError(f"verification mode {resolved!r} needs a keyring (set {KEYRING_ENV})")
         self.mode: Mode = resolved
         self._pairs: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
+        self._sending: dict[tuple[str, str], bytes] = {}  # (signer, audience): bounded by the keyrings
 
     def __repr__(self) -> str:
         return f"Authenticator(principals={sorted(self.keyrings)!r}, mode={self.mode!r})"
@@ -331,8 +336,10 @@ class Authenticator:
             self.require(signer)
             raise AssertionError  # pragma: no cover - require raised
         kid = keyring.sign_with
-        key = self._sending_key(keyring, kid, audience)
-        mac = mac_of(key, envelope.canonical(signer, kid))
+        key = self._sending.get((signer, audience))
+        if key is None:
+            key = self._sending[signer, audience] = self._sending_key(keyring, kid, audience)
+        mac = mac_of(key, envelope.canonical(signer, kid)).decode()
         return msgspec.structs.replace(envelope, signer=signer, key_id=kid, mac=mac)
 
     def verify(
@@ -352,6 +359,18 @@ class Authenticator:
         mac = fields.get(b"mac", b"")
         if not (signer and kid and mac):
             raise Unauthenticated("entry is not signed (no p, k or mac field)", signer)
+        key = self._pairs.get((kid, audience, signer))  # a signer seen before: checked already
+        if key is None:
+            key = self._pair_for(holder, kid, audience, signer)
+        if not hmac.compare_digest(mac_of(key, canonical(fields)), mac):
+            raise Unauthenticated(f"entry's MAC does not verify (signed as {signer}, key id {kid})", signer)
+        if senders is not None and signer not in senders:
+            allowed = ", ".join(sorted(senders))
+            raise Unauthenticated(f"signed by {signer}, which may not write here (only {allowed})", signer)
+        return signer
+
+    def _pair_for(self, holder: str, kid: str, audience: str, signer: str) -> bytes:
+        """The key ``signer`` signs with for ``audience``, as ``holder``'s keyring derives it."""
         try:
             check_principal(signer)
         except AuthError as error:
@@ -363,13 +382,7 @@ class Authenticator:
             raise Unauthenticated(
                 f"entry is signed with key id {kid!r}, which this keyring does not hold", signer
             )
-        expected = mac_of(self._pair(root, kid, audience, signer), canonical(fields))
-        if not hmac.compare_digest(expected.encode(), mac):
-            raise Unauthenticated(f"entry's MAC does not verify (signed as {signer}, key id {kid})", signer)
-        if senders is not None and signer not in senders:
-            allowed = ", ".join(sorted(senders))
-            raise Unauthenticated(f"signed by {signer}, which may not write here (only {allowed})", signer)
-        return signer
+        return self._pair(root, kid, audience, signer)
 
     def _sending_key(self, keyring: Keyring, kid: str, audience: str) -> bytes:
         key_set = keyring.key_set(kid)

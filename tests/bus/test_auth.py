@@ -61,7 +61,7 @@ def command(**overrides: object) -> bus.Envelope:
 def test_a_signed_entry_verifies_for_its_audience_and_names_its_signer() -> None:
     orchestrator, payments = auth(keyring(ORDERS, PAYMENTS)), auth(keyring(PAYMENTS, ORDERS))
     signed = orchestrator.sign(command(), PAYMENTS, ORDERS)
-    assert (signed.signer, signed.key_id, len(signed.mac)) == (ORDERS, "k1", 22)
+    assert (signed.signer, signed.key_id, len(signed.mac)) == (ORDERS, "k1", 24)
     assert payments.verify(as_fields(signed), PAYMENTS, PAYMENTS) == ORDERS
 
 
@@ -69,7 +69,7 @@ def test_a_signed_entry_verifies_for_its_audience_and_names_its_signer() -> None
     ("field", "value"),
     [(b"data", b'{"type":"Charge","order":"o1","amount":1}'), (b"corr", b"saga-2"), (b"n", b"3"),
      (b"hdr", b'{"step":"refund","kind":"do"}'), (b"type", b"Refund"), (b"p", PAYMENTS.encode()),
-     (b"k", b"k2"), (b"reply", b"rs:{orders:1}:inbox"), (b"mac", b"A" * 22)],
+     (b"k", b"k2"), (b"reply", b"rs:{orders:1}:inbox"), (b"mac", b"A" * 24)],
 )  # fmt: skip
 def test_changing_any_signed_field_breaks_the_mac(field: bytes, value: bytes) -> None:
     orchestrator, payments = auth(keyring(ORDERS, PAYMENTS)), auth(keyring(PAYMENTS, ORDERS))
