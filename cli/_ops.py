@@ -10,26 +10,18 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
+import msgspec
 import typer
 
 from cli import _show
-from cli._common import CommandError, Json, emit_json
-from cli._format import parse_duration
-from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, RedisUrl, Wait, with_admin
+from cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, emit_text
+from cli._format import ago, duration_option, printable
+from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
 from saga import ActionResult, SagaAdmin, SagaStatus, encode_trace
 from saga._graph import path_graph
 
 SagaId = Annotated[str, typer.Argument(help="The saga's id.", show_default=False)]
 Format = Annotated[Literal["mermaid", "dot"], typer.Option("--format", help="Diagram format for --graph.")]
-
-
-def _duration(text: str | None, option: str) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise CommandError(f"{option}: {error}") from error
 
 
 def _finish(result: ActionResult, json: bool) -> None:
@@ -68,12 +60,14 @@ def inspect(
         diagram = ""
         if graph:
             state = await admin.get(saga_id, context=context)
-            diagram = path_graph(admin.registry.get(state.name, state.version), state, fmt)
+            # The diagram's title line names the saga: its id escaped, or a newline in it splits the line.
+            titled = msgspec.structs.replace(state, id=printable(state.id))
+            diagram = path_graph(admin.registry.get(state.name, state.version), titled, fmt)
         return found, diagram
 
     found, diagram = with_admin(redis_url, app, job)
     if graph and not json:
-        typer.echo(diagram)
+        emit_text(diagram)
     elif json:
         emit_json({"inspection": found, "graph": diagram} if graph else found)
     else:
@@ -87,10 +81,13 @@ def list_sagas(
     ] = None,
     definition: Annotated[str | None, typer.Option("--definition", help="Only this definition name.")] = None,
     version: Annotated[int | None, typer.Option("--version", help="Only this definition version.")] = None,
-    stuck_for: Annotated[
-        str | None,
+    stuck_ms: Annotated[
+        int | None,
         typer.Option(
-            "--stuck-for", help="Only sagas that have not moved for this long (10m, 2h, 1d), stalest first."
+            "--stuck-for",
+            parser=duration_option,
+            metavar="DURATION",
+            help="Only sagas that have not moved for this long (10m, 2h, 1d), stalest first.",
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="Sagas per page.")] = 50,
@@ -107,7 +104,6 @@ def list_sagas(
     not moved for that long, stalest first (from an index, not a scan). Paginated with
     --limit and --offset; --count prints counts instead.
     """
-    stuck_ms = _duration(stuck_for, "--stuck-for")
     statuses = list(status or [])
 
     async def job(admin: SagaAdmin) -> tuple[object, int | None]:
@@ -134,7 +130,7 @@ def list_sagas(
     elif count and found is not None:
         _show.counts(found)  # type: ignore[arg-type]
     elif count:
-        typer.echo(f"{total} saga(s) not moved for {stuck_for}")
+        emit_line(f"{total} saga(s) not moved for {ago(stuck_ms)}")
     else:
         _show.page(found, total)  # type: ignore[arg-type]
 
@@ -189,7 +185,7 @@ def replay(
     else:
         _show.replay(report)  # type: ignore[arg-type]
         if result is not None:
-            typer.echo("")
+            emit_line()
             _show.action(result)
     if result is not None and result.outcome == "queued":
         raise typer.Exit(QUEUED_EXIT)
@@ -297,13 +293,20 @@ def export(
         sys.stdout.write(encoded.decode())
     else:
         output.write_bytes(encoded)
-        typer.echo(f"wrote the trace of {saga_id} ({len(trace.history)} events) to {output}", err=True)
+        emit_line(f"wrote the trace of {saga_id} ({len(trace.history)} events) to {output}", err=True)
 
 
 def stats(
-    stuck_for: Annotated[
-        str, typer.Option("--stuck-for", help="Count sagas not moved for this long.")
-    ] = "10m",
+    stuck_ms: Annotated[
+        int,
+        typer.Option(
+            "--stuck-for",
+            parser=duration_option,
+            metavar="DURATION",
+            show_default="10m",
+            help="Count sagas not moved for this long (10m, 2h, 1d).",
+        ),
+    ] = 600_000,
     dsn: Annotated[
         list[str] | None,
         typer.Option(
@@ -324,7 +327,6 @@ def stats(
     the pending entries, lag and oldest-pending age; dead letters per partition; how many
     sagas have not moved for --stuck-for; the backlog of each outbox database given --dsn.
     """
-    stuck_ms = _duration(stuck_for, "--stuck-for") or 0
     found = with_admin(
         redis_url,
         app,
@@ -353,4 +355,4 @@ def start(
     if json:
         emit_json({"id": started})
     else:
-        typer.echo(started)
+        emit_line(started)
