@@ -73,7 +73,7 @@ def _start_private_redis() -> str:
             conn.sendall(b"PING\r\n")
             if conn.recv(16).startswith(b"+PONG"):
                 return f"redis://127.0.0.1:{port}/0"
-        time.sleep(0.02)  # noqa: ASYNC251 - start-up poll of a server, not a test waiting for time
+        time.sleep(0.02)
     raise RuntimeError("the test session's redis-server did not answer within 15 s")
 
 
@@ -94,8 +94,10 @@ def _create_pg_database() -> str:
 def pytest_configure(config: pytest.Config) -> None:
     """Start this session's servers before any test module is imported."""
     global REDIS_URL, PG_DSN  # noqa: PLW0603 - set once, before collection imports them
-    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist") and (
-        config.getoption("numprocesses", None)
+    if (
+        not hasattr(config, "workerinput")
+        and config.pluginmanager.hasplugin("xdist")
+        and (config.getoption("numprocesses", None))
     ):
         return  # the xdist controller runs no test; each worker starts its own servers
     if not REDIS_URL:
@@ -111,9 +113,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _created_databases:
         import psycopg
 
-        with contextlib.suppress(psycopg.OperationalError), psycopg.connect(
-            _PG_SERVER_DSN, autocommit=True, connect_timeout=3
-        ) as conn:
+        with (
+            contextlib.suppress(psycopg.OperationalError),
+            psycopg.connect(_PG_SERVER_DSN, autocommit=True, connect_timeout=3) as conn,
+        ):
             for name in _created_databases:
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     for directory in _temp_dirs:

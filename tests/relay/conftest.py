@@ -111,4 +111,3 @@ async def relay_redis(outbox_db: OutboxDb) -> AsyncIterator[bus.Redis]:
         yield client
     finally:
         await client.aclose()
-
