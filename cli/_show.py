@@ -8,7 +8,7 @@ import typer
 
 from bus import DeadLetter, Requeued
 from cli._common import emit_line, emit_table
-from cli._format import ago, clip, outcome_colour, status_colour, when
+from cli._format import ago, cell, clip, outcome_colour, status_colour, when
 from saga import ActionResult, Attempt, GroupState, Inspection, ReplayReport, SagaCount, SagaPage, Stats
 
 _STATUS = {0: status_colour}
@@ -303,7 +303,7 @@ def letter(found: DeadLetter) -> None:
     """``saga dlq show``: every field, the error chain and the raw entry."""
     emit_line(f"dead letter {found.id} in {found.dlq}", bold=True)
     field("stream", f"{found.stream} entry {found.entry}")
-    field("group", f"{found.group} (consumer {found.consumer}, {found.deliveries} deliveries)")
+    field("group", f"{found.group} (consumer {found.consumer}, {cell(found.deliveries)} deliveries)")
     field("reason", found.reason, typer.colors.RED)
     field("failed", f"first {when(found.first_failed_ms)}, last {when(found.last_failed_ms)}")
     field("message", f"{found.type or '-'} {found.message_id or ''}".rstrip())

@@ -1,10 +1,11 @@
-"""Control characters in what the CLI prints are escaped: an escape sequence in a saga id,
+"""Control characters in what the CLI prints are escaped (and no Python value shows): an escape sequence in a saga id,
 a step's error, a payload or a dead letter cannot recolour or drive the terminal, and a
 newline in an id cannot split a table row. Each kind of output is checked on sagas and dead
 letters whose ids and fields hold ESC ``[31m``, a newline, a carriage return and a bell."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,6 +105,8 @@ def saga(evil: Evil, *args: str, code: int = 0) -> str:
     output = result.stdout + result.stderr
     for raw in RAW:
         assert raw not in output, (args, raw, output)
+    if "--json" not in args:  # human output reads as words, not Python values
+        assert not re.search(r"\b(True|False|None)\b", output), (args, output)
     return output
 
 

@@ -154,3 +154,13 @@ def test_the_demo_draws_its_progress_line_on_a_terminal() -> None:
     assert b"\r" in seen
     assert b"completed" in seen  # the counts per status
     assert "\r" not in done.stdout  # the report on stdout is plain
+
+
+def test_a_dead_letter_missing_its_counts_shows_dashes(capsys: pytest.CaptureFixture[str]) -> None:
+    from bus import DeadLetter
+    from cli import _show
+
+    _show.letter(DeadLetter(dlq="rs:{orders:0}:dlq", id="1-0"))
+    shown = capsys.readouterr().out
+    assert "(consumer , - deliveries)" in shown
+    assert not re.search(r"\b(True|False|None)\b", shown)
