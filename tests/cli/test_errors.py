@@ -170,6 +170,7 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         (["relay", "--dsn", "sqlite:///x.db", "--batch-size", "0"], "Invalid value for '--batch-size'"),
         (["relay", "--dsn", "sqlite:///x.db", "--poll-interval", "0"], "poll_interval_s must be positive"),
         (["relay", "requeue", "--dsn", "sqlite:///x.db"], "give the ids of failed rows, or --all"),
+        (["relay", "ddl", "--tables", "bad-name"], "Invalid value for '--tables'"),
         (["epoch", "accept", "--redis-url", CLOSED_REDIS], "accepting a new epoch needs --yes"),
         (["list", "--no-such-option"], "No such option: --no-such-option (see saga list --help)"),
         (["worker"], "Missing option '--app'"),

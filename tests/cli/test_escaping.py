@@ -1,7 +1,8 @@
-"""Control characters in what the CLI prints are escaped (and no Python value shows): an escape sequence in a saga id,
+"""Control characters in what the CLI prints are escaped: an escape sequence in a saga id,
 a step's error, a payload or a dead letter cannot recolour or drive the terminal, and a
 newline in an id cannot split a table row. Each kind of output is checked on sagas and dead
-letters whose ids and fields hold ESC ``[31m``, a newline, a carriage return and a bell."""
+letters whose ids and fields hold ESC ``[31m``, a newline, a carriage return and a bell; and
+no human output shows a Python ``True``, ``False`` or ``None``."""
 
 from __future__ import annotations
 
