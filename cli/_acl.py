@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
-from cli._common import CommandError, Json, emit_json
-from cli._load import load_object
-from saga import App, acl_rules
+from cli._common import CommandError, Json, UsageProblem, app_option, emit_json, emit_line
+from cli._load import load_app
+from saga import acl_rules
 from saga._acl import as_json
 
 
 def acl(
-    app_ref: Annotated[str, typer.Option("--app", help="The App whose users to print, as module:attribute.")],
+    app_ref: Annotated[str, app_option("The App whose users to print, as module:attribute.")],
     password_env: Annotated[
         str | None,
         typer.Option(
@@ -44,11 +44,9 @@ def acl(
     user. The lines go to stdout (pipe them into ``redis-cli``), what each user is for to
     stderr.
     """
-    app = load_object(app_ref)
-    if not isinstance(app, App):
-        raise CommandError(f"{app_ref} is a {type(app).__name__}, not a saga.App")
     if nopass == (password_env is not None):
-        raise CommandError("give exactly one of --password-env VAR and --nopass")
+        raise UsageProblem("give exactly one of --password-env VAR and --nopass")
+    app = load_app(app_ref)
     users = acl_rules(app, prefix=prefix, relay_streams=relay_stream or ())
     passwords: dict[str, str | None] = {u.name: None for u in users}
     if password_env is not None:
@@ -61,5 +59,5 @@ def acl(
         emit_json(as_json(users, passwords))
         return
     for user in users:
-        typer.echo(f"# {user.name}: {user.note}", err=True)  # stdout stays pipeable into redis-cli
-        typer.echo(user.line(passwords[user.name]))
+        emit_line(f"# {user.name}: {user.note}", err=True)  # stdout stays pipeable into redis-cli
+        emit_line(user.line(passwords[user.name]))

@@ -8,8 +8,8 @@ import typer
 
 from bus import LetterFilter
 from cli import _show
-from cli._common import CommandError, Json, emit_json, reporting_errors
-from cli._session import AppRef, ContextName, RedisUrl, with_admin
+from cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, reporting_errors
+from cli._session import AppRef, ContextName, with_admin
 
 dlq_app = typer.Typer(
     help="Dead letters: entries the bus gave up on (malformed, poison, over the delivery limit), "
@@ -162,4 +162,4 @@ def purge(
     if json:
         emit_json({"purged": deleted})
     else:
-        typer.echo(f"purged {deleted} dead letter(s)")
+        emit_line(f"purged {deleted} dead letter(s)")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import bus
-from cli._common import Json, RedisUrl, emit_json, reporting_errors, with_redis
+from cli._common import Json, RedisUrl, emit_json, emit_line, reporting_errors, with_redis
 
 epoch_app = typer.Typer(
     help="The deployment's epoch (rs:epoch): workers stop when it vanishes (Redis restarted "
@@ -26,11 +26,10 @@ def show(redis_url: RedisUrl = None, json_output: Json = False) -> None:
     if json_output:
         emit_json({"epoch": epoch, "lost": lost})
     elif epoch is None:
-        typer.echo("no epoch yet: the first worker to start creates one")
+        emit_line("no epoch yet: the first worker to start creates one")
     else:
-        typer.echo(
-            f"{epoch}{'  (data loss seen: workers refuse to start; see saga epoch accept)' if lost else ''}"
-        )
+        seen = "  (data loss seen: workers refuse to start; see saga epoch accept)" if lost else ""
+        emit_line(f"{epoch}{seen}")
 
 
 @epoch_app.command("accept")
@@ -53,4 +52,4 @@ def accept(
     if json_output:
         emit_json({"epoch": epoch})
     else:
-        typer.echo(f"new epoch {epoch}: start the workers again")
+        emit_line(f"new epoch {epoch}: start the workers again")

@@ -1,7 +1,9 @@
-"""How operations output reads: times, durations, statuses in colour, and parsed durations.
+r"""How output reads: escaped values, times, durations, statuses in colour, parsed durations.
 
-Colour is applied with click's styles, which click strips when stdout is not a terminal, so
-pipes, files and tests see plain text.
+Every value a human reads goes through :func:`cell` (or :func:`printable`): a control
+character in a saga id, an error or a payload is shown escaped (``\x1b``, ``\n``), so it
+can neither drive the terminal nor split a line. Colour is applied with styles that are
+left out when stdout is not a terminal, so pipes, files and tests see plain text.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import typer
 
 from saga import SagaStatus, StepStatus
 from saga._inspect import human_ms
+from saga._text import printable
 
 _STATUS_COLOURS = {
     SagaStatus.RUNNING: typer.colors.CYAN,
@@ -39,8 +42,19 @@ _OUTCOME_COLOURS = {
     "permanent": typer.colors.RED,
     "cancelled": typer.colors.YELLOW,
 }
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidirectional
+# embeddings, overrides and isolates (which reorder what the terminal shows).
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def cell(value: object) -> str:
+    """One value as a human reads it: ``-`` for none, ``yes``/``no``, else its text escaped."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return printable(str(value))
 
 
 def status_colour(value: str) -> str | None:
@@ -79,6 +93,19 @@ def parse_duration(text: str) -> int:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"{text!r} is not a duration (like 90s, 10m, 1h30m, 2d)")
     return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+
+
+def duration_option(text: str | int) -> int:
+    """The parser of duration options: milliseconds, or a usage error (exit code 2).
+
+    typer runs it on the default too: a default is given in milliseconds already.
+    """
+    if isinstance(text, int):
+        return text
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 def clip(text: str, width: int = 80) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cli._common import CommandError
+from saga import App
 
 
 def load_object(reference: str) -> Any:
@@ -26,3 +27,11 @@ def load_object(reference: str) -> Any:
         return getattr(module, attribute)
     except AttributeError:
         raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
+
+
+def load_app(reference: str) -> App:
+    """The :class:`saga.App` named ``module:attribute`` (an error when it is something else)."""
+    loaded = load_object(reference)
+    if not isinstance(loaded, App):
+        raise CommandError(f"{reference} is a {type(loaded).__name__}, not a saga.App")
+    return loaded

@@ -1,14 +1,25 @@
-"""structlog configuration for the command line: JSON lines, or readable console output."""
+"""structlog configuration for long-running commands: JSON lines on stderr, or readable ones.
+
+stdout stays for what a command prints (its table or ``--json`` document); logs never go there.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Annotated, Literal
 
 import structlog
+import typer
+
+Level = Literal["debug", "info", "warning", "error"]
+LogLevel = Annotated[Level, typer.Option("--log-level", help="The lowest level logged.")]
+ConsoleLogs = Annotated[
+    bool, typer.Option("--console-logs", help="Readable log lines instead of JSON lines (on stderr).")
+]
 
 
-def configure(*, json_logs: bool, level: str = "info") -> None:
+def configure(*, json_logs: bool, level: Level = "info") -> None:
     """Send structlog output to stderr as JSON lines (``json_logs``) or for humans."""
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()

@@ -13,22 +13,13 @@ from typing import Annotated, Literal
 import typer
 
 from cli import _show
-from cli._common import CommandError, Json, emit_json
-from cli._format import parse_duration
-from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, RedisUrl, Wait, with_admin
+from cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, emit_text
+from cli._format import duration_option
+from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
 from saga import ActionResult, SagaAdmin, SagaStatus, encode_trace
 
 SagaId = Annotated[str, typer.Argument(help="The saga's id.", show_default=False)]
 Format = Annotated[Literal["mermaid", "dot"], typer.Option("--format", help="Diagram format for --graph.")]
-
-
-def _duration(text: str | None, option: str) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise CommandError(f"{option}: {error}") from error
 
 
 def _finish(result: ActionResult, json: bool) -> None:
@@ -70,7 +61,7 @@ def inspect(
     if json:
         emit_json(found)
     elif found.graph is not None:
-        typer.echo(found.graph)
+        emit_text(found.graph)
     else:
         _show.inspection(found, history=history)
 
@@ -82,10 +73,13 @@ def list_sagas(
     ] = None,
     definition: Annotated[str | None, typer.Option("--definition", help="Only this definition name.")] = None,
     version: Annotated[int | None, typer.Option("--version", help="Only this definition version.")] = None,
-    stuck_for: Annotated[
-        str | None,
+    stuck_ms: Annotated[
+        int | None,
         typer.Option(
-            "--stuck-for", help="Only sagas that have not moved for this long (10m, 2h, 1d), stalest first."
+            "--stuck-for",
+            parser=duration_option,
+            metavar="DURATION",
+            help="Only sagas that have not moved for this long (10m, 2h, 1d), stalest first.",
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="Sagas per page.")] = 50,
@@ -104,7 +98,6 @@ def list_sagas(
     --offset; --count prints counts per definition and status instead. An unknown
     --definition or --context: exit code 1.
     """
-    stuck_ms = _duration(stuck_for, "--stuck-for")
     filters = {
         "status": list(status or []),
         "definition": definition,
@@ -177,7 +170,7 @@ def replay(
     else:
         _show.replay(report)  # type: ignore[arg-type]
         if result is not None:
-            typer.echo("")
+            emit_line()
             _show.action(result)
     if result is not None and result.outcome == "queued":
         raise typer.Exit(QUEUED_EXIT)
@@ -286,13 +279,20 @@ def export(
         sys.stdout.write(encoded.decode())
     else:
         output.write_bytes(encoded)
-        typer.echo(f"wrote the trace of {saga_id} ({len(trace.history)} events) to {output}", err=True)
+        emit_line(f"wrote the trace of {saga_id} ({len(trace.history)} events) to {output}", err=True)
 
 
 def stats(
-    stuck_for: Annotated[
-        str, typer.Option("--stuck-for", help="Count sagas not moved for this long.")
-    ] = "10m",
+    stuck_ms: Annotated[
+        int,
+        typer.Option(
+            "--stuck-for",
+            parser=duration_option,
+            metavar="DURATION",
+            show_default="10m",
+            help="Count sagas not moved for this long (10m, 2h, 1d).",
+        ),
+    ] = 600_000,
     dsn: Annotated[
         list[str] | None,
         typer.Option(
@@ -313,7 +313,6 @@ def stats(
     the pending entries, lag and oldest-pending age; dead letters per partition; how many
     sagas have not moved for --stuck-for; the backlog of each outbox database given --dsn.
     """
-    stuck_ms = _duration(stuck_for, "--stuck-for") or 0
     found = with_admin(
         redis_url,
         app,
@@ -346,4 +345,4 @@ def start(
     if json:
         emit_json({"id": started})
     else:
-        typer.echo(started)
+        emit_line(started)

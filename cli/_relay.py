@@ -3,75 +3,92 @@
 from __future__ import annotations
 
 import signal
-import sys
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal
 
 import anyio
-import structlog
 import typer
 
 import bus
 import relay
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, run
-
-T = TypeVar("T")
+from cli._common import (
+    Json,
+    RedisUrl,
+    UsageProblem,
+    emit_json,
+    emit_line,
+    emit_table,
+    real_redis_url,
+    reporting_errors,
+    run,
+)
+from cli._logging import ConsoleLogs, LogLevel, configure
+from relay._dsn import parse_dsn
 
 relay_app = typer.Typer(
     help="The outbox relay: publishes committed outbox rows to their streams, exactly once per row. "
     "Without a subcommand, runs the relay until SIGTERM.",
     no_args_is_help=False,
 )
+DSN_ENVS = ["REDSAGA_RELAY_DSN", "REDSAGA_PG_DSN"]
+
+
+def _dsn_option(text: str) -> str:
+    """A DSN the relay can open (checked, not connected), or a usage error."""
+    try:
+        parse_dsn(text)
+    except relay.InvalidDsn as error:
+        raise typer.BadParameter(str(error)) from None
+    return text
+
+
+def _tables_option(prefix: str) -> relay.Tables:
+    try:
+        return relay.Tables.prefixed(prefix)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
 
 Dsn = Annotated[
     str | None,
     typer.Option(
         "--dsn",
-        envvar=["REDSAGA_RELAY_DSN", "REDSAGA_PG_DSN"],
-        help="The outbox database: postgresql://user@host:port/db or sqlite:///path/to/file.db.",
+        envvar=DSN_ENVS,
+        parser=_dsn_option,
+        metavar="DSN",
+        help="The outbox database: postgresql://user@host:port/db, libpq keywords "
+        "('host=db dbname=payments') or sqlite:///path/to/file.db.",
         show_default=False,
     ),
 ]
 Prefix = Annotated[
-    str | None,
+    relay.Tables | None,
     typer.Option(
         "--tables",
+        parser=_tables_option,
+        metavar="PREFIX",
         help="Table-name prefix: PREFIX_outbox, PREFIX_inbox, … (default: redsaga_outbox, …).",
         show_default=False,
     ),
 ]
 
 
-def _run(job: Callable[[], Awaitable[T]]) -> T:
-    """:func:`cli._common.run`, with the relay's errors reported as one line too."""
-
-    async def guarded() -> T:
-        try:
-            return await job()
-        except relay.RelayError as error:
-            raise CommandError(str(error)) from error
-
-    return run(guarded)
-
-
-def _tables(prefix: str | None) -> relay.Tables:
-    return relay.Tables.prefixed(prefix) if prefix else relay.Tables()
-
-
-def _dsn(dsn: str | None) -> str:
+def _required(dsn: str | None) -> str:
     if not dsn:
-        raise CommandError("no database given: pass --dsn (or set REDSAGA_RELAY_DSN)")
+        raise UsageProblem(f"no outbox database given: pass --dsn DSN or set {DSN_ENVS[0]}")
     return dsn
 
 
 @relay_app.callback(invoke_without_command=True)
+@reporting_errors
 def relay_main(
     ctx: typer.Context,
     *,
     dsn: Dsn = None,
     redis_url: RedisUrl = None,
     tables: Prefix = None,
-    batch_size: Annotated[int, typer.Option(help="Rows per claim, pipeline and commit.")] = 500,
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Rows per claim, pipeline and commit.")
+    ] = 500,
     poll_interval: Annotated[
         float, typer.Option(help="Seconds between looks at an idle outbox (fallback to NOTIFY).")
     ] = 1.0,
@@ -81,29 +98,38 @@ def relay_main(
     ] = 3600.0,
     retention: Annotated[
         float | None,
-        typer.Option(help="Seconds sent rows are kept (default 7 days); 0 removes them at once."),
+        typer.Option(min=0, help="Seconds sent rows are kept (default 7 days); 0 removes them at once."),
     ] = None,
     archive: Annotated[bool, typer.Option(help="Move expired sent rows to the archive table.")] = False,
     drain: Annotated[bool, typer.Option(help="Exit once no row is left unsent.")] = False,
     init_db: Annotated[bool, typer.Option("--init-db", help="Create or upgrade the tables first.")] = False,
+    log_level: LogLevel = "info",
+    console_logs: ConsoleLogs = False,
     json: Json = False,
 ) -> None:
-    """Run the relay (when no subcommand is given)."""
+    """Run the relay (when no subcommand is given); logs go to stderr as JSON lines.
+
+    Database and Redis outages are logged and waited out. On SIGTERM or SIGINT the round in
+    flight finishes, then the relay prints what it did (sent, repeats, failed, outages).
+    """
     if ctx.invoked_subcommand is not None:
         return
+    outbox, url = _required(dsn), real_redis_url(redis_url)
     defaults = relay.RelayConfig()
-    config = relay.RelayConfig(
-        tables=_tables(tables),
-        batch_size=batch_size,
-        poll_interval_s=poll_interval,
-        listen=listen,
-        dedupe_window_s=dedupe_window,
-        retention_s=defaults.retention_s if retention is None else retention,
-        retention_mode="archive" if archive else "delete",
-    )
-    counters = _run(
-        lambda: _run_relay(_dsn(dsn), bus.resolve_url(redis_url), config, drain=drain, init=init_db)
-    )
+    try:
+        config = relay.RelayConfig(
+            tables=tables or relay.Tables(),
+            batch_size=batch_size,
+            poll_interval_s=poll_interval,
+            listen=listen,
+            dedupe_window_s=dedupe_window,
+            retention_s=defaults.retention_s if retention is None else retention,
+            retention_mode="archive" if archive else "delete",
+        )
+    except ValueError as error:
+        raise UsageProblem(str(error)) from None
+    configure(json_logs=not console_logs, level=log_level)
+    counters = run(lambda: _run_relay(outbox, url, config, drain=drain, init=init_db))
     if json:
         emit_json(counters)
     else:
@@ -116,9 +142,6 @@ def relay_main(
 async def _run_relay(
     dsn: str, redis_url: str, config: relay.RelayConfig, *, drain: bool, init: bool
 ) -> relay.RelayCounters:
-    if redis_url.startswith(bus.MEMORY_URL):
-        raise CommandError("the relay publishes to a real Redis: pass --redis-url or set REDSAGA_REDIS_URL")
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     if init:
         await relay.init_db(dsn, config.tables)
     redis = bus.connect(redis_url)
@@ -140,19 +163,22 @@ async def _run_relay(
 
 
 @relay_app.command("init-db")
+@reporting_errors
 def init_db_command(dsn: Dsn = None, tables: Prefix = None, json: Json = False) -> None:
     """Create or upgrade the outbox, inbox and archive tables (idempotent)."""
-    applied = _run(lambda: relay.init_db(_dsn(dsn), _tables(tables)))
+    outbox = _required(dsn)
+    applied = run(lambda: relay.init_db(outbox, tables))
     version = relay.latest_version()
     if json:
         emit_json({"applied": applied, "version": version})
     elif applied:
-        typer.echo(f"applied migrations {', '.join(map(str, applied))}; schema at v{version}")
+        emit_line(f"applied migrations {', '.join(map(str, applied))}; schema at v{version}")
     else:
-        typer.echo(f"schema already at v{version}; nothing to do")
+        emit_line(f"schema already at v{version}; nothing to do")
 
 
 @relay_app.command("ddl")
+@reporting_errors
 def ddl_command(
     dialect: Annotated[
         Literal["postgresql", "sqlite"], typer.Option(help="Which database's DDL.")
@@ -160,13 +186,15 @@ def ddl_command(
     tables: Prefix = None,
 ) -> None:
     """Print the DDL that init-db applies, for teams that run their own migrations."""
-    typer.echo(relay.ddl(dialect, _tables(tables)), nl=False)
+    typer.echo(relay.ddl(dialect, tables or relay.Tables()), nl=False)  # SQL text, not values
 
 
 @relay_app.command("stats")
+@reporting_errors
 def stats_command(dsn: Dsn = None, tables: Prefix = None, json: Json = False) -> None:
     """Show the outbox backlog and the age of its oldest unsent row."""
-    stats = _run(lambda: relay.outbox_stats(_dsn(dsn), tables=_tables(tables)))
+    outbox = _required(dsn)
+    stats = run(lambda: relay.outbox_stats(outbox, tables=tables))
     if json:
         emit_json(stats)
         return
@@ -175,24 +203,16 @@ def stats_command(dsn: Dsn = None, tables: Prefix = None, json: Json = False) ->
 
 
 @relay_app.command("failed")
+@reporting_errors
 def failed_command(
     dsn: Dsn = None,
     tables: Prefix = None,
-    limit: Annotated[int, typer.Option(help="Most rows to show.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="Most rows to show.")] = 100,
     json: Json = False,
 ) -> None:
     """List the rows the relay could not publish, with the reason."""
-
-    async def job() -> list[relay.FailedRow]:
-        worker = relay.Relay.connect(
-            _dsn(dsn), bus.connect(bus.MEMORY_URL), config=relay.RelayConfig(tables=_tables(tables))
-        )
-        try:
-            return await worker.failed_rows(limit)
-        finally:
-            await worker.close()
-
-    rows = _run(job)
+    outbox = _required(dsn)
+    rows = run(lambda: relay.failed_rows(outbox, tables=tables, limit=limit))
     if json:
         emit_json(rows)
         return
@@ -200,6 +220,7 @@ def failed_command(
 
 
 @relay_app.command("requeue")
+@reporting_errors
 def requeue_command(
     ids: Annotated[list[int] | None, typer.Argument(help="Ids of failed rows to publish again.")] = None,
     dsn: Dsn = None,
@@ -210,18 +231,9 @@ def requeue_command(
     """Mark failed rows pending again, after fixing what made them fail."""
     if not ids and not every:
         raise typer.BadParameter("give the ids of failed rows, or --all")
-
-    async def job() -> int:
-        worker = relay.Relay.connect(
-            _dsn(dsn), bus.connect(bus.MEMORY_URL), config=relay.RelayConfig(tables=_tables(tables))
-        )
-        try:
-            return await worker.requeue(None if every else list(ids or []))
-        finally:
-            await worker.close()
-
-    count = _run(job)
+    outbox = _required(dsn)
+    count = run(lambda: relay.requeue_failed(outbox, None if every else list(ids or []), tables=tables))
     if json:
         emit_json({"requeued": count})
     else:
-        typer.echo(f"{count} row(s) pending again")
+        emit_line(f"{count} row(s) pending again")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import bus
-from cli._common import Json, RedisUrl, emit_json, emit_table, run
-from cli._load import load_object
-from cli._logging import configure
-from saga import App, EngineConfig, SagaWorker, tune_gc
+from bus._errors import redis_errors
+from cli._common import Json, RedisUrl, app_option, emit_json, emit_line, emit_table, real_redis_url, run
+from cli._format import cell, status_colour
+from cli._load import load_app
+from cli._logging import ConsoleLogs, LogLevel, configure
+from saga import EngineConfig, SagaWorker, tune_gc
+from saga._text import printable
 
 if TYPE_CHECKING:
     from services_example.demo import DemoReport
@@ -18,8 +22,19 @@ if TYPE_CHECKING:
 _DEFAULTS = bus.BusConfig()
 
 
+DemoRedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar=bus.URL_ENV,
+        help="The Redis to run on (redis://, or rediss:// for TLS). Default: an embedded in-memory one.",
+        show_default=False,
+    ),
+]
+
+
 def worker(
-    app_ref: Annotated[str, typer.Option("--app", help="The App to run, as module:attribute.")],
+    app_ref: Annotated[str, app_option("The App to run, as module:attribute.")],
     redis_url: RedisUrl = None,
     concurrency: Annotated[
         int, typer.Option(help="Handler slots (entries handled at once).")
@@ -27,25 +42,25 @@ def worker(
     lease_ms: Annotated[
         int, typer.Option(help="Lease on an entry; a silent worker loses it after this.")
     ] = _DEFAULTS.lease_ms,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    console_logs: Annotated[bool, typer.Option(help="Readable logs instead of JSON lines.")] = False,
+    log_level: LogLevel = "info",
+    console_logs: ConsoleLogs = False,
 ) -> None:
     """Run the orchestrators, timers and participant handlers an App declares.
 
     Registers the App's definition shapes first, and refuses to start (exit code 1, one
     line per problem) when the code changed a registered version incompatibly while sagas
     are in flight on it. Stops gracefully on SIGTERM or SIGINT: reading stops, in-flight
-    handlers finish, the rest stays pending for another worker.
+    handlers finish, the rest stays pending for another worker. Logs go to stderr; a Redis
+    outage is logged and waited out.
     """
+    url = real_redis_url(redis_url)
     configure(json_logs=not console_logs, level=log_level)
-    app = load_object(app_ref)
-    if not isinstance(app, App):
-        raise typer.BadParameter(f"{app_ref} is a {type(app).__name__}, not a saga.App", param_hint="--app")
+    app = load_app(app_ref)
     config = EngineConfig(bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms))
     tune_gc()  # the App is loaded: freeze that heap, collect the young generation less often
 
     async def main() -> None:
-        redis = bus.connect(redis_url)
+        redis = bus.connect(url)
         try:
             saga_worker = SagaWorker(redis, app, config=config)
             # A refusal (an incompatible change to a version with sagas in flight) is reported
@@ -59,7 +74,7 @@ def worker(
 
 
 def demo(
-    redis_url: RedisUrl = None,
+    redis_url: DemoRedisUrl = None,
     orders: Annotated[int, typer.Option(min=1, max=100_000, help="How many orders to run.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the order generator (same seed, same orders).")] = 7,
     db_dsn: Annotated[
@@ -78,37 +93,70 @@ def demo(
 
     Orders go through inventory, payments and shipping; payments and inventory keep their
     state in a database and reply through the transactional outbox and its relay. Uses an
-    embedded in-memory Redis unless --redis-url (or REDSAGA_REDIS_URL) is given.
+    embedded in-memory Redis unless --redis-url (or REDSAGA_REDIS_URL) is given; a Redis
+    that does not answer is an error before anything starts. On a terminal, a progress line
+    on stderr counts the sagas per status.
     """
     configure(json_logs=True, level="error")
     from services_example.demo import run_demo  # noqa: PLC0415 - the example loads only for the demo
 
-    def show(counts: dict[str, int]) -> None:
-        if not json_output:
-            line = "  ".join(f"{status} {n}" for status, n in sorted(counts.items()) if n)
-            typer.echo(f"\r{line}".ljust(80), nl=False, err=True)
+    embedded = bus.resolve_url(redis_url).startswith(bus.MEMORY_URL)
+    progress = None if json_output or not sys.stderr.isatty() else _show_progress
 
     async def main() -> DemoReport:
         redis = bus.connect(redis_url)
         try:
-            return await run_demo(redis, orders=orders, seed=seed, db_dsn=db_dsn, progress=show)
+            with redis_errors():
+                await redis.ping()  # an unreachable Redis is an error, not a silent wait
+            return await run_demo(redis, orders=orders, seed=seed, db_dsn=db_dsn, progress=progress)
         finally:
             await redis.aclose()
 
     report = run(main)
+    if progress is not None:
+        typer.echo("", err=True)  # end the progress line
     if json_output:
         emit_json(report)
         return
-    typer.echo("", err=True)
-    where = (
-        "embedded in-memory Redis" if not (redis_url or bus.resolve_url(None) != bus.MEMORY_URL) else "Redis"
-    )
-    typer.echo(f"{report.orders} orders in {report.seconds}s on {where}")
+    _show_report(report, "an embedded in-memory Redis" if embedded else "Redis")
+    if report.unfinished:
+        raise typer.Exit(1)
+
+
+def _show_progress(counts: dict[str, int]) -> None:
+    line = "  ".join(f"{status} {n}" for status, n in sorted(counts.items()) if n)
+    typer.echo(f"\r{printable(line)}".ljust(80), nl=False, err=True)  # \r: redraw the same line
+
+
+_LEGEND = (
+    ("outcome", "how the sagas ended: completed, or compensated (a declined card or an unserved region"),
+    ("", "undid the steps already done: the card refunded, the stock released)"),
+    ("sagas", "how many ended so"),
+    ("retries", "step attempts beyond the first (the injected flaky services), all absorbed"),
+    ("p50 ms", "median time from start to end; p99 ms: the 99th percentile"),
+)
+
+
+def _show_report(report: DemoReport, where: str) -> None:
+    emit_line(f"{report.orders} orders in {report.seconds}s on {where}", bold=True)
+    emit_line()
     emit_table(
         ["outcome", "sagas", "retries", "p50 ms", "p99 ms"],
         [[o.status, o.sagas, o.retries, o.p50_ms, o.p99_ms] for o in report.outcomes],
+        colours={0: status_colour},
     )
-    typer.echo(f"ledger balanced: {report.ledger_balanced}   stock released: {report.stock_released}")
+    emit_line()
+    for name, meaning in _LEGEND:
+        emit_line(meaning, prefix=f"{name:<9}")
+    emit_line()
+    emit_line(
+        f"ledger balanced: {cell(report.ledger_balanced)}  (each completed order charged once, "
+        "the others nothing in the end)",
+        fg=None if report.ledger_balanced else typer.colors.RED,
+    )
+    emit_line(
+        f"stock released: {cell(report.stock_released)}  (no stock held for an order that did not complete)",
+        fg=None if report.stock_released else typer.colors.RED,
+    )
     if report.unfinished:
-        typer.secho(f"{report.unfinished} sagas did not finish in time", fg=typer.colors.RED)
-        raise typer.Exit(1)
+        emit_line(f"{report.unfinished} sagas did not finish in time", fg=typer.colors.RED)

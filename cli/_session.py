@@ -15,24 +15,14 @@ import typer
 
 import bus
 from bus._errors import redis_errors
-from cli._common import CommandError, run
+from cli._common import APP_ENV, CommandError, real_redis_url, run
 from cli._load import load_object
 from saga import App, Registry, SagaAdmin
 
 T = TypeVar("T")
-APP_ENV = "REDSAGA_APP"
 QUEUED_EXIT = 3
 """Exit code of an action that was sent but not decided within ``--wait``."""
 
-RedisUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--redis-url",
-        envvar=bus.URL_ENV,
-        help="The Redis the sagas live in (redis://, rediss:// for TLS; env REDSAGA_REDIS_URL).",
-        show_default=False,
-    ),
-]
 AppRef = Annotated[
     str | None,
     typer.Option(
@@ -81,14 +71,6 @@ def definitions(reference: str | None) -> App | Registry | None:
     return loaded
 
 
-def real_url(url: str | None) -> str:
-    """The Redis URL to operate on; the embedded demo server is refused."""
-    resolved = bus.resolve_url(url)
-    if resolved.startswith(bus.MEMORY_URL):
-        raise CommandError("operations need a Redis: pass --redis-url or set REDSAGA_REDIS_URL")
-    return resolved
-
-
 def with_admin(
     redis_url: str | None,
     app: str | None,
@@ -102,7 +84,7 @@ def with_admin(
     The client knows the definitions registered in Redis, and the app's code when ``app``
     names one.
     """
-    loaded, url = definitions(app), real_url(redis_url)
+    loaded, url = definitions(app), real_redis_url(redis_url)
 
     async def main() -> T:
         redis = bus.connect(url)

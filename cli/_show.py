@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import typer
 
 from bus import DeadLetter, Requeued
-from cli._common import emit_table
-from cli._format import ago, clip, outcome_colour, status_colour, when
+from cli._common import emit_line, emit_table
+from cli._format import ago, cell, clip, outcome_colour, status_colour, when
 from saga import ActionResult, Attempt, GroupState, Inspection, ReplayReport, SagaPage, SagaTally, Stats
 
 _STATUS = {0: status_colour}
@@ -16,18 +16,18 @@ _STATUS = {0: status_colour}
 
 def heading(text: str) -> None:
     """A section heading."""
-    typer.echo("")
-    typer.secho(text, bold=True, underline=True)
+    emit_line()
+    emit_line(text, bold=True, underline=True)
 
 
 def field(name: str, value: str, colour: str | None = None) -> None:
     """One ``name  value`` line."""
-    typer.echo(f"{name:<12}" + (typer.style(value, fg=colour) if colour else value))
+    emit_line(value, prefix=f"{name:<12}", fg=colour)
 
 
 def inspection(found: Inspection, *, history: bool) -> None:
     """``saga inspect``: the summary, steps, attempts, timers, errors, letters, timeline."""
-    typer.secho(f"saga {found.id}", bold=True)
+    emit_line(f"saga {found.id}", bold=True)
     field("definition", f"{found.definition}@{found.version}   context {found.context}/{found.partition}")
     field("status", f"{found.status}", status_colour(found.status))
     field("revision", str(found.revision))
@@ -107,7 +107,7 @@ def inspection(found: Inspection, *, history: bool) -> None:
         heading("attempt inputs")
         for s in found.steps:
             for a in s.attempts:
-                typer.echo(f"{s.name}/{a.kind} #{a.n}  {bytes(a.input).decode()}")
+                emit_line(f"{s.name}/{a.kind} #{a.n}  {bytes(a.input).decode()}")
     if found.timers:
         heading("pending timers")
         emit_table(
@@ -178,7 +178,8 @@ def page(found: SagaPage) -> None:
     )
     shown = f"{found.offset + 1}-{found.offset + len(found.rows)}" if found.rows else "none"
     more = f"; next page: --offset {found.next_offset}" if found.next_offset is not None else ""
-    typer.echo(f"\n{shown} of {found.total}{more}{_waiting(found.waiting)}")
+    emit_line()
+    emit_line(f"{shown} of {found.total}{more}{_waiting(found.waiting)}")
 
 
 def tally(found: SagaTally) -> None:
@@ -189,7 +190,8 @@ def tally(found: SagaTally) -> None:
         colours={1: status_colour},
     )
     stuck = f" not moved for {ago(found.stuck_for_ms)}" if found.stuck_for_ms is not None else ""
-    typer.echo(f"\ntotal {found.total}{stuck}{_waiting(found.waiting)}")
+    emit_line()
+    emit_line(f"total {found.total}{stuck}{_waiting(found.waiting)}")
 
 
 def _waiting(waiting: int | None) -> str:
@@ -199,11 +201,11 @@ def _waiting(waiting: int | None) -> str:
 def action(result: ActionResult) -> None:
     """The outcome of cancel, retry, force-complete or redrive."""
     if result.outcome == "applied":
-        typer.secho(f"{result.action} of {result.saga_id} applied", fg=typer.colors.GREEN, bold=True)
+        emit_line(f"{result.action} of {result.saga_id} applied", fg=typer.colors.GREEN, bold=True)
     elif result.outcome == "dry-run":
-        typer.secho(f"dry run: {result.action} of {result.saga_id} would apply; nothing was sent", bold=True)
+        emit_line(f"dry run: {result.action} of {result.saga_id} would apply; nothing was sent", bold=True)
     else:
-        typer.secho(
+        emit_line(
             f"{result.action} of {result.saga_id} sent as {result.request_id} but not decided yet: "
             "is a worker running for this context? It applies when decided, unless the saga moves first.",
             fg=typer.colors.YELLOW,
@@ -219,14 +221,14 @@ def action(result: ActionResult) -> None:
 def replay(report: ReplayReport) -> None:
     """``saga replay``: every decision matched, or the first that differs."""
     if report.mismatch is None:
-        typer.secho(
+        emit_line(
             f"replayed {report.matched} of {report.entries} history entries of {report.saga_id} "
             f"through {report.definition}: every decision matches",
             fg=typer.colors.GREEN,
         )
         return
     m = report.mismatch
-    typer.secho(
+    emit_line(
         f"replay of {report.saga_id} through {report.definition} differs at history entry {m.index} "
         f"({m.event}{', step ' + m.step if m.step else ''}): {m.what}",
         fg=typer.colors.RED,
@@ -234,13 +236,13 @@ def replay(report: ReplayReport) -> None:
     )
     field("recorded", m.recorded)
     field("replayed", m.replayed)
-    typer.echo(f"{report.matched} earlier decision(s) matched")
+    emit_line(f"{report.matched} earlier decision(s) matched")
 
 
 def stats(found: Stats) -> None:
     """``saga stats``."""
     stuck = f"stuck (no move for {ago(found.stuck_for_ms)}) {found.stuck}   waiting {found.waiting}"
-    typer.secho(f"in flight {found.in_flight}   {stuck}   at {when(found.checked_at_ms)}", bold=True)
+    emit_line(f"in flight {found.in_flight}   {stuck}   at {when(found.checked_at_ms)}", bold=True)
     heading("sagas")
     emit_table(
         ["definition", "status", "sagas"],
@@ -303,9 +305,9 @@ def letters(found: Sequence[DeadLetter]) -> None:
 
 def letter(found: DeadLetter) -> None:
     """``saga dlq show``: every field, the error chain and the raw entry."""
-    typer.secho(f"dead letter {found.id} in {found.dlq}", bold=True)
+    emit_line(f"dead letter {found.id} in {found.dlq}", bold=True)
     field("stream", f"{found.stream} entry {found.entry}")
-    field("group", f"{found.group} (consumer {found.consumer}, {found.deliveries} deliveries)")
+    field("group", f"{found.group} (consumer {found.consumer}, {cell(found.deliveries)} deliveries)")
     field("reason", found.reason, typer.colors.RED)
     field("failed", f"first {when(found.first_failed_ms)}, last {when(found.last_failed_ms)}")
     field("message", f"{found.type or '-'} {found.message_id or ''}".rstrip())
@@ -315,14 +317,15 @@ def letter(found: DeadLetter) -> None:
         field(f"header.{name}"[:11], value)
     heading("errors (oldest first)")
     for error in found.errors or ["none recorded"]:
-        typer.echo(f"  {error}")
+        emit_line(f"  {error}")
     heading("raw entry" + (" (cut to the size cap)" if found.raw_truncated else ""))
     if found.raw_missing:
-        typer.echo("  the entry was gone when it died")
+        emit_line("  the entry was gone when it died")
     for name, value in found.raw.items():
-        typer.echo(f"  {name}: {value}")
+        emit_line(f"  {name}: {value}")
     verdict = "can be requeued" if found.requeueable else "cannot be requeued (no full copy)"
-    typer.echo(f"\n{verdict}")
+    emit_line()
+    emit_line(verdict)
 
 
 def requeued(results: Sequence[Requeued]) -> None:

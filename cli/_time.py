@@ -8,14 +8,23 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, with_redis
-from cli._load import load_object
-from saga import App, Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo, ScheduleState
+from cli._common import (
+    CommandError,
+    Json,
+    RedisUrl,
+    app_option,
+    emit_json,
+    emit_line,
+    emit_table,
+    reporting_errors,
+    with_redis,
+)
+from cli._load import load_app
+from saga import Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo, ScheduleState
 from saga._scheduler import BROKEN_RECHECK_MS
 
 AppRef = Annotated[
-    str | None,
-    typer.Option("--app", help="module:attribute of the App, to check data against its definitions."),
+    str | None, app_option("module:attribute of the App, to check data against its definitions.")
 ]
 ContextOption = Annotated[str, typer.Option("--context", "-c", help="The bounded context of the schedules.")]
 
@@ -23,22 +32,22 @@ ContextOption = Annotated[str, typer.Option("--context", "-c", help="The bounded
 def _registry(app_ref: str | None) -> Registry:
     if app_ref is None:
         return Registry([])
-    app = load_object(app_ref)
-    if not isinstance(app, App):
-        raise CommandError(f"{app_ref} is a {type(app).__name__}, not a saga.App")
-    return app.registry
+    return load_app(app_ref).registry
 
 
-def _json_data(text: str) -> Any:
+def _json_option(text: str) -> Any:
+    """The parser of JSON options: the decoded value, or a usage error."""
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError as error:
-        raise CommandError(f"--data is not JSON: {error}") from error
+        raise typer.BadParameter(f"not JSON: {error}") from None
 
 
 def signal(
     token: Annotated[str, typer.Argument(help="The resume token the waiting step gave out.")],
-    data: Annotated[str, typer.Option("--data", help="The signal's data as JSON.")] = "null",
+    data: Annotated[
+        Any, typer.Option("--data", parser=_json_option, metavar="JSON", help="The signal's data as JSON.")
+    ] = "null",
     by: Annotated[str, typer.Option(help="Who signals (recorded in the saga's history).")] = "cli",
     app_ref: AppRef = None,
     redis_url: RedisUrl = None,
@@ -50,16 +59,15 @@ def signal(
     With --app the data is checked against the step's output type here; the worker checks
     it either way. Delivering again, or after the wait ended, is recorded and changes nothing.
     """
-    value = _json_data(data)
     registry = _registry(app_ref)
 
     entry = with_redis(
-        redis_url, lambda redis: SagaClient(redis, registry, source=by).signal(token, value, by=by)
+        redis_url, lambda redis: SagaClient(redis, registry, source=by).signal(token, data, by=by)
     )
     if json_output:
         emit_json({"delivered": entry})
     else:
-        typer.echo(f"signal delivered ({entry})")
+        emit_line(f"signal delivered ({entry})")
 
 
 schedule_app = typer.Typer(help="Schedules: start sagas on a cron expression or at a later time.")
@@ -111,9 +119,9 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
     emit_table(headers, rows, colours={5: lambda cell: "red" if "broken" in cell else None})
     broken = [(i.schedule.id, i.state.broken) for i in infos if i.state.broken is not None]
     for schedule_id, mark in broken:
-        typer.echo(f"{schedule_id}: broken since {_fmt(mark.at_ms)}: {mark.reason}")
+        emit_line(f"{schedule_id}: broken since {_fmt(mark.at_ms)}: {mark.reason}")
     if broken:
-        typer.echo(
+        emit_line(
             "A broken schedule starts nothing. Name a saga that exists (schedule create --replace), "
             f"or run a worker that knows it (it repairs the schedule within {BROKEN_RECHECK_MS // 1000} s); "
             "schedule resume tries again now."
@@ -195,7 +203,7 @@ def delete(
 ) -> None:
     """Delete a schedule (the sagas it started are not touched)."""
     _with_client(redis_url, context, lambda c: c.delete(schedule_id))
-    typer.echo(f"schedule {schedule_id} deleted")
+    emit_line(f"schedule {schedule_id} deleted")
 
 
 @schedule_app.command("create")
@@ -204,7 +212,10 @@ def create(
     schedule_id: Annotated[str, typer.Argument(help="The schedule's id (unique in its context).")],
     context: ContextOption,
     saga: Annotated[str, typer.Option(help="The saga definition's name.")],
-    data: Annotated[str, typer.Option("--data", help="The saga's start data as JSON.")] = "null",
+    data: Annotated[
+        Any,
+        typer.Option("--data", parser=_json_option, metavar="JSON", help="The saga's start data as JSON."),
+    ] = "null",
     cron: Annotated[str, typer.Option(help="A 5-field cron expression, or @daily etc.")] = "",
     start_at: Annotated[
         datetime | None, typer.Option(help="Delayed start (ISO time with offset); once, without --cron.")
@@ -237,7 +248,7 @@ def create(
                 "id": schedule_id,
                 "saga": saga,
                 "context": context,
-                "data": msgspec.Raw(msgspec.json.encode(_json_data(data))),
+                "data": msgspec.Raw(msgspec.json.encode(data)),
                 "cron": cron,
                 "start_at_ms": int(start_at.timestamp() * 1000) if start_at else None,
                 "timezone": timezone,

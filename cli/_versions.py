@@ -15,10 +15,19 @@ import msgspec
 import typer
 
 import bus
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_table, reporting_errors, with_redis
-from cli._load import load_object
+from cli._common import (
+    CommandError,
+    Json,
+    RedisUrl,
+    app_option,
+    emit_json,
+    emit_line,
+    emit_table,
+    reporting_errors,
+    with_redis,
+)
+from cli._load import load_app
 from saga import (
-    App,
     Change,
     RegistrySnapshot,
     Versions,
@@ -33,18 +42,11 @@ versions_app = typer.Typer(
     no_args_is_help=True,
 )
 
-AppRef = Annotated[str, typer.Option("--app", help="The App whose definitions to use, as module:attribute.")]
+AppRef = Annotated[str, app_option("The App whose definitions to use, as module:attribute.")]
 ContextOption = Annotated[
     str | None, typer.Option("--context", help="The context (default: found from the version).")
 ]
 By = Annotated[str, typer.Option("--by", help="Who does this (recorded).")]
-
-
-def _load_app(reference: str) -> App:
-    app = load_object(reference)
-    if not isinstance(app, App):
-        raise CommandError(f"{reference} is a {type(app).__name__}, not a saga.App")
-    return app
 
 
 def _default_by() -> str:
@@ -71,7 +73,7 @@ def check(
     changes (a step appended, a compensation added, a field added with a default) pass and
     are listed on stderr. Checks against Redis, or against --snapshot FILE in CI.
     """
-    app = _load_app(app_ref)
+    app = load_app(app_ref)
     if snapshot is not None:
         try:
             registry = msgspec.json.decode(snapshot.read_bytes(), type=RegistrySnapshot)
@@ -97,12 +99,12 @@ def check(
 
 def _report_check(changes: list[Change], problems: list[Change], definitions: int) -> None:
     for change in problems:
-        typer.echo(change.line())
+        emit_line(change.line())
     for change in changes:
         if not change.breaking:
-            typer.echo(f"safe: {change.line()}", err=True)
+            emit_line(f"safe: {change.line()}", err=True)
     verdict = f"{len(problems)} breaking" if problems else "no breaking changes"
-    typer.echo(f"checked {definitions} definition version(s): {verdict}", err=True)
+    emit_line(f"checked {definitions} definition version(s): {verdict}", err=True)
 
 
 def snapshot(
@@ -121,7 +123,7 @@ def snapshot(
         sys.stdout.write(text.decode())
     else:
         output.write_bytes(text)
-        typer.echo(f"wrote {output}", err=True)
+        emit_line(f"wrote {output}", err=True)
 
 
 def list_versions(
@@ -178,7 +180,7 @@ def drain(
             name, number, context=context, by=by or _default_by(), reason=reason
         ),
     )
-    typer.echo(f"{version} drained: new sagas may not start on it")
+    emit_line(f"{version} drained: new sagas may not start on it")
 
 
 def undrain(
@@ -190,7 +192,7 @@ def undrain(
     name, number = parse_key(version)
 
     with_redis(redis_url, lambda redis: Versions(redis).undrain(name, number, context=context))
-    typer.echo(f"{version} undrained: new sagas may start on it")
+    emit_line(f"{version} undrained: new sagas may start on it")
 
 
 def decommission(
@@ -202,7 +204,7 @@ def decommission(
     name, number = parse_key(version)
 
     with_redis(redis_url, lambda redis: Versions(redis).decommission(name, number, context=context))
-    typer.echo(f"{version} decommissioned")
+    emit_line(f"{version} decommissioned")
 
 
 def migrate(
@@ -221,7 +223,7 @@ def migrate(
     Each saga is moved atomically (or refused and left untouched) and records the migration
     in its history. Exit code 1 when any saga was refused.
     """
-    app = _load_app(app_ref)
+    app = load_app(app_ref)
     migration = app.migration(name, source, target)
 
     report = with_redis(
@@ -237,7 +239,7 @@ def migrate(
         )
         done = report.count("would_migrate" if dry_run else "migrated")
         verb = "would migrate" if dry_run else "migrated"
-        typer.echo(
+        emit_line(
             f"{migration.name}: {verb} {done}, refused {report.count('refused')}, "
             f"skipped {report.count('skipped')}; {report.remaining} still in flight on {name}@{source}",
             err=True,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import version as installed_version
+from typing import Annotated
 
 import typer
 
 from cli import _acl, _graph, _ops, _run, _time
-from cli._common import reporting_errors
+from cli._common import CommandGroup, emit_line, reporting_errors
 from cli._dlq import dlq_app
 from cli._epoch import epoch_app
 from cli._keys import keys_app
@@ -16,15 +18,37 @@ from cli._versions import versions_app
 
 app = typer.Typer(
     name="saga",
-    help="redsaga: durable sagas on Redis Streams. Every command takes --redis-url "
-    "(env REDSAGA_REDIS_URL) and --json where it prints data; operations take --app "
-    "(env REDSAGA_APP), the App whose sagas they operate. Exit codes: 0 done, 1 error or "
-    "refused (one line on stderr, nothing changed), 2 bad usage, 3 action sent but not yet decided.",
+    cls=CommandGroup,
+    help="redsaga: durable sagas on Redis Streams. Every command that uses Redis takes --redis-url "
+    "(env REDSAGA_REDIS_URL; only saga demo runs without one), every command that prints data "
+    "takes --json, and every --app option reads REDSAGA_APP. Exit codes: 0 done, 1 error or "
+    "refused (one line on stderr, nothing changed), 2 bad usage (one line on stderr), 3 action "
+    "sent but not yet decided.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode="markdown",  # docstring paragraphs are reflowed, not broken where the source wraps
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        emit_line(f"redsaga {installed_version('redsaga')}")
+        raise typer.Exit
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the installed version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Options of the ``saga`` command itself."""
+
+
 for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl):
     app.command()(reporting_errors(command))
 operations: tuple[tuple[str, Callable[..., None]], ...] = (

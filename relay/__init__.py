@@ -19,14 +19,14 @@ Errors::
     ├── DatabaseError           the database rejected a statement
     ├── SchemaMissing           tables missing or old: run ``saga relay init-db``
     ├── UnsupportedConnection   not a connection the outbox can write through
-    ├── InvalidDsn              neither ``postgresql://…`` nor ``sqlite:///…``
+    ├── InvalidDsn              neither a libpq DSN (``postgresql://…``, ``host=…``) nor ``sqlite:///…``
     └── RelayLocked             another relay serves this SQLite file
 """
 
 from bus._crash import AFTER_XADD_BEFORE_MARK_SENT
 from bus._crash import ENV as CRASH_ENV
 from relay._config import RelayConfig, Tables
-from relay._dsn import init_db, outbox_stats
+from relay._dsn import failed_rows, init_db, outbox_stats, redact, requeue_failed
 from relay._errors import (
     DatabaseError,
     DatabaseUnavailable,
@@ -71,9 +71,12 @@ __all__ = [
     "Tables",
     "UnsupportedConnection",
     "ddl",
+    "failed_rows",
     "inbox",
     "init_db",
     "latest_version",
     "outbox",
     "outbox_stats",
+    "redact",
+    "requeue_failed",
 ]

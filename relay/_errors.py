@@ -7,11 +7,12 @@
     ├── DatabaseError           the database rejected a statement (a bug, a permission, a constraint)
     ├── SchemaMissing           the outbox tables are absent or older than this code: run init-db
     ├── UnsupportedConnection   ``add``/``receive`` got a connection type redsaga cannot drive
-    ├── InvalidDsn              the ``--dsn`` is neither ``postgresql://…`` nor ``sqlite:///…``
+    ├── InvalidDsn              the ``--dsn`` is neither a libpq connection string nor ``sqlite:///…``
     └── RelayLocked             another relay already serves this SQLite file
 
 Redis errors keep the bus's tree (``bus.RedisUnavailable`` and friends). Every error carries
-``retryable`` so the relay loop decides without matching text.
+``retryable`` so the relay loop decides without matching text, and a message of one line
+(libpq's own messages span several).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class UnsupportedConnection(RelayError, TypeError):
 
 
 class InvalidDsn(RelayError, ValueError):
-    """A DSN redsaga cannot open."""
+    """A DSN redsaga cannot open (its message shows the DSN without its password)."""
 
 
 class RelayLocked(RelayError):
@@ -72,10 +73,15 @@ def translate_pg(error: psycopg.Error) -> RelayError:
     if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError) or state.startswith(
         _PG_RETRYABLE_PREFIXES
     ):
-        return DatabaseUnavailable(f"PostgreSQL unavailable: {error}".strip())
+        return DatabaseUnavailable(f"PostgreSQL unavailable: {_one_line(error)}")
     if state == "42P01":  # undefined_table
-        return SchemaMissing(f"{error}".strip() + " (run 'saga relay init-db --dsn …')")
-    return DatabaseError(f"{type(error).__name__}: {error}".strip())
+        return SchemaMissing(f"{_one_line(error)} (run 'saga relay init-db --dsn …')")
+    return DatabaseError(f"{type(error).__name__}: {_one_line(error)}")
+
+
+def _one_line(error: Exception) -> str:
+    """The driver's message (libpq's: a line, then indented hints) joined into one line."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 _SQLITE_RETRYABLE = frozenset(
@@ -95,11 +101,11 @@ def translate_sqlite(error: sqlite3.Error) -> RelayError:
     code = getattr(error, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     if primary in _SQLITE_RETRYABLE:
-        return DatabaseUnavailable(f"SQLite unavailable: {error}")
+        return DatabaseUnavailable(f"SQLite unavailable: {_one_line(error)}")
     # A missing table is a plain SQLITE_ERROR; SQLite says which only in the message.
     if str(error).startswith("no such table"):
-        return SchemaMissing(f"{error} (run 'saga relay init-db --dsn …')")
-    return DatabaseError(f"{type(error).__name__}: {error}")
+        return SchemaMissing(f"{_one_line(error)} (run 'saga relay init-db --dsn …')")
+    return DatabaseError(f"{type(error).__name__}: {_one_line(error)}")
 
 
 @contextmanager

@@ -17,14 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import structlog
-
 from bus import BusError, MalformedEntry, Redis, Script, ScriptCall, Stream, run_batch
+from bus._log import get_logger
 from relay._codec import decode_envelope
 from relay._config import RelayConfig
 
 PUBLISH_ROWS = Script.load("relay", "publish_rows")
-_log = structlog.get_logger("redsaga.relay")
+_log = get_logger("redsaga.relay")
 _NOT_A_STREAM = -1
 _UNKNOWN_STREAM = -2
 

@@ -23,17 +23,17 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import anyio
-import structlog
 
 from bus import Backoff, BusError, Clock, Redis, SystemClock
 from bus._crash import AFTER_CLAIM, AFTER_XADD_BEFORE_MARK_SENT, crash_point
+from bus._log import get_logger
 from relay._config import RelayConfig
 from relay._dsn import open_store
 from relay._errors import DatabaseUnavailable, RelayError, RelayLocked
 from relay._publish import publish_rows
 from relay._store import FailedRow, OutboxStats, RelayStore
 
-_log = structlog.get_logger("redsaga.relay")
+_log = get_logger("redsaga.relay")
 _HELD_BACK_RETRY_S = 0.01
 
 

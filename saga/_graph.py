@@ -18,6 +18,7 @@ from typing import Any, Literal
 from saga._definition import Saga, Step
 from saga._model import SagaState
 from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
+from saga._text import printable
 from saga._wait_steps import EventWait
 
 Format = Literal["mermaid", "dot"]
@@ -135,7 +136,7 @@ def path_graph(definition: Saga[Any], state: SagaState, fmt: Format = "mermaid")
         reached.add(end)
         styles[end] = "done"
     taken = {i for i, (source, target, _, _) in enumerate(edges) if source in reached and target in reached}
-    title = f"{definition.key} saga {state.id}: {state.status}"
+    title = f"{definition.key} saga {printable(state.id)}: {state.status}"  # one line, whatever the id holds
     return _render(title, nodes, edges, fmt, styles=styles, taken=taken, clusters=clusters)
 
 

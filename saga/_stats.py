@@ -206,19 +206,10 @@ async def _outbox(dsn: str, now_ms: int) -> OutboxBacklog:
     try:
         stats = await relay.outbox_stats(dsn, now_ms=now_ms)
     except relay.RelayError as error:
-        return OutboxBacklog(dsn=redact(dsn), error=str(error))
+        return OutboxBacklog(dsn=relay.redact(dsn), error=str(error))
     return OutboxBacklog(
-        dsn=redact(dsn),
+        dsn=relay.redact(dsn),
         backlog=stats.backlog,
         oldest_unsent_age_ms=stats.oldest_unsent_age_ms,
         failed=stats.failed,
     )
-
-
-def redact(dsn: str) -> str:
-    """``dsn`` without its password (secrets are never printed)."""
-    head, at, tail = dsn.rpartition("@")
-    scheme, sep, user_password = head.partition("://")
-    if not at or not sep or ":" not in user_password:
-        return dsn
-    return f"{scheme}://{user_password.partition(':')[0]}:***@{tail}"

@@ -36,11 +36,14 @@ def test_exported_members_are_pinned():
         "Tables",
         "UnsupportedConnection",
         "ddl",
+        "failed_rows",
         "inbox",
         "init_db",
         "latest_version",
         "outbox",
         "outbox_stats",
+        "redact",
+        "requeue_failed",
     ]
     for name in relay.__all__:
         member = getattr(relay, name)
@@ -127,3 +130,29 @@ def test_a_second_relay_on_one_sqlite_file_is_refused(tmp_path: Path):
         await second.close()
 
     in_thread(open_two)
+
+
+def test_the_relay_never_prints_to_stdout(sqlite_db, capsys: pytest.CaptureFixture[str]):
+    """A library logs through the application's logging, never onto stdout (where a
+    command's --json document goes): its info and warning lines included."""
+    import bus
+    from tests.relay.conftest import in_thread
+    from tests.relay.helpers import Charged
+
+    conn = sqlite_db.connect()
+    relay.Outbox(sqlite_db.tables).add(conn, "payments", Charged(order="o1"))
+    bad = relay.Outbox(sqlite_db.tables).add(conn, "payments", Charged(order="o2"))
+    conn.commit()
+    conn.close()
+    sqlite_db.query("UPDATE {outbox} SET stream = 'not-a-stream-key' WHERE id = ?", (bad,))  # a warning
+
+    async def drain() -> relay.RelayCounters:
+        redis = bus.connect(bus.MEMORY_URL)
+        worker = relay.Relay.connect(sqlite_db.dsn, redis, config=sqlite_db.config())
+        await worker.run(drain=True)
+        await redis.aclose()
+        return worker.counters
+
+    counters = in_thread(drain)
+    assert (counters.sent, counters.failed) == (1, 1)
+    assert capsys.readouterr().out == ""

@@ -163,17 +163,18 @@ def test_the_cli_prints_one_line_per_user_and_reads_passwords_from_the_environme
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "code", "message"),
     [
-        ([], "exactly one of --password-env VAR and --nopass"),
-        (["--nopass", "--password-env", "PW"], "exactly one of"),
-        (["--password-env", "NOT_SET_ANYWHERE"], "NOT_SET_ANYWHERE_REDSAGA_ORDERS"),
+        ([], 2, "exactly one of --password-env VAR and --nopass"),  # bad usage
+        (["--nopass", "--password-env", "PW"], 2, "exactly one of"),
+        (["--password-env", "NOT_SET_ANYWHERE"], 1, "NOT_SET_ANYWHERE_REDSAGA_ORDERS"),  # refused
     ],
 )
-def test_the_cli_refuses_an_unclear_password_choice(args: list[str], message: str) -> None:
+def test_the_cli_refuses_an_unclear_password_choice(args: list[str], code: int, message: str) -> None:
     result = runner.invoke(cli, ["acl", "--app", "services_example.all:app", *args])
-    assert result.exit_code == 1
-    assert message in result.output
+    assert result.exit_code == code
+    assert message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_a_refused_permission_is_a_typed_error_that_says_what_to_do() -> None:
