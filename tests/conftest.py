@@ -17,11 +17,14 @@ the reason.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -51,6 +54,15 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGKILL it when the test process dies."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 def _start_private_redis() -> str:
     """Start this session's ``redis-server``; its URL (empty when it is not installed)."""
     binary = shutil.which("redis-server")
@@ -63,6 +75,7 @@ def _start_private_redis() -> str:
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory), "--save", "",
          "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile", str(directory / "log")],
         stdout=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509 - at configure time, before any thread; an xdist worker can exit before unconfigure
     )  # fmt: skip
     _started.append(process)
     deadline = time.monotonic() + 15
