@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import bus
+from bus._auth import VERIFY_ENV
 from bus._errors import redis_errors
-from cli._common import Json, RedisUrl, app_option, emit_json, emit_line, emit_table, real_redis_url, run
+from cli._common import (
+    CommandError,
+    Json,
+    RedisUrl,
+    app_option,
+    emit_json,
+    emit_line,
+    emit_table,
+    real_redis_url,
+    run,
+)
 from cli._format import cell, status_colour
 from cli._load import load_app
 from cli._logging import ConsoleLogs, LogLevel, configure
@@ -52,11 +64,23 @@ def worker(
     are in flight on it. Stops gracefully on SIGTERM or SIGINT: reading stops, in-flight
     handlers finish, the rest stays pending for another worker. Logs go to stderr; a Redis
     outage is logged and waited out.
+
+    Every entry is signed and checked with the keyring REDSAGA_KEYRING names (one file per
+    process, from `saga keys issue`; REDSAGA_VERIFY=log reports instead of refusing while
+    signing is rolled out). Without a keyring the worker refuses to start unless
+    REDSAGA_VERIFY=off says to run unauthenticated.
     """
     url = real_redis_url(redis_url)
     configure(json_logs=not console_logs, level=log_level)
     app = load_app(app_ref)
-    config = EngineConfig(bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms))
+    auth = bus.Authenticator.from_env()
+    if not auth.enabled and os.environ.get(VERIFY_ENV) != "off":
+        raise CommandError(
+            "signing is off: this worker would act on entries nobody checked. Give it its keyring "
+            "(REDSAGA_KEYRING, written by `saga keys issue`), or set REDSAGA_VERIFY=off to run "
+            "without (development only)"
+        )
+    config = EngineConfig(bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms), auth=auth)
     tune_gc()  # the App is loaded: freeze that heap, collect the young generation less often
 
     async def main() -> None:

@@ -83,6 +83,27 @@ def test_bad_references_are_one_line_errors(args: list[str], message: str) -> No
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "signing is off: this worker would act on entries nobody checked"),
+        ({"REDSAGA_VERIFY": "log"}, "verification mode 'log' needs a keyring"),
+        (
+            {"REDSAGA_KEYRING": "/nonexistent/keyring.json"},
+            "cannot read the keyring /nonexistent/keyring.json",
+        ),
+        ({"REDSAGA_KEYRING": '{"redsaga_keyring": 1}'}, "the keyring is not valid"),
+    ],
+    ids=["no-keyring", "log-without-keyring", "missing-file", "bad-keyring"],
+)
+def test_a_worker_without_a_usable_keyring_refuses_to_start(env: dict[str, str], message: str) -> None:
+    args = ["worker", "--app", "services_example.all:app", "--redis-url", "redis://127.0.0.1:1/0"]
+    result = runner.invoke(app, args, env={"REDSAGA_KEYRING": "", "REDSAGA_VERIFY": "", **env})
+    assert result.exit_code == 1, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_known_errors_from_a_task_group_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     from cli._common import reporting_errors
 
@@ -115,7 +136,8 @@ def test_the_worker_tunes_the_collector_before_it_runs(monkeypatch: pytest.Monke
     gc.unfreeze()
     threshold = gc.get_threshold()
     try:
-        result = runner.invoke(app, ["worker", "--app", "services_example.orders:app", "--redis-url", UNUSED])
+        args = ["worker", "--app", "services_example.orders:app", "--redis-url", UNUSED]
+        result = runner.invoke(app, args, env={"REDSAGA_VERIFY": "off"})
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
@@ -130,16 +152,18 @@ def test_the_worker_runs_with_the_librarys_defaults_unless_told(monkeypatch: pyt
     cannot drift apart; its options override them."""
     seen: list[bus.BusConfig] = []
 
-    def config(*, bus: bus.BusConfig) -> EngineConfig:
+    def config(*, bus: bus.BusConfig, auth: bus.Authenticator) -> EngineConfig:
         seen.append(bus)
-        return EngineConfig(bus=bus)
+        return EngineConfig(bus=bus, auth=auth)
 
     monkeypatch.setattr("cli._run.EngineConfig", config)
     monkeypatch.setattr("cli._run.run", lambda _main: None)
     monkeypatch.setattr("cli._run.tune_gc", lambda: None)
     for args in ([], ["--concurrency", "8", "--lease-ms", "5000"]):
         result = runner.invoke(
-            app, ["worker", "--app", "services_example.orders:app", "--redis-url", UNUSED, *args]
+            app,
+            ["worker", "--app", "services_example.orders:app", "--redis-url", UNUSED, *args],
+            env={"REDSAGA_VERIFY": "off"},
         )
         assert result.exit_code == 0, result.output
     assert seen == [bus.BusConfig(), bus.BusConfig(concurrency=8, lease_ms=5000)]
