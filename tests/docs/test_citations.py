@@ -102,7 +102,8 @@ def test_faults_md_states_every_invariant_in_full() -> None:
 
 
 def test_faults_md_states_every_catalogue_item_with_its_injection_and_assertion() -> None:
-    items = re.findall(r"^(\d+)\. \*\*(.+?)\*\*(.+?)(?=^\d+\. |\Z)", section("The fault catalogue"), re.M | re.S)
+    item = re.compile(r"^(\d+)\. \*\*(.+?)\*\*(.+?)(?=^\d+\. |\Z)", re.MULTILINE | re.DOTALL)
+    items = item.findall(section("The fault catalogue"))
     assert [int(n) for n, _, _ in items] == list(range(1, 27))
     assert all(len(" ".join(body.split())) > 60 for _, _, body in items)
 
