@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from cli import _acl, _graph, _ops, _run, _time
+from cli import _acl, _graph, _keda, _ops, _run, _time
 from cli._common import reporting_errors
 from cli._dlq import dlq_app
 from cli._epoch import epoch_app
@@ -26,7 +26,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="markdown",  # docstring paragraphs are reflowed, not broken where the source wraps
 )
-for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl):
+for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl, _keda.keda):
     app.command()(reporting_errors(command))
 operations: tuple[tuple[str, Callable[..., None]], ...] = (
     ("start", _ops.start),
