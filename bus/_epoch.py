@@ -1,4 +1,4 @@
-"""The epoch check: a worker notices when Redis came back without its data (FAULTS.md 8).
+"""The epoch check: a worker notices when Redis came back without its data (docs/faults.md, item 8).
 
 A Redis restarted without persistence, a ``FLUSHALL``, or a failover to an empty replica
 all look like an empty, healthy server: reads find no groups (which a worker would

@@ -22,7 +22,7 @@ async def delete_idle_consumers(
 ) -> list[str]:
     """Delete consumers of the group idle for ``idle_ms`` that hold nothing pending.
 
-    A consumer that still holds entries is kept: deleting it would drop them (see FAULTS.md).
+    A consumer that still holds entries is kept: deleting it would drop them (docs/faults.md).
     """
     key = subscription.stream.key
     with redis_errors():

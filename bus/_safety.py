@@ -1,4 +1,4 @@
-"""The start-up check of Redis settings that silently lose saga data (FAULTS.md 13).
+"""The start-up check of Redis settings that silently lose saga data (docs/faults.md, item 13).
 
 - ``maxmemory-policy`` other than ``noeviction``: at ``maxmemory`` Redis deletes keys on its
   own: a saga's state, a pending stream, a dedupe key (and with it the exactly-once

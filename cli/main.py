@@ -8,10 +8,11 @@ from typing import Annotated
 
 import typer
 
-from cli import _acl, _graph, _ops, _run, _time
+from cli import _acl, _graph, _keda, _ops, _run, _time
 from cli._common import CommandGroup, emit_line, reporting_errors
 from cli._dlq import dlq_app
 from cli._epoch import epoch_app
+from cli._health import health_app
 from cli._keys import keys_app
 from cli._relay import relay_app
 from cli._versions import versions_app
@@ -49,7 +50,7 @@ def root(
     """Options of the ``saga`` command itself."""
 
 
-for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl):
+for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl, _keda.keda):
     app.command()(reporting_errors(command))
 operations: tuple[tuple[str, Callable[..., None]], ...] = (
     ("start", _ops.start),
@@ -67,6 +68,7 @@ for name, operation in operations:
 
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(epoch_app, name="epoch")
+app.add_typer(health_app, name="health")
 app.add_typer(keys_app, name="keys")
 app.add_typer(relay_app, name="relay")
 app.add_typer(versions_app, name="versions")

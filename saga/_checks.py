@@ -100,7 +100,7 @@ def decode_history(raw: bytes | str | Iterable[HistoryEntry | bytes | str]) -> l
 def invariant_violations(
     definition: Saga[Any], state: SagaState, history: Sequence[HistoryEntry]
 ) -> list[str]:
-    """Everything wrong with a saga by FAULTS.md G3 and G4 and the lifecycle tables (empty: fine).
+    """Everything wrong with a saga by G3, G4 (docs/faults.md) and the lifecycle tables (empty: fine).
 
     Checked: revisions never go back and ignored events leave them alone; a status changes
     only along the lifecycle table and never after an end; no step completes twice and no

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bus import Authenticator, BusConfig
+from saga._liveness import health_file_from_env
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,9 @@ class EngineConfig:
         schedule_poll_ms: How often due schedules are looked for.
         schedule_recheck_ms: How soon a schedule with a buffered occurrence, or waiting for
             a run to end, is looked at again.
+        health_file: A file the worker rewrites every ``heartbeat_ms`` while its event loop
+            runs and its Redis answers (``saga health worker`` judges its age;
+            ``saga/_liveness.py``). Default: ``$REDSAGA_HEALTH_FILE``; ``None``: no file.
 
     """
 
@@ -69,6 +73,7 @@ class EngineConfig:
     event_buffer_cap: int = 16
     schedule_poll_ms: int = 500
     schedule_recheck_ms: int = 1_000
+    health_file: str | None = field(default_factory=health_file_from_env)
 
     def __post_init__(self) -> None:
         if self.retention_s < 0 or self.cache_size < 0:

@@ -22,7 +22,7 @@ class Retry:
         non_retryable: Error type names that fail the step at once (as the participant's
             exception class name, e.g. ``"CardDeclined"``).
         on_exhausted: What happens when attempts run out: ``"dead_letter"`` parks the saga
-            for an operator (DESIGN.md §3), ``"compensate"`` treats it as a permanent failure.
+            for an operator (docs/operations.md), ``"compensate"`` treats it as a permanent failure.
 
     """
 

@@ -481,7 +481,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         return decisions
 
     def assert_invariants(self) -> None:
-        """Fail if any saga broke FAULTS.md G2-G4 or the lifecycle (see ``invariant_violations``).
+        """Fail if any saga broke G2-G4 (docs/faults.md) or the lifecycle (see ``invariant_violations``).
 
         Also checks that no participant applied an effect twice for one idempotency key.
         """

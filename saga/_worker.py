@@ -19,6 +19,7 @@ from bus._log import get_logger
 from saga._app import App
 from saga._config import EngineConfig
 from saga._errors import PartitionMismatch
+from saga._liveness import keep_health_file, remove_health_file
 from saga._model import SagaState
 from saga._orchestrator import Orchestrator
 from saga._retention import prune_ended
@@ -172,12 +173,24 @@ class SagaWorker:
 
     async def run(self) -> None:
         """Register, run the app's ``on_start`` hooks, everything until :meth:`stop`, ``on_stop``."""
+        health_file = self.config.health_file
+        if health_file:
+            await remove_health_file(health_file)
         await self.register()
         for hook in self.app.on_start:
             await hook()
         lost: RedisDataLost | None = None
         try:
             async with anyio.create_task_group() as tg:
+                if health_file:
+                    tg.start_soon(
+                        keep_health_file,
+                        self.redis,
+                        health_file,
+                        self.clock,
+                        self.config.heartbeat_ms,
+                        self.bus_worker.started,
+                    )
                 if self.orchestrators:
                     tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
                     tg.start_soon(self._every, self.config.heartbeat_ms, "heartbeat", self.heartbeat)

@@ -68,21 +68,21 @@ def make_orders(count: int, seed: int, run: str = "") -> list[Order]:
     The same seed draws the same orders; ``run`` keeps their ids apart from earlier runs.
     """
     rng = random.Random(seed)
-    orders = []
-    for n in range(count):
-        roll = rng.random()
-        orders.append(
-            Order(
-                id=f"order-{run}{seed}-{n:05d}",
-                customer=f"customer-{rng.randrange(50)}",
-                lines=[Line(sku=f"sku-{rng.randrange(20)}", quantity=rng.randint(1, 3))],
-                total_cents=rng.randrange(500, 20_000),
-                card="declined" if roll < 0.10 else "ok",
-                region="nowhere" if 0.10 <= roll < 0.17 else "eu",
-                flaky=rng.choice([1, 2]) if rng.random() < 0.2 else 0,
-            )
-        )
-    return orders
+    return [draw_order(rng, f"order-{run}{seed}-{n:05d}") for n in range(count)]
+
+
+def draw_order(rng: random.Random, order_id: str) -> Order:
+    """One order from ``rng``: ~10% declined cards, ~7% unserved regions, ~20% flaky."""
+    roll = rng.random()
+    return Order(
+        id=order_id,
+        customer=f"customer-{rng.randrange(50)}",
+        lines=[Line(sku=f"sku-{rng.randrange(20)}", quantity=rng.randint(1, 3))],
+        total_cents=rng.randrange(500, 20_000),
+        card="declined" if roll < 0.10 else "ok",
+        region="nowhere" if 0.10 <= roll < 0.17 else "eu",
+        flaky=rng.choice([1, 2]) if rng.random() < 0.2 else 0,
+    )
 
 
 async def run_demo(

@@ -580,7 +580,7 @@ async def test_a_maintenance_round_trims_and_deletes_idle_consumers_but_keeps_it
 
 async def test_group_deleted_under_a_worker_is_recreated(redis: bus.Redis, backend: str) -> None:
     if backend == "fake":
-        pytest.skip("fakeredis words NOGROUP differently on XREADGROUP (FAULTS.md); real Redis only")
+        pytest.skip("fakeredis words NOGROUP differently on XREADGROUP (docs/faults.md); real Redis only")
     effects: list[str] = []
     worker = Worker(redis, payments_app(effects), config=BusConfig(block_ms=50, lease_ms=10_000))
     async with anyio.create_task_group() as tg:

@@ -7,7 +7,7 @@ effects instead of trusting the bus. Leases are 1 s so that a takeover happens w
 test; every wait is a bounded poll for an observable state (``eventually``), never a sleep
 standing for time passing.
 
-Invariants from FAULTS.md checked here: G2 (one effect per idempotency key), G5 (a stalled
+Invariants of docs/faults.md checked here: G2 (one effect per idempotency key), G5 (a stalled
 worker's heartbeat is refused and it does not take the entry back), G6 (dead letters carry
 their context) and G7 (every entry ends acknowledged, dead-lettered or pending for the
 next worker; nothing silently dropped).
@@ -150,7 +150,7 @@ async def faults(
 async def test_sigkill_mid_handler_entry_is_taken_over_after_the_lease(faults: Faults, hold_at: str) -> None:
     """(a) A consumer dies mid-handler (before, or after, its effect): another takes over.
 
-    Killed after the effect and before recording it (FAULTS.md #1), the redelivery meets
+    Killed after the effect and before recording it (fault catalogue item 1), the redelivery meets
     the participant's idempotency key and replies with the first receipt: one effect.
     """
     victim = await faults.start("victim", "--behaviour", "hold", "--hold-at", hold_at)

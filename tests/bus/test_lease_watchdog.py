@@ -1,6 +1,6 @@
 """The lease watchdog: a handler whose heartbeats stopped getting through is abandoned.
 
-The network fault test (tests/faults/test_network.py, FAULTS 10) shows it through a
+The network fault test (tests/faults/test_network.py, catalogue item 10) shows it through a
 blackholed link; these pin the rule itself on every backend.
 """
 

@@ -214,6 +214,10 @@ COMMANDS = _commands(typer.main.get_command(app))
 REDIS_FREE = {
     ("acl",),
     ("keys",),
+    ("keda",),
+    ("health",),
+    ("health", "worker"),
+    ("health", "relay"),
     ("keys", "generate"),
     ("keys", "rotate"),
     ("keys", "retire"),

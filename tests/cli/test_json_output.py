@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +145,21 @@ def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
         ("keys", "list"): ["--master", str(keys / "master.json")],
         ("keys", "retire"): ["k2", "--master", str(keys / "master.json")],
         ("keys", "issue"): ["--master", str(keys / "master.json"), "--app", APP_REF, "--out", str(keys)],
+        ("keda",): ["--app", APP_REF],
+        ("health", "relay"): ["--dsn", dsn],
+        ("health", "worker"): ["--file", _fresh_health_file(keys / "health")],
         ("epoch", "show"): [],
         ("epoch", "accept"): ["--yes"],  # last: workers that see a new epoch stop
     }  # fmt: skip
 
 
 SUBPROCESS = {("relay",): {}, ("demo",): {"REDSAGA_REDIS_URL": ""}}
+
+
+def _fresh_health_file(path: Path) -> str:
+    """A health file as a worker that just saw its Redis answer leaves it (the time, in ms)."""
+    path.write_text(str(time.time_ns() // 1_000_000))
+    return str(path)
 
 
 def _first_letter(world: World) -> str:

@@ -2,7 +2,7 @@
 
 An order-like saga of five steps, each with a compensation, and a ``napper`` saga (a durable
 sleep, then one step) for timer faults. Both call the ``shop`` participant, which records
-every effect the way FAULTS.md G2 asks of a real participant: the effect row and its
+every effect the way invariant G2 (docs/faults.md) asks of a real participant: the effect row and its
 idempotency key (UNIQUE) are written in one PostgreSQL transaction whose insert *is* the
 dedupe check, and every handler call is appended to an attempts log first, so a test counts
 effects instead of trusting the bus (see ``tests/faults/checker.py``).

@@ -1,4 +1,4 @@
-"""The history checker: after a fault scenario, assert FAULTS.md's invariants G1-G8.
+"""The history checker: after a fault scenario, assert the invariants G1-G8 of docs/faults.md.
 
 It reads what actually happened, not what the engine says it did: every saga's state,
 history and status indexes in Redis, every stream's consumer groups and dead letters, and

@@ -2,7 +2,7 @@
 
 ``charge`` (a participant command with a compensation), ``nap`` (a durable timer), ``approve``
 (a signal) and ``ship`` (a second command). The participant stores each effect with its
-idempotency key atomically (FAULTS.md G2, the script of ``tests/saga/nap_sagas.py``) on a
+idempotency key atomically (invariant G2, the script of ``tests/saga/nap_sagas.py``) on a
 client of its own, which a test keeps off the faulty link, and may hold a handler until
 the test lets it go (to keep a lease in flight across heartbeats).
 """

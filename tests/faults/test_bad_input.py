@@ -1,4 +1,4 @@
-"""Bad input (FAULTS.md 24, 25) and unruly replies (FAULTS.md 22) on real Redis.
+"""Bad input (catalogue items 24, 25) and unruly replies (item 22) on real Redis.
 
 Malformed entries, raw-``XADD``ed to a participant's command stream and to a saga inbox
 as mutations of a real entry, are dead-lettered on their first delivery with their raw

@@ -1,4 +1,4 @@
-"""Process-crash scenarios (FAULTS.md 1, 2, 3, 4, 5, 23, 26) with real worker processes.
+"""Process-crash scenarios (catalogue items 1, 2, 3, 4, 5, 23, 26) with real worker processes.
 
 Every test runs ``tests/faults/app.py`` workers on a real Redis database, records effects
 in PostgreSQL, injects its fault (a crash point, SIGKILL, SIGSTOP, a poisoned step, a
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.m
 async def test_crash_point_kills_a_worker_and_the_next_one_applies_nothing_twice(
     scenario: Scenario, point: str
 ) -> None:
-    """FAULTS 1 (after the side effect, before recording it) and 2 (before and after the
+    """Catalogue item 1 (after the side effect, before recording it) and 2 (before and after the
     commit): the crashed worker's entries are redelivered; one effect per key (G2), no
     transition applied twice (G4), nothing left pending (G7)."""
     nth = scenario.rng.randint(2, 12)
@@ -82,7 +82,7 @@ async def test_sigkill_with_500_sagas_in_flight_loses_nothing_and_applies_nothin
 
 
 async def test_stalled_worker_past_its_lease_is_fenced_and_applies_nothing(scenario: Scenario) -> None:
-    """FAULTS 3: SIGSTOP a worker inside a handler past its lease; another worker takes the
+    """Catalogue item 3: SIGSTOP a worker inside a handler past its lease; another worker takes the
     command over; on SIGCONT the stalled worker is fenced (its heartbeat is refused, or its
     watchdog gives up on the unrenewed lease, whichever runs first), so it abandons the
     handler before its effect (G5); one effect (G2)."""
@@ -105,7 +105,7 @@ async def test_stalled_worker_past_its_lease_is_fenced_and_applies_nothing(scena
 
 
 async def test_cpu_bound_handler_longer_than_the_lease_runs_once(scenario: Scenario) -> None:
-    """FAULTS 4: a handler computes for twice the lease in a worker thread (the documented
+    """Catalogue item 4: a handler computes for twice the lease in a worker thread (the documented
     way to run blocking code: docs/bus.md); the loop keeps heartbeating, so no other worker
     reclaims it: one call, one effect. (Blocking the loop itself past the lease is the
     documented limit: see docs/faults.md.)"""
@@ -121,7 +121,7 @@ async def test_cpu_bound_handler_longer_than_the_lease_runs_once(scenario: Scena
 
 
 async def test_step_that_always_raises_dead_letters_its_saga_and_others_flow(scenario: Scenario) -> None:
-    """FAULTS 5, saga level: a participant that always raises: each attempt fails, the
+    """Catalogue item 5, saga level: a participant that always raises: each attempt fails, the
     step's retries run out and the saga is dead-lettered with its error (G6); the other
     sagas complete."""
     await scenario.worker("w1")
@@ -140,7 +140,7 @@ async def test_step_that_always_raises_dead_letters_its_saga_and_others_flow(sce
 async def test_step_that_crashes_its_worker_is_dead_lettered_after_the_delivery_limit(
     scenario: Scenario,
 ) -> None:
-    """FAULTS 5, process variant: the handler kills its worker on every delivery. After
+    """Catalogue item 5, process variant: the handler kills its worker on every delivery. After
     ``MAX_DELIVERIES`` the command is dead-lettered, atomically with its ack (no second
     letter, nothing pending: G6, G7); the step times out and its next attempt completes the
     saga; the other sagas complete."""
@@ -169,7 +169,7 @@ async def test_step_that_crashes_its_worker_is_dead_lettered_after_the_delivery_
 
 
 async def test_orchestrator_killed_while_compensating_undoes_each_step_once(scenario: Scenario) -> None:
-    """FAULTS 23: step 3 of 5 fails; the worker is SIGKILLed while the saga compensates;
+    """Catalogue item 23: step 3 of 5 fails; the worker is SIGKILLed while the saga compensates;
     ``charge``'s compensation fails twice then succeeds (undo pack-less: charge, then
     reserve, each once, in reverse order: G3); a variant whose compensation fails for good
     is dead-lettered with its context and undoes nothing after it."""
@@ -209,7 +209,7 @@ the storm is about claiming and timers rather than throughput)."""
 async def test_restart_storm_over_pending_entries_and_due_timers(
     aof_redis: PrivateRedis, pg_dsn: str, tmp_path: Path
 ) -> None:
-    """FAULTS 26: every worker and Redis die with 1,000 commands pending (read by a consumer
+    """Catalogue item 26: every worker and Redis die with 1,000 commands pending (read by a consumer
     that never came back) and 500 timers; Redis restarts from its AOF; three workers start
     at once. Each claims in bounded batches (never more entries than its free slots, so no
     command is claimed twice), no effect is applied twice, every saga ends."""

@@ -1,7 +1,7 @@
 """Network faults between redsaga and Redis, injected by the loopback proxy (tests/faults/proxy.py).
 
-- Ambiguous writes (FAULTS.md "redis-py retries writes"; DESIGN "every write is safe to
-  repeat"): the reply of one write is swallowed and the connection closed, so redis-py
+- Ambiguous writes (docs/faults.md, "redis-py retries writes"; docs/guarantees.md, "every
+  write is safe to repeat"): the reply of one write is swallowed and the connection closed, so redis-py
   re-sends a command the server already ran. One case per write path; each must change
   nothing the second time: one stream entry per message id, one transition per event, one
   effect per idempotency key, nothing left pending. The same for the bus's failure record
@@ -318,7 +318,7 @@ async def test_a_relay_publish_re_sent_adds_each_row_once(
 async def test_blackholed_link_the_worker_abandons_its_lease_before_another_takes_it(
     real_redis: bus.Redis, real_redis_url: str
 ) -> None:
-    """FAULTS 10: a link that eats every packet (G2, G5, G7).
+    """Catalogue item 10: a link that eats every packet (G2, G5, G7).
 
     The stalled worker's calls fail within their socket timeout; its heartbeats cannot get
     through, so it cancels its handler before the lease can expire: the rescuer, which
@@ -390,7 +390,7 @@ def rescuer_stopped(worker: Worker) -> Callable[[], Awaitable[bool]]:
 
 
 async def test_latency_and_server_pauses_cause_no_spurious_reclaim(tmp_path: Path) -> None:
-    """FAULTS 11: a slow, jittery link, ``CLIENT PAUSE 3000 WRITE`` and ``DEBUG SLEEP 3``.
+    """Catalogue item 11: a slow, jittery link, ``CLIENT PAUSE 3000 WRITE`` and ``DEBUG SLEEP 3``.
 
     The lease (10 s) outlasts each pause plus a heartbeat period, so heartbeats get through
     and no entry is reclaimed: every handler runs once, every saga ends with one effect
@@ -483,7 +483,7 @@ async def _dropped(proxy: FaultProxy) -> bool:
 async def test_database_link_broken_mid_transaction_loses_no_row_and_publishes_none_twice(
     fault: str, pg_outbox: OutboxDb, real_redis: bus.Redis
 ) -> None:
-    """FAULTS 18 through the proxy: the relay's PostgreSQL link breaks mid-round.
+    """Catalogue item 18 through the proxy: the relay's PostgreSQL link breaks mid-round.
 
     A reset or a blackhole rolls the round back (its rows are claimed again); a swallowed
     COMMIT reply leaves the round committed while the relay sees an error. Either way every

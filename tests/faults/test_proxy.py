@@ -90,7 +90,7 @@ async def test_swallow_reply_is_the_ambiguous_write(
     async with retrying_client(url) as client:
         with pytest.raises(redis.ConnectionError):
             await client.incr("n")
-    assert await real_redis.get("n") == b"5"  # FAULTS.md: one INCR ran once per attempt
+    assert await real_redis.get("n") == b"5"  # docs/faults.md: one INCR ran once per attempt
     proxy.set_mode(Mode.SWALLOW_REPLY, match=b"INCR", times=1)
     async with retrying_client(url) as client:
         assert await client.set("other", 1)  # not matched: passes

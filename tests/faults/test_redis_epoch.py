@@ -1,4 +1,4 @@
-"""FAULTS 8: Redis comes back empty, and the workers notice (``bus/_epoch.py``).
+"""Catalogue item 8: Redis comes back empty, and the workers notice (``bus/_epoch.py``).
 
 An empty Redis answers like a healthy one: without the epoch check a worker recreates
 its groups and waits forever for sagas that no longer exist. With it, running workers

@@ -1,4 +1,4 @@
-"""FAULTS 20: failover to a replica that lagged behind the master.
+"""Catalogue item 20: failover to a replica that lagged behind the master.
 
 A master and a replica on loopback; the replica is stopped (SIGSTOP) while sagas progress
 on the master, the master is killed, and the replica's data is promoted onto the master's
@@ -72,7 +72,7 @@ async def test_failover_to_a_lagging_replica_redrives_lost_transitions_once(
 
 
 async def test_with_replica_acks_no_acknowledged_start_is_lost_in_a_failover(tmp_path: Path) -> None:
-    """DESIGN §8's WAIT option: a start returns only once a replica holds it, so a failover
+    """The WAIT option (docs/operations.md): a start returns only once a replica holds it, so a failover
     loses only starts whose caller got :class:`bus.ReplicaAckTimeout` (and may retry)."""
     master, replica = await synced_pair(tmp_path)
     promoted = replica

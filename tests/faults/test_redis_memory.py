@@ -1,4 +1,4 @@
-"""FAULTS 12 for producers: Redis at ``maxmemory`` refuses starts and publishes cleanly.
+"""Catalogue item 12 for producers: Redis at ``maxmemory`` refuses starts and publishes cleanly.
 
 A refused call raises the typed, retryable :class:`bus.RedisOutOfMemory` and leaves no
 partial state. Lua scripts do not roll back, but Redis 7.0 refuses a command that may grow

@@ -1,4 +1,4 @@
-"""Redis server faults (FAULTS.md 6, 7): the server dies under saga load and comes back.
+"""Redis server faults (catalogue items 6, 7): the server dies under saga load and comes back.
 
 Every test runs its own ``redis-server`` (``tests/faults/servers.py``) under a scenario of
 ``tests/faults/app.py`` workers (``tests/faults/scenario.py``, effects in PostgreSQL, which
@@ -20,7 +20,7 @@ SAGAS = 200
 
 
 async def test_sigkill_redis_with_aof_everysec_under_load_loses_no_saga(tmp_path: Path, pg_dsn: str) -> None:
-    """FAULTS 6: SIGKILL redis-server mid-flight, restart on its directory: the workers
+    """Catalogue item 6: SIGKILL redis-server mid-flight, restart on its directory: the workers
     reconnect (back-off with jitter), reload their scripts (the cache is empty) and end
     every saga; each effect once."""
     server = PrivateRedis(
@@ -45,7 +45,7 @@ async def test_sigkill_redis_with_aof_everysec_under_load_loses_no_saga(tmp_path
 
 
 async def test_lost_aof_tail_is_redriven_and_applied_once(tmp_path: Path, pg_dsn: str) -> None:
-    """FAULTS 7: a power loss cuts the AOF's tail. Transitions, replies and acks that the
+    """Catalogue item 7: a power loss cuts the AOF's tail. Transitions, replies and acks that the
     participants already acted on vanish; the sagas are re-driven from what survived, with
     the same saga ids and idempotency keys, so the participants' dedupe keeps one effect."""
     server = PrivateRedis(tmp_path / "redis", appendfsync="always", options=("--aof-load-truncated", "yes"))

@@ -1,4 +1,4 @@
-"""FAULTS 13: Redis settings that lose saga data are refused or reported at start.
+"""Catalogue item 13: Redis settings that lose saga data are refused or reported at start.
 
 ``bus/_safety.py``: an eviction policy is refused by default, AOF off is logged as an
 error; both are configurable, and a Redis that will not show its settings is reported.

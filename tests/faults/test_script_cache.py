@@ -1,4 +1,4 @@
-"""FAULTS 9: the script cache flushed (``SCRIPT FLUSH``, as after a restart) under load.
+"""Catalogue item 9: the script cache flushed (``SCRIPT FLUSH``, as after a restart) under load.
 
 Scripts are called by SHA; a call that meets ``NOSCRIPT`` did not run, so it is loaded and
 run again (``bus/_scripts.py``). In a pipeline only the calls that said ``NOSCRIPT`` are

@@ -1,6 +1,6 @@
 """Soak: a steady load of sagas over two workers while random process faults hit them.
 
-The faults are this suite's catalogue items for processes (FAULTS.md 1, 2, 3: SIGKILL, a
+The faults are this suite's catalogue items for processes (1, 2, 3: SIGKILL, a
 crash point armed on a fresh worker, SIGSTOP past the lease), picked by the printed seed.
 The load runs for ``--soak-minutes`` (0.5 by default, so the normal suite runs a short
 soak; ``pytest -m soak --soak-minutes 10`` for a long one), then the faults stop, the
@@ -36,7 +36,7 @@ IN_FLIGHT = 30
 
 
 def random_order(rng: random.Random, n: int) -> Order:
-    """An order with the saga-level faults of FAULTS.md 5 and 23, at random."""
+    """An order with the saga-level faults of catalogue items 5 and 23, at random."""
     fail_step = rng.choice(["", "", "", *STEPS])
     undo_fails = {}
     if fail_step and rng.random() < 0.5:

@@ -1,4 +1,4 @@
-"""Stream-level operator faults (FAULTS.md 14, 15, 16) on real Redis.
+"""Stream-level operator faults (catalogue items 14, 15, 16) on real Redis.
 
 An operator trims or deletes entries that are still pending, deletes a consumer, destroys a
 consumer group, deletes a whole stream under blocked readers. Each is detected and reported

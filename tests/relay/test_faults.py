@@ -1,4 +1,4 @@
-"""Fault tests with real processes: SIGKILL the relay, restart PostgreSQL under it (FAULTS 17, 18)."""
+"""Fault tests with real processes: SIGKILL the relay, restart PostgreSQL under it (catalogue 17, 18)."""
 
 from __future__ import annotations
 

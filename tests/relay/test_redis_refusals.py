@@ -1,4 +1,4 @@
-"""Redis refusing writes: for now (maxmemory, FAULTS 12) or for good (an ACL permission)."""
+"""Redis refusing writes: for now (maxmemory, catalogue item 12) or for good (an ACL permission)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A fan-out saga app for crash tests, run as a worker process: ``python -m tests.saga.fan_crash_app``.
 
-Each effect is stored atomically with its idempotency key in ``test:effects`` (FAULTS.md
+Each effect is stored atomically with its idempotency key in ``test:effects`` (invariant
 G2), with a map step in the middle: ``one`` -> ``each`` (a map over the job's items, four at
 a time) -> ``last``; an item or ``last`` may fail for good. (The saga fault app with the
 G1-G8 checker is ``tests/faults/app.py``; this one keeps the map step's crash test small.)

@@ -1,6 +1,6 @@
 """A saga that sleeps (until a given time) and then records one effect: for timer fault tests.
 
-The participant stores each effect with its idempotency key atomically (FAULTS.md G2), so
+The participant stores each effect with its idempotency key atomically (invariant G2), so
 the test can tell exactly which effects happened and how often a handler ran.
 """
 

@@ -1,6 +1,6 @@
 """Crash test on real Redis: SIGKILL a worker with fan-out sagas in flight and compensating.
 
-FAULTS.md catalogue 23 for groups: whatever moment the worker dies at -- branches in
+Fault catalogue item 23 (docs/faults.md) for groups: whatever moment the worker dies at -- branches in
 flight, a group closing, compensation half way -- a second worker finishes every saga, no
 effect is applied twice, and compensation undoes exactly the completed steps and branches,
 in strict reverse order of completion (G3).

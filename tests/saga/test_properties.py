@@ -3,7 +3,7 @@
 Hypothesis scripts every participant attempt by attempt -- success, transient failure,
 permanent failure, no reply, late reply, duplicate reply, redelivery -- plus cancels at
 random moments, operator retries and cancels of dead-lettered sagas, and a random delivery
-order (``reorder=``). Whatever happens (FAULTS.md G1-G4):
+order (``reorder=``). Whatever happens (invariants G1-G4 of docs/faults.md):
 
 - every saga settles: it ends, or it is dead-lettered (with steps to retry or undo);
 - compensations run exactly for the completed steps that declare one, in strict reverse

@@ -1,4 +1,4 @@
-"""The decider, driven through the in-process runner: every path of DESIGN.md section 3.
+"""The decider, driven through the in-process runner: every path of the saga lifecycle (docs/concepts.md).
 
 Each test builds a fresh trip saga (``tests/saga/trips.py``: flight -> hotel -> charge ->
 local confirmation, compensations on the first three) and fakes whose behaviour per

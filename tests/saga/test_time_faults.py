@@ -1,4 +1,4 @@
-"""FAULTS.md 19 and the durability of timers, on real Redis processes.
+"""Fault catalogue item 19 and the durability of timers, on real Redis processes.
 
 - SIGKILL the timer scheduler while it fires: every timer fires exactly once (each firing is
   one script: all of a batch or none of it), and each saga's effect happens once.

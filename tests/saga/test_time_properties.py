@@ -6,7 +6,7 @@ late), other contexts' events (matching or not, before or after the wait registe
 cancels and clock advances, with a random delivery order. Whatever happens, the decider
 never takes a transition the lifecycle tables do not list (it would raise), every saga
 settles by its deadline (ended, or dead-lettered for an operator), the invariants of
-FAULTS.md G2-G4 hold, replay decides the same, and a repeat of any recorded event changes
+Invariants G2-G4 hold, replay decides the same, and a repeat of any recorded event changes
 nothing.
 """
 

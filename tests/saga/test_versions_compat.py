@@ -187,7 +187,7 @@ def _with_step(shape: Shape, index: int, **changes: Any) -> Shape:
 
 
 def test_waits_and_branches_compare_generically_for_new_step_kinds() -> None:
-    """Sleep, signal and event waits (issue 6) and branches (issue 7) need no new rules."""
+    """Sleep, signal and event waits and branches need no new rules."""
     waiting = _with_step(REGISTERED, 2, kind="wait_signal", waits=("approved",))
     more_paths = _with_step(waiting, 2, waits=("approved", "rejected"))
     assert [(c.rule, c.breaking) for c in compare_shapes(waiting, more_paths)] == [("wait-added", False)]
