@@ -470,10 +470,13 @@ class GroupConsumer:
 
     def _log_for(self, delivery: Delivery) -> Logger:
         """A logger bound to ``delivery`` (bound only when there is something to say)."""
+        envelope = delivery.envelope
         return self.log.bind(
             entry=delivery.entry_id,
-            type=delivery.envelope.type,
-            correlation_id=delivery.envelope.correlation_id,
+            type=envelope.type,
+            saga_id=envelope.correlation_id,  # the saga's id, for a saga's command or reply
+            step=envelope.headers.get("step", ""),
+            attempt=envelope.attempt,
             delivery=delivery.deliveries,
         )
 

@@ -56,8 +56,10 @@ def signal(
     """Deliver a resume token: the waiting saga resumes once with DATA.
 
     The token is checked before anything is written (a forged or altered token fails).
-    With --app the data is checked against the step's output type here; the worker checks
-    it either way. Delivering again, or after the wait ended, is recorded and changes nothing.
+    The data is checked against the step's output type here (with --app, by its code; else
+    by the type's schema its workers registered); the worker checks it again either way. A
+    wait that has ended (resumed already, timed out, its saga ended) is an error (exit 1):
+    nothing is sent.
     """
     registry = _registry(app_ref)
 

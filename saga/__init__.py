@@ -48,6 +48,7 @@ from saga._errors import (
     VersionDrained,
     VersionError,
     VersionInUse,
+    WaitEnded,
 )
 from saga._gc import tune_gc
 from saga._inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
@@ -222,6 +223,7 @@ __all__ = [
     "VersionStatus",
     "Versions",
     "Wait",
+    "WaitEnded",
     "WaitInfo",
     "WorkerInfo",
     "acl_rules",

@@ -28,16 +28,19 @@ from saga._errors import (
     StartConflict,
     UnknownDefinition,
     VersionDrained,
+    WaitEnded,
 )
 from saga._keys import Partition, check_saga_id, partition_of
 from saga._model import ParentLink, SagaState, Started
 from saga._protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
 from saga._query import SagaQuery, describe, timer_ids
 from saga._registry import Registry
+from saga._shape import Shape
 from saga._states import SagaStatus
 from saga._store import commit_call, commit_result
 from saga._tokens import Signer, TokenVerifier, check_wait, load_signer, load_verifier, peek
 from saga._trust import Seal, inbox_audience, orchestrator_of
+from saga._versions import Versions
 
 _json = msgspec.json.Encoder()
 
@@ -70,6 +73,7 @@ class SagaClient:
         )
         self._signers: dict[str, Signer] = {}
         self._verifiers: dict[str, TokenVerifier] = {}
+        self._shapes: dict[tuple[str, str, int], Shape | None] = {}
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
 
     async def signer(self, context: str) -> Signer:
@@ -238,25 +242,29 @@ class SagaClient:
         """Deliver a resume token with ``data``; return the id of the inbox entry.
 
         The token is checked first: a forged, tampered or malformed one raises
-        :class:`~saga.InvalidToken` and nothing is written. When this client knows the
-        saga's definition, ``data`` is checked against the step's output type
-        (:class:`InvalidInput`); the orchestrator checks it again either way. The saga
-        resumes once: a repeat, or a delivery after the wait ended (timed out, cancelled),
-        is recorded in its history and changes nothing. Data over the payload limit raises
-        :class:`bus.PayloadTooLarge` and nothing is written.
+        :class:`~saga.InvalidToken` and nothing is written. ``data`` is checked against the
+        step's output type (:class:`InvalidInput`): with the definition when this client has
+        it, else with the type's schema its workers registered; the orchestrator checks it
+        again either way. A wait that has ended already (its signal delivered, timed out,
+        the saga cancelled or ended) raises :class:`~saga.WaitEnded` and nothing is sent;
+        a repeat that races the first delivery is recorded by the saga and changes nothing.
+        Data over the payload limit raises :class:`bus.PayloadTooLarge` and nothing is written.
         """
         ref = (await self.verifier(peek(token).context)).verify(token, now_ms=self.clock.now_ms())
         partition = Partition(ref.context, ref.partition)
-        with redis_errors():
-            name, version, created = await self.redis.hmget(
-                partition.saga(check_saga_id(ref.saga_id)), ["name", "version", "created"]
-            )
-        if name is None or version is None or created is None:
+        loaded = await load_saga(self.redis, partition, check_saga_id(ref.saga_id))
+        if loaded is None:
             raise SagaNotFound(ref.saga_id)
+        state = loaded.state
         check_wait(
-            ref, context=ref.context, partition=ref.partition, saga_id=ref.saga_id, incarnation=int(created)
+            ref,
+            context=ref.context,
+            partition=ref.partition,
+            saga_id=ref.saga_id,
+            incarnation=state.created_ms,
         )
-        encoded = encode_signal(self.registry, name.decode(), int(version), ref.step, data)
+        check_wait_open(state, ref.step, ref.n)
+        encoded = await self._signal_data(state, ref.step, data)
         delivery = SignalDelivery(
             step=ref.step, n=ref.n, data=msgspec.Raw(encoded), by=by or self.source, token=token
         )
@@ -272,6 +280,22 @@ class SagaClient:
             partition.inbox, envelope, audience=inbox_audience(ref.context)
         )
         return envelope.id
+
+    async def _signal_data(self, state: SagaState, step: str, data: object) -> bytes:
+        """The signal's data encoded, checked by the definition here, else by its registered shape."""
+        try:
+            self.registry.get(state.name, state.version)
+        except UnknownDefinition:
+            shape = await self._shape(state.context, state.name, state.version)
+            return encode_signal_by_shape(shape, state.name, state.version, step, data)
+        return encode_signal(self.registry, state.name, state.version, step, data)
+
+    async def _shape(self, context: str, name: str, version: int) -> Shape | None:
+        """The shape a worker registered for ``name@version`` (cached; ``None`` if none)."""
+        key = (context, name, version)
+        if key not in self._shapes:
+            self._shapes[key] = await Versions(self.redis).shape(context, name, version)
+        return self._shapes[key]
 
     async def cancel(
         self, saga_id: str, *, context: str | None = None, reason: str = "", by: str = ""
@@ -339,12 +363,54 @@ class SagaClient:
         return Partition(ctx.name, partition_of(saga_id, ctx.partitions))
 
 
-def encode_signal(registry: Registry, name: str, version: int, step_name: str, data: object) -> bytes:
-    """Encode a signal's data, checked against the step's output type when it is known here."""
+def check_wait_open(state: SagaState, step: str, n: int) -> None:
+    """Raise :class:`WaitEnded` when wait ``n`` of ``step`` can no longer be resumed.
+
+    A wait not begun yet (the signal comes early) is open: the saga keeps the signal for it.
+    """
+    record = state.steps.get(step)
+    current = state.wait is not None and (state.wait.step, state.wait.n) == (step, n)
+    if record is None or current:
+        return
+    attempt = next((a for a in record.attempts if a.kind == "do" and a.n == n), None)
+    if state.status.terminal or attempt is not None:
+        how = state.status.value if attempt is None or attempt.outcome is None else attempt.outcome
+        raise WaitEnded(state.id, step, n, "resumed" if how == "ok" else how)
+
+
+def _decoded(data: object) -> bytes:
     try:
-        encoded = _json.encode(data)
+        return _json.encode(data)
     except (TypeError, msgspec.EncodeError) as error:
         raise InvalidInput(f"signal data is not encodable: {error}") from error
+
+
+def encode_signal_by_shape(
+    shape: Shape | None, name: str, version: int, step_name: str, data: object
+) -> bytes:
+    """Encode a signal's data, checked against the registered schema of the step's type."""
+    encoded = _decoded(data)
+    if shape is None:
+        return encoded  # nothing registered: the orchestrator checks it
+    try:
+        step = shape.step_named(step_name)
+    except KeyError:
+        raise InvalidInput(f"{name}@{version} has no step {step_name!r}") from None
+    if step.kind != "signal":
+        raise InvalidInput(f"{name}@{version}.{step_name} does not wait for a signal")
+    if step.output is None:
+        return encoded
+    try:
+        return _json.encode(step.output.check(msgspec.json.decode(encoded)))
+    except ValueError as error:
+        raise InvalidInput(
+            f"signal data is not a valid {step.output.name} for {name}@{version}.{step_name}: {error}"
+        ) from error
+
+
+def encode_signal(registry: Registry, name: str, version: int, step_name: str, data: object) -> bytes:
+    """Encode a signal's data, checked against the step's output type when it is known here."""
+    encoded = _decoded(data)
     try:
         step = registry.get(name, version).step_named(step_name)
     except (UnknownDefinition, KeyError):

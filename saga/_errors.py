@@ -14,6 +14,7 @@
     │   └── CodeRequired       the operation needs the definition's code, and only its shape is known
     ├── ActionRefused          an operator action would not apply, or lost a race (says why)
     ├── InvalidToken           a resume token is malformed, forged, expired or not for this saga
+    ├── WaitEnded              the wait a resume token names has ended: nothing was sent
     ├── ScheduleNotFound       no schedule has this id (in this context)
     ├── ScheduleExists         a schedule with this id exists already
     └── VersionError           a definition-version operation is refused (saga/_versions.py)
@@ -91,6 +92,24 @@ class ConcurrentUpdate(SagaError):
 
 class UnknownDefinition(SagaError):
     """No definition with this name and version is registered with this worker or client."""
+
+
+class WaitEnded(SagaError):
+    """The wait a resume token names has ended: nothing was sent.
+
+    It was resumed, timed out, or its saga ended or was cancelled; ``how`` says which, as
+    the step's attempt records it.
+    """
+
+    def __init__(self, saga_id: str, step: str, n: int, how: str) -> None:
+        super().__init__(
+            f"wait {n} of step {step!r} in saga {saga_id!r} has ended ({how}): the signal was not sent "
+            "(delivered already?)"
+        )
+        self.saga_id = saga_id
+        self.step = step
+        self.n = n
+        self.how = how
 
 
 class InvalidToken(SagaError):

@@ -224,6 +224,12 @@ class Versions:
             members = await self.redis.smembers(CONTEXTS)
         return sorted(m.decode() for m in members)
 
+    async def shape(self, context: str, name: str, version: int) -> Shape | None:
+        """The shape registered for ``name@version`` in ``context`` (``None`` if none is)."""
+        with redis_errors():
+            raw = await self.redis.hget(ContextKeys(context).shapes, f"{name}@{version}")
+        return None if raw is None else decode_shape(raw)
+
     async def shapes(self, context: str) -> dict[str, Shape]:
         """The shapes registered in ``context``, by ``name@version``."""
         with redis_errors():

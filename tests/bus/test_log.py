@@ -75,3 +75,29 @@ def test_without_structlog_configured_the_stdlib_logger_decides(caplog: pytest.L
     assert record.levelno == logging.WARNING
     assert "event='lease lost'" in record.getMessage()
     assert "entry='1-0'" in record.getMessage()
+
+
+@pytest.mark.anyio
+async def test_a_handlers_log_lines_name_the_saga_step_and_attempt() -> None:
+    """What an operator greps for: the saga id, the step and the attempt of a failing command."""
+    import bus
+
+    redis = bus.connect(bus.MEMORY_URL)
+    stream = bus.Stream("orders:0", "cmd:payments")
+    app = bus.Bus("payments")
+
+    @app.handler(stream, None)
+    async def fail(_envelope: bus.Envelope) -> None:
+        raise bus.TransientError("card processor down")
+
+    worker = bus.Worker(redis, app, auth=bus.SIGNING_OFF)
+    await worker.setup()
+    command = bus.Envelope(
+        id="c1", type="Charge", payload=b"{}", correlation_id="saga-7", attempt=3, headers={"step": "charge"}
+    )
+    await bus.Publisher(redis).publish_envelope(stream, command)
+    with capture_logs() as logs:
+        await worker.run_until_idle()
+    [line] = [entry for entry in logs if entry["event"] == "handler failed; will retry"]
+    assert (line["saga_id"], line["step"], line["attempt"]) == ("saga-7", "charge", 3)
+    await redis.aclose()

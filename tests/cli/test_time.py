@@ -70,6 +70,12 @@ async def test_signal_from_the_command_line_resumes_once_and_refuses_forgeries(
     assert state.steps["approval"].status == "succeeded"
     assert state.status == SagaStatus.SUSPENDED  # cooling off
 
+    code, output = await saga_cli_async(
+        real_redis_url, "signal", tokens[0], "--data", '{"approved": true, "by": "ann"}'
+    )
+    assert code == 1  # a repeat: said so, nothing sent
+    assert "error: wait 1 of step 'approval' in saga 'L1' has ended (resumed)" in output
+
 
 LENDING = App("lending", sagas=[loan], participants=participants([], []))
 

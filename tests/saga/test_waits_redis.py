@@ -25,8 +25,10 @@ from saga import (
     SignalReceived,
     Signer,
     TimerFired,
+    WaitEnded,
 )
 from saga._keys import Partition
+from saga._protocol import SIGNAL, SignalDelivery
 from saga.testing import decode_history, invariant_violations, replay
 from tests.helpers import dead_letters
 from tests.saga.time_sagas import (
@@ -186,13 +188,31 @@ async def test_signal_data_is_checked_by_the_client_and_again_by_the_orchestrato
     world, saga_id = await waiting(redis)
     with pytest.raises(InvalidInput, match="not a valid Approval"):
         await world.client.signal(world.tokens[0], {"approved": "perhaps"})
-    # a client without the definition cannot check: the orchestrator dead-letters the signal
+    # a client without the definition or a registered shape cannot check: the orchestrator
+    # dead-letters the signal
     blind = SagaClient(redis, Registry([]), clock=world.clock, config=CONFIG)
     await blind.signal(world.tokens[0], {"approved": "perhaps"})
     await world.idle()
     [letter] = await dead_letters(redis, PARTITION.inbox)
     assert "signal data is not a valid Approval" in letter["reason"]
     assert (await world.client.get(saga_id)).status == SagaStatus.SUSPENDED
+
+
+async def test_a_client_without_the_code_checks_signal_data_against_the_registered_shape(
+    redis: bus.Redis,
+) -> None:
+    world, saga_id = await waiting(redis)
+    await world.worker.register()  # what a running worker has done: its shapes are in Redis
+    codeless = SagaClient(redis, Registry([]), clock=world.clock, config=CONFIG)
+    inbox = await redis.xlen(PARTITION.inbox.key)
+    with pytest.raises(InvalidInput, match="not a valid Approval"):
+        await codeless.signal(world.tokens[0], {"approved": "perhaps"})
+    assert await redis.xlen(PARTITION.inbox.key) == inbox  # nothing sent
+    await codeless.signal(world.tokens[0], {"approved": True, "by": "ann"})
+    await world.idle()
+    assert (await world.client.get(saga_id)).wait.step == "cool_off"  # type: ignore[union-attr]
+    with pytest.raises(WaitEnded, match=r"has ended \(resumed\)"):  # a repeat says so
+        await codeless.signal(world.tokens[0], {"approved": True, "by": "ann"})
 
 
 async def test_the_secret_is_generated_once_per_context_and_shared(redis: bus.Redis) -> None:
@@ -222,11 +242,22 @@ async def test_the_deadline_compensates_on_redis(redis: bus.Redis) -> None:
     await world.check(saga_id)
 
 
-async def test_a_signal_after_a_timeout_is_recorded_and_ignored(redis: bus.Redis) -> None:
+async def test_a_signal_after_a_timeout_is_refused_by_the_client_and_ignored_by_the_saga(
+    redis: bus.Redis,
+) -> None:
     world, saga_id = await waiting(redis)
     await world.advance(2 * 86_400)
     assert (await world.client.get(saga_id)).status == SagaStatus.COMPENSATED
-    await world.client.signal(world.tokens[0], YES)
+    with pytest.raises(WaitEnded, match="wait 1 of step 'approval' in saga 'L1' has ended"):
+        await world.client.signal(world.tokens[0], YES)
+    # one that raced the timeout (checked by the client before the wait ended) is recorded
+    late = SignalDelivery(
+        step="approval", n=1, data=msgspec.Raw(b'{"approved":true,"by":"ann"}'), token=world.tokens[0]
+    )
+    envelope = bus.Envelope(
+        id=bus.uuid7(), type=SIGNAL, payload=msgspec.json.encode(late), correlation_id=saga_id
+    )
+    await Publisher(redis).publish_envelope(PARTITION.inbox, envelope)
     await world.idle()
     raw = await redis.lrange(PARTITION.history(saga_id), 0, -1)
     assert decode_history(raw)[-1].ignored.startswith("signal after the saga ended")
