@@ -10,6 +10,7 @@ from cli import _acl, _graph, _ops, _run, _time
 from cli._common import reporting_errors
 from cli._dlq import dlq_app
 from cli._epoch import epoch_app
+from cli._functions import functions_app
 from cli._relay import relay_app
 from cli._versions import versions_app
 
@@ -42,6 +43,7 @@ for name, operation in operations:
 
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(epoch_app, name="epoch")
+app.add_typer(functions_app, name="functions")
 app.add_typer(relay_app, name="relay")
 app.add_typer(versions_app, name="versions")
 app.add_typer(_time.schedule_app, name="schedule")
