@@ -197,7 +197,8 @@ async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, pars
     are parsed with the client's response callbacks, as redis-py's pipeline does. A
     connection error or timeout disconnects and re-sends the whole batch under the client's
     retry policy, like redis-py: every batch redsaga sends is safe to repeat (idempotent
-    scripts and reads). The socket timeout bounds each reply, as in redis-py.
+    functions, reads, and ``FUNCTION LOAD``, whose repeat finds the library there). The
+    socket timeout bounds each reply, as in redis-py.
 
     redis-py's own pipeline costs much more per command (a command stack with per-command
     options, observability and HIMPORT bookkeeping on every call); this is the busiest path

@@ -6,7 +6,10 @@
     ├── RedisUnavailable        connection refused, reset or timed out (a retry may help)
     ├── RedisCommandError       Redis rejected a command or a script failed (a bug or misconfiguration)
     │   ├── RedisOutOfMemory    Redis hit maxmemory (a retry after back-off may help)
-    │   └── RedisPermissionDenied  the Redis ACL user may not run the command or touch the key
+    │   ├── RedisPermissionDenied  the Redis ACL user may not run the command or touch the key
+    │   │   └── LibraryNotLoaded   a function library is missing and this user may not load it
+    │   ├── FunctionMissing     Redis has no such function (its library is not loaded)
+    │   └── LibraryExists       ``FUNCTION LOAD`` found the library there already
     ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
     ├── UnsafeRedisConfig       Redis settings that lose data (an eviction policy); refused
     ├── ReplicaAckTimeout       written on the master, too few replicas acknowledged (WAIT)
@@ -27,6 +30,7 @@ Every exception carries ``retryable`` so callers decide without matching text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -61,6 +65,36 @@ class RedisPermissionDenied(RedisCommandError):
     A command a script runs is checked against the caller's ACL too, but Redis 7.0 reports a
     refusal inside a script as a plain script error (:class:`RedisCommandError`).
     """
+
+
+class LibraryNotLoaded(RedisPermissionDenied):
+    """A redsaga function library is not loaded on Redis and this user may not load it.
+
+    Raised for the calls that met the missing library; nothing ran. ``library`` is the
+    library's name (``redsaga_<package>_<hash>``). An admin loads it with ``saga functions
+    load``; retrying without that cannot help.
+    """
+
+    def __init__(self, library: str) -> None:
+        super().__init__(
+            f"the redsaga function library {library} is not loaded on this Redis; load it as an "
+            "admin with `saga functions load --redis-url …`"
+        )
+        self.library = library
+
+
+class FunctionMissing(RedisCommandError):
+    """Redis has no function of that name: its library was never loaded, or was flushed.
+
+    The call did not run. :func:`bus.run_batch` loads the library and sends the call again,
+    so this reaches a caller only when the library vanished again each time it was loaded.
+    """
+
+    retryable = True
+
+
+class LibraryExists(RedisCommandError):
+    """``FUNCTION LOAD`` found a library of that name; a name is a hash of its source, so loading is done."""
 
 
 class RedisDataLost(BusError):
@@ -226,6 +260,10 @@ def translate(error: rx.RedisError) -> BusError:
     by_code = _BY_CODE.get(str(error).partition(" ")[0]) if isinstance(error, rx.ResponseError) else None
     if by_code is not None:
         return by_code(str(error))
+    if type(error) is rx.ResponseError:  # plain ERR replies: only their text tells them apart
+        for pattern, kind in _BY_MESSAGE:
+            if pattern.fullmatch(str(error)):
+                return kind(str(error))
     return RedisCommandError(f"{type(error).__name__}: {error}")
 
 
@@ -234,6 +272,10 @@ _BY_CODE: dict[str, type[BusError]] = {
     "UNBLOCKED": StreamDeleted,
     "BUSYGROUP": GroupExists,
 }
+_BY_MESSAGE: tuple[tuple[re.Pattern[str], type[BusError]], ...] = (
+    (re.compile(r"Function not found"), FunctionMissing),  # FCALL of a function no library has
+    (re.compile(r"Library '[^']*' already exists"), LibraryExists),  # FUNCTION LOAD without REPLACE
+)
 
 
 @contextmanager

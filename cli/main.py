@@ -12,6 +12,7 @@ from cli import _acl, _graph, _keda, _ops, _run, _time
 from cli._common import CommandGroup, emit_line, reporting_errors
 from cli._dlq import dlq_app
 from cli._epoch import epoch_app
+from cli._functions import functions_app
 from cli._health import health_app
 from cli._keys import keys_app
 from cli._relay import relay_app
@@ -70,6 +71,7 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(epoch_app, name="epoch")
 app.add_typer(health_app, name="health")
 app.add_typer(keys_app, name="keys")
+app.add_typer(functions_app, name="functions")
 app.add_typer(relay_app, name="relay")
 app.add_typer(versions_app, name="versions")
 app.add_typer(_time.schedule_app, name="schedule")

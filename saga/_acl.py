@@ -18,14 +18,16 @@
   dead-letter stream, and the publish-dedupe window ``…:published`` of the dead letters it
   publishes (an entry deleted while pending); and the record that it runs
   (``rs:{orders}:versions:participants``, which operators' tools read).
-- ``<prefix>.relay``: the outbox relay. ``EVALSHA`` of the publish script on the inboxes of
+- ``<prefix>.relay``: the outbox relay. ``FCALL`` of the publish function on the inboxes of
   the contexts whose participants reply through the outbox (and on ``relay_streams``).
 - ``<prefix>.operator``: read-only, for ``saga inspect``, ``list``, ``stats``, ``export``,
   ``dlq list|show`` and ``versions list``.
 
 Commands: ``-@all``, then the plain commands the role sends and every command its Lua
-scripts call, parsed from the scripts' source (Redis 7 checks each ``redis.call`` in a
-script against the caller's ACL, keys included). ACL globs treat ``{`` and ``}`` as plain
+scripts call, parsed from the scripts' source and the shared helpers they call (Redis 7
+checks each ``redis.call`` in a function against the caller's ACL, keys included). Scripts
+run as Redis Functions (``FCALL``), never ``EVAL``: no user may run Lua of its own, and none
+may load functions (an admin loads them: ``saga functions load``). ACL globs treat ``{`` and ``}`` as plain
 characters and let ``*`` span ``:``; a context name has no ``:``, so
 ``rs:{orders:[0-9]*}`` matches the partitions of ``orders`` and nothing of another context.
 """
@@ -42,6 +44,7 @@ from typing import Any, Final, Literal
 
 from bus import EPOCH_KEY, Stream, tagged_key
 from bus._keys import PREFIX
+from bus._scripts import shared_helpers
 from saga._app import App
 from saga._definition import LOCAL, Context, Saga
 from saga._event_waits import event_waits
@@ -51,7 +54,8 @@ Role = Literal["orchestrator", "participant", "relay", "operator"]
 
 _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
 """Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
-_SCRIPTS: Final = ("evalsha", "eval")  # EVAL re-runs a script after NOSCRIPT (bus/_scripts.py)
+_SCRIPTS: Final = ("fcall",)
+"""redsaga's Lua runs as functions an admin loaded (``bus/_scripts.py``)."""
 _CONSUME: Final = ("xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers")
 _READ: Final = (
     "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
@@ -239,8 +243,12 @@ def _commands(plain: Iterable[str], scripts: Iterable[tuple[str, str]]) -> tuple
 
 @cache
 def script_commands(package: str, name: str) -> tuple[str, ...]:
-    """Every command ``<package>/lua/<name>.lua`` calls, as ACL names (``xinfo|groups``)."""
+    """Every command ``<package>/lua/<name>.lua`` calls, as ACL names (``xinfo|groups``).
+
+    The shared helpers it calls (``bus/lua/_shared.lua``) count as its own code.
+    """
     source = (resources.files(package) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    source += shared_helpers(source)
     found = set()
     for called, sub in _CALL.findall(source):
         command = called.lower()

@@ -6,10 +6,11 @@
 --
 -- XACK itself checks no owner: a consumer whose lease was taken over could complete an
 -- entry that another consumer is handling. Returns one flag per id: 1 acked, 0 not held.
+--
+-- flags: allow-oom (it only removes: it runs at maxmemory, so workers finish what they hold)
 local acked = {}
 for i = 3, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if p[1] and p[1][2] == ARGV[2] then
+  if leased(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
     redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
     redis.call('HDEL', KEYS[2], ARGV[i])
     acked[#acked + 1] = 1

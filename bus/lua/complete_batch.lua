@@ -28,8 +28,7 @@ while a <= #ARGV do
   local id, result, failed = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local dedupe, target = KEYS[k], KEYS[k + 1]
   local outcome = 'done'
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
-  if not (p[1] and p[1][2] == consumer) then
+  if not leased(stream, group, id, consumer) then
     outcome = 'lost'
   elseif dedupe ~= stream then
     local value = redis.call('GET', dedupe)

@@ -15,13 +15,12 @@
 -- Returns 'lost', 'retry' or 'dead'. A repeat of a 'retry' call records nothing new; a repeat
 -- of a 'dead' call finds the entry acknowledged and returns 'lost'.
 local stream, group, consumer, id = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local p = redis.call('XPENDING', stream, group, id, id, 1)
-if not (p[1] and p[1][2] == consumer) then
+local held = leased(stream, group, id, consumer)
+if not held then
   return 'lost'
 end
-local deliveries = tonumber(p[1][4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deliveries = tonumber(held[4])
+local now = clock_ms()
 
 local history = {first = now, errors = {}}
 local stored = redis.call('HGET', KEYS[3], id)

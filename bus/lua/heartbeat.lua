@@ -12,12 +12,13 @@
 -- consumer that took the entry over would have re-marked it, so the entry was dropped from
 -- the pending list (XGROUP DELCONSUMER, a destroyed group) and nobody runs it; a retry of
 -- the same idempotency key must not wait for the marker to expire.
+--
+-- flags: allow-oom (nothing it writes grows: leases are kept at maxmemory)
 local held = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local marker = KEYS[i - 2]
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
-  if p[1] and p[1][2] == ARGV[2] then
+  if leased(KEYS[1], ARGV[1], id, ARGV[2]) then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
     if marker ~= KEYS[1] then
       local value = redis.call('GET', marker)

@@ -8,11 +8,9 @@
 -- Returns the new entry id, or false when this id was already published in the window
 -- (redis-py re-sent the call after a lost reply, or a relay re-published a row).
 --
--- The first write is ZADD, a command Redis refuses at maxmemory: a script is refused only
--- until it has written something, so trimming first (not refused) would let the publish
--- through at maxmemory. The trim comes last.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- At maxmemory Redis refuses the whole function before it runs (no allow-oom flag), so a
+-- refused publish writes nothing.
+local now = clock_ms()
 local window_start = now - tonumber(ARGV[2])
 -- ZADD NX answers for a new id in one command; an id already there is a repeat unless it
 -- is older than the window and not trimmed yet (then it is published again).

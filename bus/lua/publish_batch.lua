@@ -9,11 +9,9 @@
 -- Returns one reply per message: the new entry id, or false when that id was already
 -- published in the window (a re-sent batch, or the same id twice in one batch).
 --
--- The first write is ZADD, a command Redis refuses at maxmemory: a script is refused only
--- until it has written something, so trimming ids older than the window first (not
--- refused) would let the batch through at maxmemory. The trim comes last.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- At maxmemory Redis refuses the whole function before it runs (no allow-oom flag), so a
+-- refused batch writes nothing.
+local now = clock_ms()
 local window_start = now - tonumber(ARGV[1])
 local out = {}
 local a = 2

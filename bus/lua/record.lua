@@ -12,8 +12,7 @@
 -- Returns 'lost' (lease taken over: nothing written), 'done', or {'duplicate', first}
 -- when a concurrent delivery recorded a different result first: nothing is written and the
 -- caller completes again with that first result, so every reply carries the first result.
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if not (p[1] and p[1][2] == ARGV[2]) then
+if not leased(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then
   return 'lost'
 end
 if KEYS[2] ~= KEYS[1] then

@@ -6,6 +6,8 @@
 -- MAXLEN ~ or a plain MINID on XADD would drop entries that are still pending (a later claim
 -- returns them as deleted). The safe bound is the oldest of: every group's oldest pending
 -- entry and every group's next undelivered entry. Returns the number of entries removed.
+--
+-- flags: allow-oom (it only removes: trimming frees memory at maxmemory too)
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
@@ -16,8 +18,7 @@ end
 local function older(a, b)
   return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local bound = {now - tonumber(ARGV[1]), 0}
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local info = {}

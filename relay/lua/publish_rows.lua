@@ -18,9 +18,9 @@
 --   -2         the stream does not exist and ARGV[2] forbids creating it (unknown stream)
 --
 -- Everything is checked before the first write (Lua does not roll back), and each row's
--- XADD comes before its dedupe mark, so a refused XADD (OOM) leaves no mark behind.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- XADD comes before its dedupe mark, so a failed XADD leaves no mark behind. At maxmemory
+-- Redis refuses the whole function before it runs (no allow-oom flag).
+local now = clock_ms()
 local window_start = now - tonumber(ARGV[1])
 local may_create = ARGV[2] == '1'
 

@@ -12,11 +12,7 @@
 --
 -- Returns {fired, now, next due time or -1}: the scheduler sleeps until the next due time
 -- (measured on this same clock) instead of polling blindly.
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, timer_id in ipairs(due) do
   local stored = redis.call('HGET', KEYS[2], timer_id)

@@ -21,11 +21,7 @@ local current, version = tonumber(seen[1] or '0'), seen[2] or ''
 if current ~= tonumber(expected) or version ~= ARGV[2] or current == 0 or (seen[3] or '') ~= expected_tag then
   return {'conflict', current, version}
 end
-local now = tonumber(ARGV[7])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[7])
 local revision = current + 1
 local i = 8
 local nset = tonumber(ARGV[i])

@@ -13,11 +13,7 @@
 -- and so does the index entry if the saga is no longer in that status.
 --
 -- Returns {forgotten, members looked at} (as many as ARGV[2]: call again).
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[1])
 local prefix = ARGV[3]
 local forgotten = 0
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))

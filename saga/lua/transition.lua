@@ -46,17 +46,12 @@ if expected == 0 and redis.call('SISMEMBER', KEYS[10], ARGV[8]) == 1 then
 end
 local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
 if group ~= '' then
-  local p = redis.call('XPENDING', inbox, group, entry, entry, 1)
-  if not (p[1] and p[1][2] == consumer) then
+  if not leased(inbox, group, entry, consumer) then
     return {'lost'}
   end
 end
 
-local now = tonumber(ARGV[2])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[2])
 local old_status, new_status, definition = ARGV[6], ARGV[7], ARGV[8]
 local ttl, terminal = tonumber(ARGV[9]), ARGV[10] == '1'
 

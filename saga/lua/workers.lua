@@ -12,11 +12,7 @@
 -- Expired registrations are removed first. Returns {now, id1, json1, id2, json2, ...}: the
 -- live workers after the operation.
 local op = ARGV[1]
-local now = tonumber(ARGV[2])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[2])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 if #expired > 0 then
   redis.call('ZREM', KEYS[1], unpack(expired))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
 from typing import Any
 
@@ -15,7 +14,7 @@ import bus._batcher as batcher_module
 from bus._batcher import Batcher
 from bus._clock import SystemClock
 from bus._completer import Completer
-from bus._scripts import CommandCall, Script
+from bus._scripts import CommandCall, Library
 
 pytestmark = pytest.mark.anyio
 
@@ -54,9 +53,9 @@ async def test_a_failed_call_raises_for_its_caller_only(redis: bus.Redis) -> Non
     assert outcomes == {"s": bus.RedisCommandError, "other": {}}
 
 
-async def test_a_script_not_in_the_script_cache_is_loaded_and_run(redis: bus.Redis) -> None:
-    source = f"-- {uuid.uuid4()}\nreturn ARGV[1]"  # never loaded: the first EVALSHA says NOSCRIPT
-    script = Script("fresh", source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324
+async def test_a_script_whose_library_is_not_loaded_is_loaded_and_run(redis: bus.Redis) -> None:
+    # never loaded: the first FCALL says "function not found"
+    script = Library.build("test", {"fresh": f"-- {uuid.uuid4()}\nreturn ARGV[1]"}).script("fresh")
     batcher = Batcher(redis)
     assert await batcher.call(script.call([], ["hello"])) == b"hello"
 

@@ -215,6 +215,7 @@ REDIS_FREE = {
     ("acl",),
     ("keys",),
     ("keda",),
+    ("functions",),
     ("health",),
     ("health", "worker"),
     ("health", "relay"),

@@ -14,7 +14,7 @@ mode applies at once to every open connection and to new ones:
 - ``swallow_reply``: forward a request, swallow its reply, then close the connection: the
   ambiguous write (the server ran the command, the client sees a connection error and
   redis-py re-sends it). ``match`` restricts it to requests whose bytes contain it (an
-  ``EVALSHA``'s script SHA, say), ``reply_match`` to replies that contain it (the others
+  ``FCALL``'s function name, say), ``reply_match`` to replies that contain it (the others
   pass), and ``times`` to that many replies, after which the proxy passes again.
 
 Use it in the test's event loop (``async with FaultProxy(host, port) as proxy``) or, for

@@ -25,7 +25,7 @@ import bus
 import relay
 from bus import Bus, Delivery, FakeClock, Worker
 from bus._lua import COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, PUBLISH, PUBLISH_BATCH
-from bus._scripts import Script
+from bus._scripts import Script, load_libraries
 from relay._publish import PUBLISH_ROWS
 from saga import (
     App,
@@ -162,7 +162,7 @@ class Swallow:
 
     match: bytes
     reply: bytes | None = None
-    script: Script | None = None  # loaded first: a NOSCRIPT reply would be swallowed instead
+    script: Script | None = None  # its library loaded first: else "function not found" is swallowed
 
 
 @dataclass(frozen=True)
@@ -174,9 +174,14 @@ class Case:
     hold_charge: bool = False  # keep the charge handler in flight until the faults fired
 
 
+def called(which: Script) -> bytes:
+    """What only an ``FCALL`` of ``which`` sends (the name as a whole RESP argument)."""
+    return f"{which.function}\r\n".encode()
+
+
 def script(which: Script) -> Swallow:
     """Swallow the reply to the next call of ``which``."""
-    return Swallow(which.sha.encode(), script=which)
+    return Swallow(called(which), script=which)
 
 
 CASES = {
@@ -197,7 +202,7 @@ async def inject(proxy: FaultProxy, redis: bus.Redis, faults: tuple[Swallow, ...
     """Arm each fault once the previous one fired."""
     for number, fault in enumerate(faults, start=1):
         if fault.script is not None:
-            await redis.script_load(fault.script.source)
+            await load_libraries(redis, [fault.script.library])
         proxy.set_mode(Mode.SWALLOW_REPLY, match=fault.match, reply_match=fault.reply, times=1)
         await until(lambda n=number: _swallowed(proxy, n))  # type: ignore[misc]
 
@@ -258,7 +263,7 @@ async def test_a_failure_record_re_sent_records_each_failure_once(
     milliseconds, and a poller that armed late let the dead-lettering call through.
     """
     limit = CONTRACT.max_deliveries
-    await real_redis.script_load(FAIL.source)  # else a NOSCRIPT reply would be swallowed instead
+    await load_libraries(real_redis, [FAIL.library])  # else "function not found" would be swallowed
     async with FaultProxy.to_url(real_redis_url) as proxy:
         proxied = bus.connect(proxy.url(real_redis_url), CLIENT)
         try:
@@ -266,7 +271,7 @@ async def test_a_failure_record_re_sent_records_each_failure_once(
             await worker.setup()
             await publish_charge(real_redis, "o1")
             for delivery in range(1, limit + 1):
-                proxy.set_mode(Mode.SWALLOW_REPLY, match=FAIL.sha.encode(), times=1)
+                proxy.set_mode(Mode.SWALLOW_REPLY, match=called(FAIL), times=1)
                 await worker.run_until_idle()  # returns once the re-sent call got its reply
                 assert proxy.counters.swallowed == delivery
                 for entry in await pending(real_redis, COMMANDS, "payments"):

@@ -1,11 +1,9 @@
 """Catalogue item 12 for producers: Redis at ``maxmemory`` refuses starts and publishes cleanly.
 
 A refused call raises the typed, retryable :class:`bus.RedisOutOfMemory` and leaves no
-partial state. Lua scripts do not roll back, but Redis 7.0 refuses a command that may grow
-memory (``HSET``, ``ZADD``, ``XADD``…) in a script that began over the limit only while
-the script has written nothing yet: a refusal can only come before the first write. So
-a script is refused at ``maxmemory`` only if its first write is such a command; the start
-(``HSET``) and publish (``ZADD``) scripts make sure of it.
+partial state. Lua scripts do not roll back, but they run as Redis Functions, and Redis 7.0
+refuses a function at ``maxmemory`` as a whole, before it runs, unless it is flagged
+``allow-oom`` (only the ones that never grow memory are: acks, heartbeats, trims).
 Once the limit is raised, everything drains. (The relay's side: tests/relay/test_redis_refusals.py.)
 """
 

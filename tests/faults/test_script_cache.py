@@ -1,15 +1,16 @@
-"""Catalogue item 9: the script cache flushed (``SCRIPT FLUSH``, as after a restart) under load.
+"""Catalogue item 9: the function libraries flushed (``FUNCTION FLUSH``, as after a restart
+without persistence) under load.
 
-Scripts are called by SHA; a call that meets ``NOSCRIPT`` did not run, so it is loaded and
-run again (``bus/_scripts.py``). In a pipeline only the calls that said ``NOSCRIPT`` are
-re-sent: the calls before the flush ran already and must not run twice. redsaga's
-transactional (MULTI) pipelines carry plain reads only, never a script, so they cannot
-meet ``NOSCRIPT``.
+Scripts are functions (``FCALL``); a call that meets "function not found" did not run, so
+its library is loaded and the call sent again (``bus/_scripts.py``). In a pipeline only the
+calls that met the missing library are re-sent: the calls before the flush ran already and
+must not run twice. redsaga's transactional (MULTI) pipelines carry plain reads only, never
+a script, so they cannot meet a missing function.
 """
 
 from __future__ import annotations
 
-import hashlib
+import uuid
 from pathlib import Path
 
 import anyio
@@ -17,7 +18,7 @@ import pytest
 import redis.asyncio
 
 import bus
-from bus._scripts import CommandCall, ReplicaAcks, Script, run_batch
+from bus._scripts import CommandCall, Library, ReplicaAcks, run_batch
 from tests.faults.scenario import open_scenario
 from tests.faults.servers import PrivateRedis
 
@@ -25,12 +26,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis]
 SAGAS = 200
 
 
-def inline(name: str, source: str) -> Script:
-    """A script from source text (redsaga's own scripts load from their ``.lua`` files)."""
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 - Redis's script name
-
-
-COUNT = inline("count", "return redis.call('INCR', KEYS[1])")  # not idempotent on purpose: a re-run shows
+LIBRARY = Library.build(
+    "test",
+    {
+        "count": f"-- {uuid.uuid4()}\nreturn redis.call('INCR', KEYS[1])",  # not idempotent: a re-run shows
+        "bad": "return redis.error_reply('ERR no')",
+    },
+)
+COUNT = LIBRARY.script("count")
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["bus-client", "plain-redis-py"])
@@ -48,7 +51,7 @@ async def test_a_flush_mid_pipeline_reruns_only_the_calls_that_did_not_run(
             client,
             [
                 COUNT.call(["before"], []),
-                CommandCall(("SCRIPT", "FLUSH")),
+                CommandCall(("FUNCTION", "FLUSH")),
                 COUNT.call(["after"], []),
                 COUNT.call(["after"], []),
             ],
@@ -61,7 +64,7 @@ async def test_a_flush_mid_pipeline_reruns_only_the_calls_that_did_not_run(
 
 
 @pytest.mark.postgres
-async def test_script_flush_over_and_over_under_load_is_invisible(tmp_path: Path, pg_dsn: str) -> None:
+async def test_function_flush_over_and_over_under_load_is_invisible(tmp_path: Path, pg_dsn: str) -> None:
     server = PrivateRedis(tmp_path / "redis", options=("--maxmemory-policy", "noeviction"))
     await server.start()
     flusher = bus.connect(server.url)
@@ -75,7 +78,7 @@ async def test_script_flush_over_and_over_under_load_is_invisible(tmp_path: Path
                 async def flush_until_all_ended() -> None:
                     nonlocal flushes
                     while await scenario.ended() < SAGAS:  # one flush per round trip
-                        await flusher.script_flush()
+                        await flusher.function_flush()
                         flushes += 1
 
                 tg.start_soon(flush_until_all_ended)
@@ -84,7 +87,8 @@ async def test_script_flush_over_and_over_under_load_is_invisible(tmp_path: Path
             await scenario.check(ids, dead_letters=0)
             assert all(w.alive for w in workers)
             assert flushes > 10
-            assert not any("NoScriptError" in w.log_path.read_text() for w in workers)
+            logs = [w.log_path.read_text() for w in workers]
+            assert not any("Function not found" in log or "not loaded" in log for log in logs)
     finally:
         await flusher.aclose()
         server.kill()
@@ -94,8 +98,8 @@ async def test_replica_acks_end_the_pipeline_and_fail_only_the_calls_that_wrote(
     private_redis: bus.Redis,
 ) -> None:
     acks = ReplicaAcks(replicas=1, timeout_ms=10)  # the private server has no replica
-    bad = inline("bad", "return redis.error_reply('ERR no')")
-    await private_redis.script_flush()  # the NOSCRIPT re-send ends with a WAIT too
+    bad = LIBRARY.script("bad")
+    await private_redis.function_flush()  # the re-send after loading ends with a WAIT too
     results = await run_batch(private_redis, [COUNT.call(["n"], []), bad.call([], [])], acks=acks)
     assert isinstance(results[0], bus.ReplicaAckTimeout)
     assert (results[0].acked, results[0].wanted) == (0, 1)

@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import bus
+from bus._scripts import load_libraries
+from cli._functions import libraries
 from saga import AclUser, App, acl_rules
 from tests.faults.servers import PrivateRedis
 
@@ -33,11 +35,13 @@ class Users:
 
 @asynccontextmanager
 async def applied(server: PrivateRedis, app: App) -> AsyncIterator[Users]:
-    """``app``'s generated users applied on ``server`` (password ``pw-<name>``), ACL LOG cleared."""
+    """``app``'s generated users applied on ``server`` (password ``pw-<name>``) and redsaga's
+    function libraries loaded by the admin (no generated user may load them), ACL LOG cleared."""
     admin = bus.connect(server.url)
     generated = {u.name: u for u in acl_rules(app)}
     for user in generated.values():
         await admin.execute_command("ACL", "SETUSER", user.name, *user.rules(f"pw-{user.name}"))
+    await load_libraries(admin, libraries())  # what `saga functions load` does
     await admin.acl_log_reset()
     found = Users(server, admin, generated, [])
     try:

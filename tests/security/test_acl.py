@@ -15,6 +15,8 @@ from anyio.abc import TaskGroup
 from redis import exceptions as rx
 
 import bus
+from bus._lua import RECORD
+from bus._scripts import Library
 from relay import Relay, RelayConfig
 from saga import (
     App,
@@ -29,6 +31,7 @@ from saga import (
     acl_rules,
 )
 from saga._keys import Partition
+from saga._store import TRANSITION
 from services_example import stateless
 from services_example.all import app as demo
 from services_example.contracts import Line, Order
@@ -177,8 +180,13 @@ async def test_a_participant_reaches_neither_the_sagas_nor_another_participants_
     await payments.hgetall("rs:{orders}:versions:shapes")  # read-only: its partition count at start
     await denied(payments.hset("rs:{orders}:versions:shapes", "order_fulfilment@1", "{}"))
     await denied(payments.get("rs:{orders:meta}:signal-secret"))
-    # a script runs with the caller's permissions: it cannot reach the saga hash either
-    await denied(payments.eval("return redis.call('HGETALL', KEYS[1])", 1, ORDERS.saga("s1")))
+    # a function runs with the caller's permissions: it cannot reach the saga hash either
+    await denied(
+        payments.fcall(RECORD.function, 2, ORDERS.saga("s1"), ORDERS.saga("s1"), "g", "c", "1-0", 1, "")
+    )
+    # and no user runs Lua of its own, nor loads functions
+    await denied(payments.eval("return 1", 0))
+    await denied(payments.function_load(Library.build("test", {"mine": "return 1"}).source))
     # its own stream is allowed
     own = ORDERS.commands("payments").key
     await payments.xgroup_create(own, "payments", id="0", mkstream=True)
@@ -193,7 +201,7 @@ async def test_the_operator_reads_but_cannot_write(users: Users) -> None:
     await denied(operator.hset(ORDERS.saga("s1"), "status", "completed"))
     await denied(operator.xadd(ORDERS.inbox.key, {"f": "v"}))
     await denied(operator.delete(ORDERS.saga("s1")))
-    await denied(operator.evalsha("0" * 40, 1, ORDERS.saga("s1")))
+    await denied(operator.fcall(TRANSITION.function, 1, ORDERS.saga("s1")))
     with pytest.raises(bus.RedisPermissionDenied, match="saga acl"):
         await SagaAdmin(operator, stateless.app).cancel("s1", reason="not allowed")
     assert (await orders.hgetall(ORDERS.saga("s1")))[b"status"] == b"running"
@@ -267,6 +275,18 @@ async def test_a_worker_whose_user_lacks_its_stream_stops_with_the_permission_er
     refused = pytest.RaisesExc(bus.RedisPermissionDenied, match="saga acl")
     with anyio.fail_after(10), pytest.RaisesGroup(refused, flatten_subgroups=True):
         await worker.run()
+    assert not worker.started.is_set()
+
+
+async def test_a_worker_started_before_an_admin_loaded_the_functions_stops_with_the_fix(users: Users) -> None:
+    """No generated user may load functions: a worker whose library is missing says how to load it."""
+    await users.admin.function_flush()
+    worker = SagaWorker(users.client("redsaga.orders.payments"), STATELESS["redsaga.orders.payments"])
+    with (
+        anyio.fail_after(10),
+        pytest.raises(bus.LibraryNotLoaded, match="as an admin with `saga functions load"),
+    ):
+        await worker.run()  # it stops in its preflight, before its task group
     assert not worker.started.is_set()
 
 

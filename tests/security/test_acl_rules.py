@@ -108,10 +108,27 @@ def test_script_commands_are_read_from_the_scripts_themselves() -> None:
     assert "hgetall" in payments.commands  # the registered partition count, read at start
 
 
+def test_the_shared_helpers_a_script_calls_count_as_its_commands() -> None:
+    """``leased`` (XPENDING) and ``clock_ms`` (TIME) live in ``bus/lua/_shared.lua``."""
+    assert {"xpending", "xack"} <= set(script_commands("bus", "ack"))
+    assert "time" in script_commands("relay", "publish_rows")
+    assert "xpending" not in script_commands("relay", "publish_rows")  # it calls no lease check
+    assert "xpending" not in users_of(demo)["redsaga.relay"].commands
+
+
+def test_scripts_run_as_functions_and_no_user_runs_its_own_lua_or_loads_functions() -> None:
+    lua = {"eval", "evalsha", "eval_ro", "evalsha_ro", "script", "script|load", "function", "function|load"}
+    for user in users_of(demo).values():
+        assert not lua & set(user.commands), user.name
+        assert ("fcall" in user.commands) == (user.role != "operator"), user.name
+
+
 def test_the_operator_reads_everything_and_writes_nothing() -> None:
     operator = users_of(demo)["redsaga.operator"]
     assert operator.keys == ("%R~rs:*",)
-    assert not {"evalsha", "eval", "set", "hset", "xadd", "del", "script|load"} & set(operator.commands)
+    assert not {"fcall", "evalsha", "eval", "set", "hset", "xadd", "del", "function|load"} & set(
+        operator.commands
+    )
 
 
 def test_child_sagas_and_event_waits_reach_across_contexts() -> None:
