@@ -264,8 +264,10 @@ class GroupConsumer:
         )
         self.rt.incidents[ENTRY_LOST] += 1
         dlq = Stream(self.stream.tag, "dlq")
-        # Written with the publish script so that a re-sent report adds one letter only.
+        # Written with the publish script so that a re-sent report adds one letter only; its
+        # window is this group's own (a participant's user may write the letter, not read it).
         fields: list[str | bytes | int | float] = [
+            dlq.key,
             derived_id(f"{self.stream.key}/{entry_id}", "lost"),
             self.rt.config.publish_dedupe_window_ms,
             "stream",
@@ -283,7 +285,7 @@ class GroupConsumer:
             "last_failed_ms",
             self.rt.clock.now_ms(),
         ]
-        await PUBLISH(self.rt.redis, [dlq.key, dlq.published_key], fields)
+        await PUBLISH(self.rt.redis, [self.stream.lost_key(self.sub.group)], fields)
 
     async def _process(self, handlers: HandlerPool, entries: list[Entry]) -> None:
         ready: list[tuple[Delivery, Route, Any]] = []

@@ -8,6 +8,8 @@ touches them is single-slot and runs unchanged on Redis Cluster::
     rs:{<tag>}:published                 zset: envelope id -> publish time (publish dedupe window)
     rs:{<tag>}:dedupe:<group>:<key>      string: first result of an idempotent handler (TTL)
     rs:{<tag>}:failures:<name>:<group>   hash: entry id -> failure history, until acked or dead
+    rs:{<tag>}:lost:<name>:<group>       zset: the dedupe window of that group's reports of
+                                         entries deleted while pending (dead letters)
 
 The saga engine adds its own keys under the same tags (see ``saga/_keys.py``).
 """
@@ -84,6 +86,10 @@ class Stream:
     def failures_key(self, group: str) -> str:
         """The hash holding the failure history of ``group``'s failing entries on this stream."""
         return tagged_key(self.tag, "failures", self.name, group)
+
+    def lost_key(self, group: str) -> str:
+        """The dedupe window of ``group``'s reports of entries deleted while pending."""
+        return tagged_key(self.tag, "lost", self.name, group)
 
     def same_slot(self, other: Stream) -> bool:
         """Whether one script may touch both streams (they share a hash tag)."""

@@ -112,11 +112,9 @@ def complete_part(
     :func:`record_call`.
     """
     stream = delivery.stream
-    keys = (
-        delivery.dedupe_key or stream.key,
-        Stream.from_key(delivery.envelope.reply_to).key if reply else stream.key,
-    )
-    args: list[Arg] = [delivery.entry_id, result if remember else "", int(delivery.deliveries > 1)]
+    keys = (delivery.dedupe_key or stream.key,)
+    target = Stream.from_key(delivery.envelope.reply_to).key if reply else ""
+    args: list[Arg] = [delivery.entry_id, result if remember else "", int(delivery.deliveries > 1), target]
     if reply is not None:
         args += reply.field_args()
     return BatchPart(
@@ -184,7 +182,7 @@ def dead_letter_call(
         ]
         for name, value in envelope.headers.items():
             context += [f"header.{name}", value]
-    keys = [stream.key, stream.dlq_key, stream.failures_key(group), marker or stream.key]
+    keys = [stream.key, stream.failures_key(group), marker or stream.key]
     args: list[Arg] = [
         group,
         consumer,
@@ -197,6 +195,7 @@ def dead_letter_call(
         config.max_deliveries,
         config.dlq_field_cap_bytes,
         config.max_fields,
+        stream.dlq_key,
         *context,
     ]
     return FAIL.call(keys, args)

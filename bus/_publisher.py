@@ -19,16 +19,21 @@ MAX_BATCH = 100
 
 def publish_call(stream: Stream, envelope: Envelope, config: BusConfig) -> ScriptCall:
     """The script call that publishes ``envelope`` on ``stream`` once per dedupe window."""
-    args: list[str | bytes | int] = [envelope.id, config.publish_dedupe_window_ms, *envelope.field_args()]
-    return PUBLISH.call([stream.key, stream.published_key], args)
+    args: list[str | bytes | int] = [
+        stream.key,
+        envelope.id,
+        config.publish_dedupe_window_ms,
+        *envelope.field_args(),
+    ]
+    return PUBLISH.call([stream.published_key], args)
 
 
 def publish_part(stream: Stream, envelope: Envelope, config: BusConfig) -> BatchPart:
     """One message of a merged ``lua/publish_batch.lua`` call (one stream per call)."""
     return BatchPart(
         PUBLISH_BATCH,
-        (stream.key, stream.published_key),
-        (config.publish_dedupe_window_ms,),
+        (stream.published_key,),
+        (stream.key, config.publish_dedupe_window_ms),
         (),
         (envelope.id, *envelope.field_args()),
     )

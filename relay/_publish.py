@@ -67,7 +67,7 @@ class _Run:
     args: list[str | bytes | int] = field(default_factory=list)
 
     def add(self, row: OutboxRow, fields: dict[str, bytes | str | int]) -> None:
-        index = self.streams.setdefault(row.stream, len(self.streams) + 2)
+        index = self.streams.setdefault(row.stream, len(self.streams) + 1)
         self.rows.append(row.id)
         self.row_streams.append(row.stream)
         self.args += [index, row.message_id, len(fields)]
@@ -75,8 +75,8 @@ class _Run:
             self.args += [name, value]
 
     def call(self, config: RelayConfig) -> ScriptCall:
-        keys = [self.published_key, *self.streams]
-        return PUBLISH_ROWS.call(keys, [config.dedupe_window_ms, int(config.create_streams), *self.args])
+        shared = [config.dedupe_window_ms, int(config.create_streams), len(self.streams), *self.streams]
+        return PUBLISH_ROWS.call([self.published_key], [*shared, *self.args])
 
 
 async def publish_rows(redis: Redis, rows: Sequence[OutboxRow], config: RelayConfig) -> Outcome:

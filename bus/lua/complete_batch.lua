@@ -3,14 +3,16 @@
 -- result without acknowledging (for a reply to another slot, published first).
 --
 -- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<name>:<group>
--- KEYS[3…] per entry, 2 keys: its dedupe key (or KEYS[1] when not idempotent) and its
---          reply stream (or KEYS[1] when there is no reply)
+-- KEYS[3…] per entry, 1 key: its dedupe key (or KEYS[1] when not idempotent)
 -- ARGV[1]  group        ARGV[2]  consumer     ARGV[3]  dedupe TTL, s
--- ARGV[4…] per entry (the layout of bus._scripts.merge): 2 (its key count), m (its
+-- ARGV[4…] per entry (the layout of bus._scripts.merge): 1 (its key count), m (its
 --          argument count), then m arguments:
 --          entry id, result ('R…', or '' to record nothing and clear the in-flight marker
 --          so that a retry may run again), 1 if it may have a failure history else 0,
---          reply field, value, …
+--          its reply stream ('' when there is no reply), reply field, value, …
+--
+-- The reply stream is an argument, not a key, so that a participant's ACL user may hold it
+-- write-only (%W~: it adds replies and cannot read anyone's); it is in the same slot.
 --
 -- The reply needs no publish dedupe: it is added in the script that acknowledges the entry,
 -- only while this consumer owns it, so a repeat of this call (redis-py re-sends after a lost
@@ -25,8 +27,8 @@ local out = {}
 local k, a = 3, 4
 while a <= #ARGV do
   local nargs = tonumber(ARGV[a + 1])
-  local id, result, failed = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local dedupe, target = KEYS[k], KEYS[k + 1]
+  local id, result, failed, target = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local dedupe = KEYS[k]
   local outcome = 'done'
   if not leased(stream, group, id, consumer) then
     outcome = 'lost'
@@ -41,8 +43,8 @@ while a <= #ARGV do
     end
   end
   if outcome == 'done' then
-    if target ~= stream then
-      redis.call('XADD', target, '*', unpack(ARGV, a + 5, a + 1 + nargs))
+    if target ~= '' then
+      redis.call('XADD', target, '*', unpack(ARGV, a + 6, a + 1 + nargs))
     end
     redis.call('XACK', stream, group, id)
     if failed == '1' then

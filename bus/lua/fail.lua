@@ -1,13 +1,17 @@
 -- Record a failed delivery, then schedule a redelivery or move the entry to the dead-letter
 -- stream, atomically with its acknowledgement. Fenced: only the lease holder may do this.
 --
--- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:dlq
--- KEYS[3]  rs:{tag}:failures:<group>  KEYS[4]  in-flight dedupe marker, or KEYS[1] for none
+-- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<group>
+-- KEYS[3]  in-flight dedupe marker, or KEYS[1] for none
 -- ARGV[1]  group        ARGV[2]  consumer        ARGV[3]  entry id
 -- ARGV[4]  'retry' or 'dead'                     ARGV[5]  error text (one link of the chain)
 -- ARGV[6]  reason (why it is dead, when it is)   ARGV[7]  redelivery delay, ms
 -- ARGV[8]  lease, ms    ARGV[9]  delivery limit  ARGV[10] raw field cap, bytes
--- ARGV[11] most raw fields copied                ARGV[12…] context field, value, … for the DLQ
+-- ARGV[11] most raw fields copied                ARGV[12] rs:{tag}:dlq (the dead-letter stream)
+-- ARGV[13…] context field, value, … for the DLQ
+--
+-- The dead-letter stream is an argument, not a key, so that a participant's ACL user may
+-- hold it write-only (%W~: it adds letters and cannot read or delete them); same slot.
 --
 -- A retry leaves the entry pending with its idle time set so that the reclaimer takes it
 -- after the delay (redelivery rides on lease expiry; no timer is needed). A dead letter
@@ -23,7 +27,7 @@ local deliveries = tonumber(held[4])
 local now = clock_ms()
 
 local history = {first = now, errors = {}}
-local stored = redis.call('HGET', KEYS[3], id)
+local stored = redis.call('HGET', KEYS[2], id)
 if stored then
   history = cjson.decode(stored)
 end
@@ -36,15 +40,15 @@ if history.delivery ~= deliveries then
     table.remove(history.errors, 1)
   end
 end
-if KEYS[4] ~= stream then
-  local value = redis.call('GET', KEYS[4])
+if KEYS[3] ~= stream then
+  local value = redis.call('GET', KEYS[3])
   if value and string.sub(value, 1, 1) == 'I' then
-    redis.call('DEL', KEYS[4])
+    redis.call('DEL', KEYS[3])
   end
 end
 
 if ARGV[4] == 'retry' and deliveries < tonumber(ARGV[9]) then
-  redis.call('HSET', KEYS[3], id, cjson.encode(history))
+  redis.call('HSET', KEYS[2], id, cjson.encode(history))
   local idle = math.max(0, tonumber(ARGV[8]) - tonumber(ARGV[7]))
   redis.call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', idle, 'JUSTID')
   return 'retry'
@@ -59,7 +63,7 @@ local letter = {
   'deliveries', deliveries, 'reason', reason, 'errors', cjson.encode(history.errors),
   'first_failed_ms', history.first, 'last_failed_ms', now,
 }
-for i = 12, #ARGV, 2 do
+for i = 13, #ARGV, 2 do
   letter[#letter + 1] = ARGV[i]
   letter[#letter + 1] = ARGV[i + 1]
 end
@@ -86,7 +90,7 @@ else
   letter[#letter + 1] = 'raw_missing'
   letter[#letter + 1] = 1
 end
-redis.call('XADD', KEYS[2], '*', unpack(letter))
+redis.call('XADD', ARGV[12], '*', unpack(letter))
 redis.call('XACK', stream, group, id)
-redis.call('HDEL', KEYS[3], id)
+redis.call('HDEL', KEYS[2], id)
 return 'dead'

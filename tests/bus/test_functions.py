@@ -184,7 +184,7 @@ async def test_at_maxmemory_only_the_functions_that_never_grow_memory_run(privat
         assert await HEARTBEAT(private_redis, [stream.key, stream.key], ["g", "c", 1000, "1-0"]) == [0]
         assert await TRIM(private_redis, [stream.key], [1000]) == 0
         with pytest.raises(bus.RedisOutOfMemory):
-            await PUBLISH(private_redis, [stream.key, stream.published_key], ["m1", 60_000, "f", "v"])
+            await PUBLISH(private_redis, [stream.published_key], [stream.key, "m1", 60_000, "f", "v"])
     finally:
         await private_redis.config_set("maxmemory", 0)
     assert await private_redis.exists(stream.published_key) == 0  # refused before its first write
