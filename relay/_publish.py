@@ -75,8 +75,8 @@ class _Run:
             self.args += [name, value]
 
     def call(self, config: RelayConfig) -> ScriptCall:
-        shared = [config.dedupe_window_ms, int(config.create_streams), len(self.streams), *self.streams]
-        return PUBLISH_ROWS.call([self.published_key], [*shared, *self.args])
+        shared: list[str | bytes | int] = [config.dedupe_window_ms, int(config.create_streams), len(self.streams)]
+        return PUBLISH_ROWS.call([self.published_key], [*shared, *self.streams, *self.args])
 
 
 async def publish_rows(redis: Redis, rows: Sequence[OutboxRow], config: RelayConfig) -> Outcome:
