@@ -75,7 +75,8 @@ class _Run:
             self.args += [name, value]
 
     def call(self, config: RelayConfig) -> ScriptCall:
-        shared: list[str | bytes | int] = [config.dedupe_window_ms, int(config.create_streams), len(self.streams)]
+        window, create = config.dedupe_window_ms, int(config.create_streams)
+        shared: list[str | bytes | int] = [window, create, len(self.streams)]
         return PUBLISH_ROWS.call([self.published_key], [*shared, *self.streams, *self.args])
 
 
