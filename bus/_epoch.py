@@ -7,7 +7,9 @@ recreate) and no sagas, so consumption would go on silently over nothing. The ke
 (a brand-new deployment needs no ceremony). Every worker remembers the id it joined and
 checks it every ``BusConfig.epoch_check_ms`` and before it recreates a vanished consumer
 group. When the key is gone, the worker leaves the marker ``lost:<epoch>`` in its place and
-stops with :class:`~bus.RedisDataLost`; workers started later find the marker and refuse
+stops with :class:`~bus.RedisDataLost`; a worker that may only read the key (a participant's
+ACL user: ``create=False``/``mark=False``) waits for the first orchestrator to create it,
+and stops without leaving the marker; workers started later find the marker and refuse
 too, until an operator runs ``saga epoch accept`` (:func:`accept_epoch`): after restoring a
 backup, or deciding to go on with what is left. A Redis emptied while no worker ran is not
 detected: nothing remembers the epoch then.
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Final
 
 from bus._client import Redis
-from bus._errors import RedisDataLost
+from bus._errors import EpochNotSet, RedisDataLost, redis_errors
 from bus._ids import uuid7
 from bus._keys import PREFIX
 from bus._scripts import Script
@@ -27,16 +29,35 @@ EPOCH_KEY: Final = f"{PREFIX}:epoch"
 _EPOCH: Final = Script.load("bus", "epoch")
 
 
-async def join_epoch(redis: Redis) -> str:
-    """The deployment's epoch (created if the key is absent); raise if marked lost."""
+async def join_epoch(redis: Redis, *, create: bool = True) -> str:
+    """The deployment's epoch (created if the key is absent); raise if marked lost.
+
+    With ``create`` false the key is only read: an absent key raises :class:`EpochNotSet`
+    (retryable: the first orchestrator's worker sets it).
+    """
+    if not create:
+        found = await read_epoch(redis)
+        if found is None:
+            raise EpochNotSet
+        if found.startswith("lost:"):
+            raise RedisDataLost(expected=None, found=found)
+        return found
     status, value = map(_text, await _EPOCH(redis, [EPOCH_KEY], ["join", uuid7()]))
     if status == "lost":
         raise RedisDataLost(expected=None, found=value)
     return value
 
 
-async def check_epoch(redis: Redis, joined: str) -> None:
-    """Raise :class:`~bus.RedisDataLost` unless ``rs:epoch`` still holds ``joined``."""
+async def check_epoch(redis: Redis, joined: str, *, mark: bool = True) -> None:
+    """Raise :class:`~bus.RedisDataLost` unless ``rs:epoch`` still holds ``joined``.
+
+    With ``mark`` false nothing is written (a missing key is not marked lost).
+    """
+    if not mark:
+        found = await read_epoch(redis)
+        if found != joined:
+            raise RedisDataLost(expected=joined, found=found)
+        return
     status, value = map(_text, await _EPOCH(redis, [EPOCH_KEY], ["check", joined, f"lost:{joined}"]))
     if status != "ok":
         raise RedisDataLost(expected=joined, found=None if status == "missing" else value)
@@ -50,7 +71,8 @@ async def accept_epoch(redis: Redis) -> str:
 
 async def read_epoch(redis: Redis) -> str | None:
     """The current value of ``rs:epoch`` (an id, ``lost:<id>``, or ``None``)."""
-    value = await redis.get(EPOCH_KEY)
+    with redis_errors():
+        value = await redis.get(EPOCH_KEY)
     return None if value is None else _text(value)
 
 

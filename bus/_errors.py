@@ -11,6 +11,7 @@
     │   ├── FunctionMissing     Redis has no such function (its library is not loaded)
     │   └── LibraryExists       ``FUNCTION LOAD`` found the library there already
     ├── RedisDataLost           Redis came back without its data (the epoch key is gone)
+    ├── EpochNotSet             the epoch key is not set yet and this worker may only read it
     ├── UnsafeRedisConfig       Redis settings that lose data (an eviction policy); refused
     ├── ReplicaAckTimeout       written on the master, too few replicas acknowledged (WAIT)
     ├── GroupMissing            the stream or its consumer group vanished (NOGROUP)
@@ -120,6 +121,21 @@ class RedisDataLost(BusError):
         )
         self.expected = expected
         self.found = found
+
+
+class EpochNotSet(BusError):
+    """``rs:epoch`` does not exist yet and this worker may only read it (a participant).
+
+    The first orchestrator's worker of a deployment creates it; retried until then.
+    """
+
+    retryable = True
+
+    def __init__(self) -> None:
+        super().__init__(
+            "rs:epoch is not set yet: the first orchestrator's worker sets it (this worker may only "
+            "read it); waiting"
+        )
 
 
 class UnsafeRedisConfig(BusError):

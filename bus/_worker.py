@@ -59,7 +59,13 @@ def default_consumer_name() -> str:
 
 
 class Worker:
-    """Consumes the subscriptions of ``apps`` with leases, retries and dead letters."""
+    """Consumes the subscriptions of ``apps`` with leases, retries and dead letters.
+
+    ``auth`` signs and checks entries (``bus/_auth.py``; default: what ``REDSAGA_KEYRING``
+    says); it must hold a keyring for every principal the subscriptions act as.
+    ``epoch_writer`` false makes the worker only read ``rs:epoch`` (``bus/_epoch.py``): what a
+    participant's ACL user may do.
+    """
 
     def __init__(
         self,
@@ -69,6 +75,7 @@ class Worker:
         clock: Clock | None = None,
         consumer: str | None = None,
         auth: Authenticator | None = None,
+        epoch_writer: bool = True,
     ) -> None:
         if not apps:
             raise ValueError("a Worker needs at least one Bus")
@@ -98,6 +105,8 @@ class Worker:
         )
         self.started = anyio.Event()
         self.epoch: str | None = None
+        self.epoch_writer = epoch_writer
+        """Whether this worker may create ``rs:epoch`` and mark it lost (a participant may not)."""
         self._prepared = False
         self._lost: RedisDataLost | None = None
         self._abort: anyio.CancelScope | None = None  # run()'s, made there (it needs a loop)
@@ -146,7 +155,7 @@ class Worker:
         if self.runtime.config.epoch_check_ms is not None:
 
             async def join() -> None:
-                self.epoch = await join_epoch(self.runtime.redis)
+                self.epoch = await join_epoch(self.runtime.redis, create=self.epoch_writer)
 
             await self._retrying("join epoch", join)
         self._prepared = True
@@ -307,7 +316,7 @@ class Worker:
 
     async def _check_epoch(self) -> None:
         if self.epoch is not None:
-            await check_epoch(self.runtime.redis, self.epoch)
+            await check_epoch(self.runtime.redis, self.epoch, mark=self.epoch_writer)
 
     def _data_lost(self, lost: RedisDataLost) -> None:
         """Stop at once: there is nothing left to consume correctly."""

@@ -71,6 +71,7 @@ class SagaWorker:
             clock=self.clock,
             consumer=consumer,
             auth=self.config.auth,
+            epoch_writer=bool(self.orchestrators),  # a participant's ACL user only reads rs:epoch
         )
         self._stopping = anyio.Event()
         self.versions = Versions(redis, clock=self.clock)
