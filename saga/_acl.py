@@ -1,35 +1,43 @@
 """Redis ACL users for an app: each process gets only its own keys and the commands it sends.
 
 :func:`acl_rules` derives the users from the app's definitions and the key layout
-(``saga/_keys.py``, ``bus/_keys.py``), never from a hand-kept list of keys:
+(``saga/_keys.py``, ``bus/_keys.py``), never from a hand-kept list of keys. They assume
+signing is on (``bus/_auth.py``): a client then starts sagas by a signed request on the
+inbox instead of writing them, and a parent saga starts its children in another context the
+same way, so neither needs to write a saga::
 
-- ``<prefix>.<context>``: the orchestrator of one context. Every key of the context's
-  partitions (``rs:{orders:<n>}:*``: sagas, history, inbox, the command streams it writes for
-  its participants, timers, indexes, dead letters), its event-wait index
-  (``rs:{orders:w:…}``), schedules (``rs:{orders:sched}``), signal secret
-  (``rs:{orders:meta}``), version registry (``rs:{orders}:versions:*``) and
-  ``rs:{redsaga}:contexts``; the streams its sagas wait on; for child sagas the child
-  context's partitions, and for parents in other contexts their inboxes (the child reports
-  its end there). Operator writes (force-complete, cancel, retry, requeue, drain) run as this
-  user too.
-- ``<prefix>.<context>.<participant>``: one participant in one context it serves. Its
-  command stream ``rs:{orders:<n>}:cmd:<participant>``, its dedupe and failure records, and
-  what its scripts write in the same slot: the reply on the partition's inbox, the
-  dead-letter stream, and the publish-dedupe window ``…:published`` of the dead letters it
-  publishes (an entry deleted while pending); and the record that it runs
-  (``rs:{orders}:versions:participants``, which operators' tools read).
-- ``<prefix>.relay``: the outbox relay. ``FCALL`` of the publish function on the inboxes of
-  the contexts whose participants reply through the outbox (and on ``relay_streams``).
-- ``<prefix>.operator``: read-only, for ``saga inspect``, ``list``, ``stats``, ``export``,
-  ``dlq list|show`` and ``versions list``.
+    user                            may                                        may not
+    <prefix>.<context>              every key of its partitions, its event     anything of another
+      (orchestrator)                waits, schedules, token keys, versions,    context but what a
+                                    rs:epoch; add to the inbox of a child's    child or parent needs
+                                    or parent's context, read a child's saga
+    <prefix>.<context>.<p>          its command stream and group, its dedupe,  read the inbox or the
+      (participant)                 failure and lost-report records; add       dead letters, delete,
+                                    replies to the inbox and letters to the    trim or ack them, write
+                                    dead-letter stream (write-only); read      rs:epoch, reach another
+                                    rs:epoch and the registered shapes         participant's stream
+    <prefix>.client                 add to the inboxes (start requests,        write or delete a saga,
+                                    signals, cancels); read sagas, their       read the history or the
+                                    timers and indexes, the token keys and     dead letters
+                                    the registered shapes
+    <prefix>.relay                  add outbox rows to the inboxes (and to     read them
+                                    --relay-stream streams)
+    <prefix>.operator               read every key of the app's contexts but   write anything, read the
+                                    the context's secrets                      signal secret
 
-Commands: ``-@all``, then the plain commands the role sends and every command its Lua
-scripts call, parsed from the scripts' source and the shared helpers they call (Redis 7
-checks each ``redis.call`` in a function against the caller's ACL, keys included). Scripts
-run as Redis Functions (``FCALL``), never ``EVAL``: no user may run Lua of its own, and none
-may load functions (an admin loads them: ``saga functions load``). ACL globs treat ``{`` and ``}`` as plain
-characters and let ``*`` span ``:``; a context name has no ``:``, so
-``rs:{orders:[0-9]*}`` matches the partitions of ``orders`` and nothing of another context.
+Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...)
+run as the context's orchestrator user, signed with an operator's keyring.
+
+Key patterns are anchored: a partition's tag is matched digit by digit
+(``rs:{orders:[0-9]}:…``, ``rs:{orders:[1-9][0-9]}:…``), never with a ``*`` that could cross a
+``}``; and ids and names are validated before they become part of a key (``saga/_keys.py``).
+Write-only targets (``%W~``) are passed to functions as arguments, not keys, because Redis
+checks every key of an ``FCALL`` as read-write. Commands: ``-@all``, then the plain commands
+the role sends and every command its functions call, parsed from the scripts' source and the
+shared helpers they call (Redis 7 checks each ``redis.call`` in a function against the
+caller's ACL, keys included). Scripts run as Redis Functions (``FCALL``), never ``EVAL``: no
+user may run Lua of its own, and none may load functions (an admin loads them: ``saga
+functions load``).
 """
 
 from __future__ import annotations
@@ -43,14 +51,13 @@ from importlib import resources
 from typing import Any, Final, Literal
 
 from bus import EPOCH_KEY, Stream, tagged_key
-from bus._keys import PREFIX
 from bus._scripts import shared_helpers
 from saga._app import App
 from saga._definition import LOCAL, Context, Saga
 from saga._event_waits import event_waits
 from saga._keys import CHILD, CONTEXTS, WAITS
 
-Role = Literal["orchestrator", "participant", "relay", "operator"]
+Role = Literal["orchestrator", "participant", "client", "relay", "operator"]
 
 _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
 """Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
@@ -64,6 +71,8 @@ _READ: Final = (
     "multi", "exec", "discard",
 )  # fmt: skip
 """What the read-only operator commands send (``multi``/``exec`` wrap consistent reads)."""
+_CLIENT_READS: Final = ("exists", "get", "hget", "hgetall", "hmget", "zmscore", "zrange", "zscore", "time")
+"""What ``SagaClient`` reads: a saga and its branches, its timers, the indexes, token keys."""
 _ORCHESTRATE: Final = ("sadd", "set", "hdel")
 """Plain writes of an orchestrator: the contexts set, the signal secret, ended waits."""
 _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
@@ -74,6 +83,8 @@ _CONSUMER_SCRIPTS: Final = (
     ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
     ("bus", "publish"),  # the dead letter of an entry deleted while pending (GroupConsumer)
 )  # fmt: skip
+_PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus", "epoch"))
+"""A participant reads ``rs:epoch`` (``GET``) and never runs the function that writes it."""
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
 _SAGA_SCRIPTS: Final = (
     ("saga", "transition"), ("saga", "fire_timers"), ("saga", "prune_ended"),
@@ -87,19 +98,46 @@ _CONTAINERS: Final = frozenset({"xinfo", "xgroup", "client", "script", "object",
 
 
 @dataclass(frozen=True, slots=True)
-class AclUser:
-    """One Redis ACL user: its name, what it is for, its commands and its key patterns.
+class Grant:
+    """Commands allowed on keys: a user's root permissions, or one of its selectors.
 
     ``commands`` are ACL command names (``xgroup|create`` for a subcommand); ``keys`` are
-    ACL key selectors (``~pattern`` read-write, ``%R~pattern`` read-only).
+    ACL key selectors (``~pattern`` read-write, ``%R~pattern`` read-only, ``%W~pattern``
+    write-only). Redis 7 allows a command when one grant allows the command and all its keys.
+    """
+
+    commands: tuple[str, ...]
+    keys: tuple[str, ...] = ()
+
+    def selector(self) -> str:
+        """The grant as an ACL selector: ``(+command ~key …)``."""
+        return "(" + " ".join([*(f"+{c}" for c in self.commands), *self.keys]) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class AclUser:
+    """One Redis ACL user: its name, what it is for, and its grants.
+
+    The first grant is the user's root permissions, the others selectors, each binding
+    commands to the only keys they may touch: a participant may ``XADD`` to the inbox it
+    holds write-only, and ``XTRIM`` only its own stream.
     """
 
     name: str
     role: Role
     context: str | None
-    commands: tuple[str, ...]
-    keys: tuple[str, ...]
+    grants: tuple[Grant, ...]
     note: str
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """Every command any grant allows."""
+        return tuple(sorted({c for g in self.grants for c in g.commands}))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key selector of every grant."""
+        return tuple(dict.fromkeys(k for g in self.grants for k in g.keys))
 
     def rules(self, password: str | None) -> list[str]:
         """The ``ACL SETUSER`` arguments after the user name.
@@ -108,107 +146,170 @@ class AclUser:
         secret itself; ``None`` makes a user without a password (``nopass``), for local use.
         """
         secret = "nopass" if password is None else "#" + hashlib.sha256(password.encode()).hexdigest()
+        root, *selectors = self.grants
         return [
-            "reset", "on", secret, "-@all", *(f"+{c}" for c in self.commands),
-            "resetkeys", *self.keys, "resetchannels",
+            "reset", "on", secret, "-@all", *(f"+{c}" for c in root.commands),
+            "resetkeys", *root.keys, "resetchannels", *(g.selector() for g in selectors),
         ]  # fmt: skip
 
     def line(self, password: str | None) -> str:
-        """The ``ACL SETUSER`` line (for ``redis-cli`` or an ACL file after ``user``)."""
-        return " ".join(["ACL", "SETUSER", self.name, *self.rules(password)])
+        """The ``ACL SETUSER`` line (for ``redis-cli``; selectors quoted, as it reads them)."""
+        quoted = [f'"{rule}"' if rule.startswith("(") else rule for rule in self.rules(password)]
+        return " ".join(["ACL", "SETUSER", self.name, *quoted])
+
+
+def _grant(plain: Iterable[str], scripts: Iterable[tuple[str, str]], keys: Iterable[str]) -> Grant:
+    return Grant(_commands(plain, scripts), _unique(keys))
 
 
 def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = ()) -> list[AclUser]:
-    """The ACL users of ``app``: orchestrators, participants, the relay, a read-only operator.
+    """The ACL users of ``app``: orchestrators, participants, a client, the relay, an operator.
 
     ``relay_streams`` are further stream keys the app's relay publishes to (domain events
     written through the outbox); their ``published`` windows are included.
     """
     definitions = list(app.registry)
     contexts = app.registry.contexts
-    users = [_orchestrator(prefix, context, definitions) for context in contexts.values()]
+    users = [_orchestrator(prefix, context, definitions, contexts) for context in contexts.values()]
     users += [
         _participant(prefix, context, participant.name)
         for participant in app.participants
         for context in participant.serves
     ]
+    if contexts:
+        users.append(_client(prefix, contexts.values()))
     relayed = [c for p in app.participants if p.uses_outbox for c in p.serves]
     users.append(_relay(prefix, _unique(relayed), [Stream.from_key(k) for k in relay_streams]))
-    users.append(_operator(prefix))
+    streams = [s.stream for bus in app.buses for s in bus.subscriptions]
+    users.append(_operator(prefix, contexts.values(), streams))
     return users
 
 
-def _orchestrator(prefix: str, context: Context, definitions: list[Saga[Any]]) -> AclUser:
+def _orchestrator(
+    prefix: str, context: Context, definitions: list[Saga[Any]], contexts: Mapping[str, Context]
+) -> AclUser:
     name = context.name
     own = [d for d in definitions if d.context.name == name]
     keys = [
-        _partitions(name, "*"), _key(f"{name}:w:*", "*"), _key(f"{name}:sched", "*"),
+        *_partition_keys(context, "*"), _key(f"{name}:w:*", "*"), _key(f"{name}:sched", "*"),
         _key(f"{name}:meta", "*"), _key(name, "versions:*"), "~" + CONTEXTS, "~" + EPOCH_KEY,
     ]  # fmt: skip
+    added: list[str] = []  # keys it may only add to, elsewhere
+    windows: list[str] = []  # the publish windows of those streams
+    read: list[str] = []  # keys of another context it may only read
     for stream in event_waits(own):
         keys += _consumer_keys(stream, f"{name}.waits")
-    children = [s.child.definition for d in own for s in [*d.steps, *d.branch_steps()] if s.child]
-    for child in _unique(c.context for c in children):
-        if child.name != name:
-            keys += [_partitions(child.name, "*"), _key(f"{child.name}:meta", "*")]
-    for parent in _unique(
-        d.context for d in definitions if d.context.name != name and _has_child_in(d, name)
-    ):
-        keys += [_partitions(parent.name, "inbox"), _partitions(parent.name, "published")]
+        added.append("%W~" + stream.dlq_key)
+    children = [s.child.definition.context for d in own for s in [*d.steps, *d.branch_steps()] if s.child]
+    for declared in _unique(c for c in children if c.name != name):
+        # start and cancel by request, read the child's saga (a cancel finds its partition)
+        child = contexts.get(declared.name, declared)
+        added += _partition_keys(child, "inbox", "%W")
+        windows += _partition_keys(child, "published")
+        read += _partition_keys(child, "saga:*", "%R") + _partition_keys(child, "branches:*", "%R")
+    parents = [d.context for d in definitions if d.context.name != name and _has_child_in(d, name)]
+    for parent in _unique(parents):  # the child's end report goes to the parent's inbox
+        added += _partition_keys(parent, "inbox", "%W")
+        windows += _partition_keys(parent, "published")
     scripts = (*_CONSUMER_SCRIPTS, *_PUBLISH_SCRIPTS, *_SAGA_SCRIPTS)
     plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
+    grants = [_grant(plain, scripts, keys)]
+    grants += _elsewhere(added, windows, read)
     note = (
         f"orchestrator of context {name!r} ({context.partitions} partition(s)); also the user for "
         "operator writes: force-complete, cancel, retry, dlq requeue|purge, versions drain|migrate"
     )
-    return AclUser(f"{prefix}.{name}", "orchestrator", name, _commands(plain, scripts), _unique(keys), note)
+    return AclUser(f"{prefix}.{name}", "orchestrator", name, tuple(grants), note)
 
 
 def _participant(prefix: str, context: Context, participant: str) -> AclUser:
     if participant in (LOCAL, WAITS, CHILD):
         raise ValueError(f"participant name {participant!r} is reserved for the orchestrator")
     stream = f"cmd:{participant}"
-    keys = [
-        _partitions(context.name, stream),
-        _partitions(context.name, f"dedupe:{participant}:*"),
-        _partitions(context.name, f"failures:{stream}:{participant}"),
-        _partitions(context.name, "inbox"),
-        _partitions(context.name, "published"),
-        _partitions(context.name, "dlq"),
-        "~" + EPOCH_KEY,  # every worker joins and checks the deployment's epoch
-        "%R~" + tagged_key(context.name, "versions", "shapes"),  # its partition count, read at start
-        "~" + tagged_key(context.name, "versions", "participants"),  # records that it runs, at start
+    own = [
+        *_partition_keys(context, stream),
+        *_partition_keys(context, f"dedupe:{participant}:*"),
+        *_partition_keys(context, f"failures:{stream}:{participant}"),
+        *_partition_keys(context, f"lost:{stream}:{participant}"),
     ]
-    note = f"participant {participant!r} serving context {context.name!r}"
-    return AclUser(
-        f"{prefix}.{context.name}.{participant}",
-        "participant",
-        context.name,
-        _commands((*_CONNECT, *_SCRIPTS, *_CONSUME, "hgetall", "hset"), _CONSUMER_SCRIPTS),
-        tuple(keys),
-        note,
+    added = [
+        *_partition_keys(context, "inbox", "%W"),  # its replies: it reads nobody's
+        *_partition_keys(context, "dlq", "%W"),  # its dead letters: it cannot read or delete them
+        "%W~" + tagged_key(context.name, "versions", "participants"),  # records that it runs, at start
+    ]
+    read = [
+        "%R~" + EPOCH_KEY,  # it joins and checks the deployment's epoch, never writes it
+        "%R~" + tagged_key(context.name, "versions", "shapes"),  # its partition count, read at start
+    ]
+    grants = (
+        Grant((*_CONNECT, "xadd", "hset"), tuple(added)),  # adding only: no trim, delete or ack there
+        _grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
+        Grant(("get", "hgetall"), tuple(read)),
     )
+    note = f"participant {participant!r} serving context {context.name!r}"
+    return AclUser(f"{prefix}.{context.name}.{participant}", "participant", context.name, grants, note)
+
+
+def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
+    added: list[str] = []
+    windows: list[str] = []
+    read: list[str] = []
+    for context in contexts:
+        added += _partition_keys(context, "inbox", "%W")  # start requests, signals, cancels
+        windows += _partition_keys(context, "published")
+        for readable in ("saga:*", "branches:*", "timers", "idx:*", "counts"):
+            read += _partition_keys(context, readable, "%R")
+        read += [
+            "%R~" + tagged_key(f"{context.name}:meta", "token-keys"),  # checks tokens: public keys only
+            "%R~" + tagged_key(context.name, "versions", "shapes"),  # checks signal data without the code
+        ]
+    note = "client: starts sagas by request, signals and cancels them, reads their state (SagaClient)"
+    grants = (Grant(_CONNECT), *_elsewhere(added, windows, read))
+    return AclUser(f"{prefix}.client", "client", None, grants, note)
 
 
 def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
-    keys = [k for c in contexts for k in (_partitions(c.name, "inbox"), _partitions(c.name, "published"))]
-    keys += [k for s in streams for k in ("~" + s.key, "~" + s.published_key)]
-    note = "outbox relay: publishes outbox rows (participant replies, events) with its publish script"
-    return AclUser(
-        f"{prefix}.relay",
-        "relay",
-        None,
-        _commands((*_CONNECT, *_SCRIPTS), _RELAY_SCRIPTS),
-        _unique(keys),
-        note,
-    )
+    added = [k for c in contexts for k in _partition_keys(c, "inbox", "%W")]
+    windows = [k for c in contexts for k in _partition_keys(c, "published")]
+    for stream in streams:
+        added.append("%W~" + stream.key)
+        windows.append("~" + stream.published_key)
+    note = "outbox relay: publishes outbox rows (participant replies, events) as their writers signed them"
+    root = Grant(_CONNECT)
+    rows = _grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
+    grants = (root, Grant(("xadd",), _unique(added)), rows) if added else (root,)
+    return AclUser(f"{prefix}.relay", "relay", None, grants, note)
 
 
-def _operator(prefix: str) -> AclUser:
-    note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list"
-    return AclUser(
-        f"{prefix}.operator", "operator", None, _commands(_CONNECT + _READ, ()), (f"%R~{PREFIX}:*",), note
-    )
+def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
+    keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH_KEY]
+    for context in contexts:
+        name = context.name
+        keys += _partition_keys(context, "*", "%R")
+        keys += [
+            "%R" + _key(f"{name}:w:*", "*"),
+            "%R" + _key(f"{name}:sched", "*"),
+            "%R" + _key(name, "versions:*"),
+            "%R~" + tagged_key(f"{name}:meta", "token-keys"),  # not the meta key holding a secret
+        ]
+    keys += ["%R" + _key(s.tag, "*") for s in streams]
+    note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list (no secrets)"
+    grants = (_grant(_CONNECT + _READ, (), keys),)
+    return AclUser(f"{prefix}.operator", "operator", None, grants, note)
+
+
+def _elsewhere(added: list[str], windows: list[str], read: list[str]) -> list[Grant]:
+    """Selectors for keys not its own.
+
+    Streams it only adds to (with the publish function, and their windows), keys it only reads.
+    """
+    grants = []
+    if added:
+        grants.append(Grant(("xadd",), _unique(added)))
+        grants.append(_grant(_SCRIPTS, _PUBLISH_SCRIPTS, windows))
+    if read:
+        grants.append(Grant(_CLIENT_READS, _unique(read)))
+    return grants
 
 
 def _has_child_in(definition: Saga[Any], context: str) -> bool:
@@ -220,19 +321,37 @@ def _key(tag: str, rest: str) -> str:
     return "~" + tagged_key(tag, rest)
 
 
-def _partitions(context: str, rest: str) -> str:
-    """Keys of every partition of ``context`` (hash tag ``<context>:<index>``)."""
-    return _key(f"{context}:[0-9]*", rest)
+def partition_tags(context: Context) -> list[str]:
+    """Glob tags matching exactly the partition tags of ``context``, by number of digits.
+
+    ``[0-9]``, then ``[1-9][0-9]``, … up to the digits of its last partition: a ``*`` could
+    match a ``}`` and so a key another principal's pattern was never meant to reach.
+    """
+    digits = len(str(context.partitions - 1))
+    return [
+        f"{context.name}:" + ("[0-9]" if n == 1 else "[1-9]" + "[0-9]" * (n - 1))
+        for n in range(1, digits + 1)
+    ]
+
+
+def _partition_keys(context: Context, rest: str, access: str = "") -> list[str]:
+    """``access`` (``""`` read-write, ``%R``, ``%W``) to ``rest`` in every partition of ``context``."""
+    return [f"{access}~" + tagged_key(tag, rest) for tag in partition_tags(context)]
+
+
+def _inbox_writer_keys(context: Context) -> list[str]:
+    """What publishing onto ``context``'s inboxes needs: the inbox write-only, its window."""
+    return _partition_keys(context, "inbox", "%W") + _partition_keys(context, "published")
 
 
 def _consumer_keys(stream: Stream, group: str) -> list[str]:
     """What consuming ``stream`` as ``group`` touches: the stream and its companion keys."""
     return [
         "~" + stream.key,
-        "~" + stream.dlq_key,
+        "%W~" + stream.dlq_key,
         "~" + stream.failures_key(group),
         "~" + stream.dedupe_key(group, "*"),
-        "~" + stream.published_key,
+        "~" + stream.lost_key(group),
     ]
 
 

@@ -25,6 +25,7 @@ from typer.testing import CliRunner, Result
 import bus
 import relay
 from bus._auth import load_keyrings
+from bus._epoch import join_epoch
 from cli._load import load_object
 from cli.main import app as cli
 from saga import App, EngineConfig, SagaWorker
@@ -166,6 +167,7 @@ async def test_the_worker_health_check_of_the_compose_file_exits_0_while_the_wor
     service = WORKERS["shipping"]
     args = health_args(service)
     health_file = str(tmp_path / "health")
+    await join_epoch(real_redis)  # as the orders worker would: a participant's only reads it
     environment = {**env(service), "REDSAGA_HEALTH_FILE": health_file}
     refused = await saga(args, environment)
     assert refused.exit_code == 1, refused.output  # no worker yet

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 
 import bus
 import relay
+from bus._epoch import join_epoch
 from cli.main import app as cli
 from saga import EngineConfig, SagaWorker
 from saga._liveness import HEALTH_FILE_ENV
@@ -95,6 +96,7 @@ async def test_the_health_file_goes_stale_while_redis_does_not_answer(
 
     health_file = tmp_path / "health"
     check = ("health", "worker", "--file", str(health_file), "--max-age", "1")
+    await join_epoch(real_redis)  # as the orders worker would: a participant's only reads it
     async with FaultProxy.to_url(real_redis_url, seed=3) as proxy:
         client = bus.connect(proxy.url(real_redis_url), bus.ClientConfig(socket_timeout_s=0.5))
         config = EngineConfig(health_file=str(health_file), heartbeat_ms=100)

@@ -4,23 +4,36 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import bus
+from bus._epoch import join_epoch
 from bus._scripts import load_libraries
 from cli._functions import libraries
-from saga import AclUser, App, acl_rules
+from saga import AclUser, App, EngineConfig, acl_rules
+from saga._keyring import MasterFile, Reach, issue_keyrings, new_master, reach_of
 from tests.faults.servers import PrivateRedis
 
 
 @dataclass
 class Users:
-    """A private server with the demo's ACL users applied; ``client(name)`` logs in as one."""
+    """A private server with an app's ACL users applied; ``client(name)`` logs in as one,
+    ``config(principal)`` signs as one (a keyring issued for that principal only)."""
 
     server: PrivateRedis
     admin: bus.Redis
     users: dict[str, AclUser]
     clients: list[bus.Redis]
+    reach: dict[str, Reach] = field(default_factory=dict)
+    master: MasterFile = field(default_factory=new_master)
+
+    def auth(self, principal: str) -> bus.Authenticator:
+        """An authenticator holding ``principal``'s keyring only."""
+        return bus.Authenticator(issue_keyrings(self.master, self.reach, [principal]))
+
+    def config(self, principal: str) -> EngineConfig:
+        """An engine config that signs as ``principal``, with a short lease for tests."""
+        return EngineConfig(bus=bus.BusConfig(lease_ms=5_000), auth=self.auth(principal))
 
     def client(self, name: str) -> bus.Redis:
         assert name in self.users, name
@@ -35,15 +48,17 @@ class Users:
 
 @asynccontextmanager
 async def applied(server: PrivateRedis, app: App) -> AsyncIterator[Users]:
-    """``app``'s generated users applied on ``server`` (password ``pw-<name>``) and redsaga's
-    function libraries loaded by the admin (no generated user may load them), ACL LOG cleared."""
+    """``app``'s generated users applied on ``server`` (password ``pw-<name>``), redsaga's
+    function libraries loaded by the admin (no generated user may load them), the deployment's
+    epoch set (as its first orchestrator would), ACL LOG cleared."""
     admin = bus.connect(server.url)
     generated = {u.name: u for u in acl_rules(app)}
     for user in generated.values():
         await admin.execute_command("ACL", "SETUSER", user.name, *user.rules(f"pw-{user.name}"))
     await load_libraries(admin, libraries())  # what `saga functions load` does
+    await join_epoch(admin)
     await admin.acl_log_reset()
-    found = Users(server, admin, generated, [])
+    found = Users(server, admin, generated, [], reach_of(app, clients=["web"], operators=["oncall"]))
     try:
         yield found
     finally:

@@ -1,6 +1,7 @@
 """The generated ACL users on a real ``redis-server``: the demo's saga system runs with each
-process as its own user and Redis refuses nothing (``ACL LOG`` stays empty); a user cannot
-reach another context's or participant's keys, and the operator user cannot write."""
+process as its own user, signing with its own keyring, and Redis refuses nothing (``ACL LOG``
+stays empty); a user cannot reach another context's or participant's keys, and the operator
+user cannot write."""
 
 from __future__ import annotations
 
@@ -15,21 +16,23 @@ from anyio.abc import TaskGroup
 from redis import exceptions as rx
 
 import bus
+from bus._auth import KEYRING_ENV, encode_keyrings, issue, stream_audience
 from bus._lua import RECORD
 from bus._scripts import Library
 from relay import Relay, RelayConfig
 from saga import (
     App,
     CommandContext,
-    EngineConfig,
     Participant,
     SagaAdmin,
     SagaClient,
+    SagaNotFound,
     SagaStatus,
     SagaWorker,
     Versions,
     acl_rules,
 )
+from saga._keyring import issue_keyrings
 from saga._keys import Partition
 from saga._store import TRANSITION
 from services_example import stateless
@@ -46,7 +49,6 @@ from tests.security.acl_users import Users, applied
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ORDERS = Partition("orders", 0)
-CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=5_000))
 ORCHESTRATOR = App("orders", sagas=[order_fulfilment])
 STATELESS = {
     "redsaga.orders": ORCHESTRATOR,
@@ -82,7 +84,10 @@ async def dead_lettered(users: Users) -> bool:
 
 async def ended(client: SagaClient, ids: list[str]) -> dict[str, SagaStatus]:
     async def all_ended() -> bool:
-        return all([(await client.get(i)).status.terminal for i in ids])
+        try:
+            return all([(await client.get(i)).status.terminal for i in ids])
+        except SagaNotFound:  # started by request: the orchestrator has not taken it yet
+            return False
 
     await eventually(all_ended, 30, f"sagas {ids} ended")
     return {i: (await client.get(i)).status for i in ids}
@@ -97,12 +102,32 @@ async def start_all(tg: TaskGroup, workers: list[SagaWorker]) -> None:
             await worker.started.wait()
 
 
+def principal_of(user: str) -> str:
+    """The principal a process logged in as ACL user ``user`` signs as."""
+    parts = user.split(".")
+    return f"orchestrator:{parts[1]}" if len(parts) == 2 else f"participant:{parts[2]}"
+
+
+def workers_of(users: Users, roles: dict[str, App]) -> list[SagaWorker]:
+    """One worker per role, logged in as its user and signing as its principal."""
+    return [
+        SagaWorker(users.client(name), app, config=users.config(principal_of(name)))
+        for name, app in roles.items()
+    ]
+
+
+def web_client(users: Users, app: App) -> SagaClient:
+    """A client as the app's web front end: the client user, the client:web keyring."""
+    return SagaClient(users.client("redsaga.client"), app.registry, config=users.config("client:web"))
+
+
 async def run_orders(
     users: Users, roles: dict[str, App], orders: dict[str, Order], relay_dsns: list[str] = ()
 ) -> dict[str, SagaStatus]:
     """Run one worker per role, each logged in as its own user (and relays as the relay user),
-    start ``orders`` and a poison entry on payments' stream; return how the sagas ended."""
-    workers = [SagaWorker(users.client(name), app, config=CONFIG) for name, app in roles.items()]
+    start ``orders`` as a client and a poison entry on payments' stream; return how the sagas
+    ended. Every entry is signed, by the process that wrote it."""
+    workers = workers_of(users, roles)
     relay_client = users.client("redsaga.relay")
     relays = [
         Relay.connect(dsn, relay_client, config=RelayConfig(poll_interval_s=0.02)) for dsn in relay_dsns
@@ -111,7 +136,7 @@ async def run_orders(
         await start_all(tg, workers)
         for one in relays:
             tg.start_soon(one.run)
-        client = SagaClient(users.client("redsaga.orders"), roles["redsaga.orders"].registry)
+        client = web_client(users, roles["redsaga.orders"])
         for saga_id, data in orders.items():
             await client.start(order_fulfilment, data, saga_id=saga_id)
         # a poison entry on payments' stream: the payments user dead-letters it on its own
@@ -148,10 +173,16 @@ async def test_the_demo_runs_with_one_user_per_process_and_redis_refuses_nothing
 
 
 async def test_the_outbox_demo_replies_through_relays_running_as_the_relay_user(
-    users: Users, tmp_path: Path
+    users: Users, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Payments and inventory reply through their outbox (SQLite) and a relay each; flaky
-    participants make the orchestrator retry on its timers."""
+    participants make the orchestrator retry on its timers. A reply row is signed as it is
+    written, by the participant's keyring from REDSAGA_KEYRING (as a participant process is
+    given it); the relay holds no key."""
+    stateful = ["participant:payments", "participant:inventory"]
+    monkeypatch.setenv(
+        KEYRING_ENV, encode_keyrings(issue_keyrings(users.master, users.reach, stateful)).decode()
+    )
     ledger.dsn, stock.dsn = f"sqlite:///{tmp_path / 'payments.db'}", f"sqlite:///{tmp_path / 'inventory.db'}"
     orders = {"ok": order(1), "flaky": order(2, flaky=2), "declined": order(3, card="declined")}
     states = await run_orders(users, WITH_OUTBOX, orders, [ledger.dsn, stock.dsn])
@@ -242,12 +273,12 @@ async def test_child_sagas_signals_sleeps_and_event_waits_run_across_context_use
         participants=[worker_in(compose), worker_in("billing"), ledger_p, mailer_p],
     )
     async with applied(private_redis_server, whole) as users:
-        workers = [SagaWorker(users.client(name), app, config=CONFIG) for name, app in roles.items()]
+        workers = workers_of(users, roles)
         async with anyio.create_task_group() as tg:
             await start_all(tg, workers)
-            parents = SagaClient(users.client(f"redsaga.{compose}"), roles[f"redsaga.{compose}"].registry)
+            parents = web_client(users, roles[f"redsaga.{compose}"])
             await parents.start(compose_sagas.parent, compose_sagas.Plan(id="p1"), saga_id="p1")
-            loans = SagaClient(users.client(f"redsaga.{lending}"), roles[f"redsaga.{lending}"].registry)
+            loans = web_client(users, roles[f"redsaga.{lending}"])
             await loans.start(
                 time_sagas.loan,
                 time_sagas.Loan(id="l1", amount=5, sleep_until="2000-01-01T00:00:00+00:00"),
@@ -255,11 +286,19 @@ async def test_child_sagas_signals_sleeps_and_event_waits_run_across_context_use
             )
             await eventually(lambda: bool(tokens), 30, "the loan waits for its signal")
             await loans.signal(tokens[0], time_sagas.Approval(approved=True, by="ops"))
-            # the treasury context publishes the event the loan waits for (as its own process;
-            # an event before the wait registers is kept for it)
-            await bus.Publisher(users.admin, source="treasury").publish(
-                bus.Stream.named(time_sagas.TREASURY_EVENTS), time_sagas.FundsReady(loan_id="l1", ref="r1")
+            # the treasury context publishes the event the loan waits for (as its own process,
+            # signing as service:treasury; an event before the wait registers is kept for it)
+            events = bus.Stream.named(time_sagas.TREASURY_EVENTS)
+            treasury = issue(
+                users.master.secrets(), "service:treasury", sends_to=[stream_audience(events.key)]
             )
+            publisher = bus.Publisher(
+                users.admin,
+                source="treasury",
+                auth=bus.Authenticator([treasury]),
+                principal="service:treasury",
+            )
+            await publisher.publish(events, time_sagas.FundsReady(loan_id="l1", ref="r1"))
             assert (await ended(parents, ["p1"])) == {"p1": SagaStatus.COMPLETED}
             assert (await ended(loans, ["l1"])) == {"l1": SagaStatus.COMPLETED}
             for worker in workers:
@@ -279,9 +318,12 @@ async def test_a_worker_whose_user_lacks_its_stream_stops_with_the_permission_er
 
 
 async def test_a_worker_started_before_an_admin_loaded_the_functions_stops_with_the_fix(users: Users) -> None:
-    """No generated user may load functions: a worker whose library is missing says how to load it."""
+    """No generated user may load functions: a worker whose library is missing says how to load it
+    (an orchestrator's joins the epoch with a function, before anything else)."""
     await users.admin.function_flush()
-    worker = SagaWorker(users.client("redsaga.orders.payments"), STATELESS["redsaga.orders.payments"])
+    worker = SagaWorker(
+        users.client("redsaga.orders"), ORCHESTRATOR, config=users.config("orchestrator:orders")
+    )
     with (
         anyio.fail_after(10),
         pytest.raises(bus.LibraryNotLoaded, match="as an admin with `saga functions load"),
@@ -292,19 +334,24 @@ async def test_a_worker_started_before_an_admin_loaded_the_functions_stops_with_
 
 async def test_operator_writes_run_as_the_orchestrator_user(users: Users) -> None:
     """What docs/security.md promises: cancel, dead-letter requeue and purge, drain and undrain
-    need no more than the context's orchestrator user."""
+    need no more than the context's orchestrator user (signed with an operator's keyring)."""
     await run_orders(users, STATELESS, {"ok": order(1)})  # leaves a poison entry's dead letter
     orders = users.client("redsaga.orders")
-    admin = SagaAdmin(orders, stateless.app)
-    await SagaClient(orders, stateless.app.registry).start(order_fulfilment, order(2), saga_id="c1")
-    orchestrator = SagaWorker(orders, ORCHESTRATOR, config=CONFIG)
+    admin = SagaAdmin(orders, stateless.app, config=users.config("operator:oncall"))
+    orchestrator = SagaWorker(orders, ORCHESTRATOR, config=users.config("orchestrator:orders"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(orchestrator.run)
+        await web_client(users, stateless.app).start(order_fulfilment, order(2), saga_id="c1")
+        await eventually(lambda: users.admin.exists(ORDERS.saga("c1")), 30, "the orchestrator started c1")
         assert (await admin.cancel("c1", reason="fraud", wait_s=10)).outcome == "applied"
         orchestrator.stop()
     letters = bus.LetterFilter(stream="cmd:payments")
     assert len(await admin.requeue_dead_letters(letters)) == 1
-    payments = SagaWorker(users.client("redsaga.orders.payments"), STATELESS["redsaga.orders.payments"])
+    payments = SagaWorker(
+        users.client("redsaga.orders.payments"),
+        STATELESS["redsaga.orders.payments"],
+        config=users.config("participant:payments"),
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(payments.run)  # dead-letters the requeued poison entry again
         await eventually(lambda: dead_lettered(users), 30, "the requeued poison entry is dead-lettered")
