@@ -13,6 +13,9 @@ from cli._load import load_app
 from saga import acl_rules
 from saga._acl import as_json
 
+LOCK_DEFAULT = "ACL SETUSER default off"
+"""What locks Redis's built-in user: it can do anything, by default without a password."""
+
 
 def acl(
     app_ref: Annotated[str, app_option("The App whose users to print, as module:attribute.")],
@@ -34,15 +37,25 @@ def acl(
         list[str] | None,
         typer.Option("--relay-stream", help="Another stream key the relay publishes to (repeatable)."),
     ] = None,
+    lock_default: Annotated[
+        bool,
+        typer.Option(
+            "--lock-default",
+            help="End with ACL SETUSER default off: nobody logs in without a user of their own. "
+            "Apply it once an admin user of yours exists (you stay logged in as you are).",
+        ),
+    ] = False,
     json_output: Json = False,
 ) -> None:
     """Print an ``ACL SETUSER`` line per Redis user the App's processes need.
 
-    One user per orchestrator context, one per participant and context it serves, one for
-    the outbox relay and a read-only operator user (inspect, list, stats, export, dlq list);
-    operator writes (force-complete, cancel, retry, dlq requeue) need the orchestrator's
-    user. The lines go to stdout (pipe them into ``redis-cli``), what each user is for to
-    stderr.
+    One user per orchestrator context, one per participant and context it serves, a client
+    (starts by request, signals, cancels), the outbox relay and a read-only operator (inspect,
+    list, stats, export, dlq list; no secrets); operator writes (force-complete, cancel,
+    retry, dlq requeue) need the orchestrator's user. The users assume signing is on
+    (REDSAGA_KEYRING). The lines go to stdout (pipe them into ``redis-cli``), what each user
+    is for to stderr, and how to lock the default user. --json: a list of {name, role,
+    context, note, rules}, rules being the ACL SETUSER arguments after the name.
     """
     if nopass == (password_env is not None):
         raise UsageProblem("give exactly one of --password-env VAR and --nopass")
@@ -61,3 +74,11 @@ def acl(
     for user in users:
         emit_line(f"# {user.name}: {user.note}", err=True)  # stdout stays pipeable into redis-cli
         emit_line(user.line(passwords[user.name]))
+    if lock_default:
+        emit_line(LOCK_DEFAULT)
+    else:
+        emit_line(
+            "# then lock the default user (it may do anything, without a password by default): "
+            "create an admin user of your own, then ACL SETUSER default off (or pass --lock-default)",
+            err=True,
+        )

@@ -378,3 +378,35 @@ async def test_the_printed_lines_pipe_into_redis_cli(private_redis_server: Priva
     finally:
         await admin.aclose()
     assert set(names) == {u.name for u in acl_rules(demo)} | {"default"}
+
+
+async def test_lock_default_leaves_only_the_generated_users_and_yours(
+    private_redis_server: PrivateRedis,
+) -> None:
+    """``saga acl --lock-default``: once applied (after an admin user of your own exists), the
+    default user can no longer log in; the generated users still can."""
+    admin = bus.connect(private_redis_server.url)
+    try:
+        await admin.execute_command("ACL", "SETUSER", "root", "on", ">root-pw", "~*", "&*", "+@all")
+        command = ["acl", "--app", "services_example.all:app", "--nopass", "--lock-default"]
+        lines = subprocess.run(
+            [sys.executable, "-m", "cli", *command], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+        assert lines.splitlines()[-1] == "ACL SETUSER default off"
+        cli = [str(require_binary("redis-cli")), "-p", str(private_redis_server.port), "--user", "root"]
+        subprocess.run(
+            [*cli, "--pass", "root-pw"], input=lines, text=True, capture_output=True, check=True, timeout=60
+        )
+    finally:
+        await admin.aclose()
+    fresh = bus.connect(private_redis_server.url)  # logs in as default
+    try:
+        with pytest.raises(bus.BusError):
+            await bus.read_epoch(fresh)
+    finally:
+        await fresh.aclose()
+    operator = bus.connect(private_redis_server.url.replace("redis://", "redis://redsaga.operator:x@"))
+    try:
+        assert await bus.read_epoch(operator) is None
+    finally:
+        await operator.aclose()
