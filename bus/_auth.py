@@ -7,9 +7,10 @@ writes carries three fields besides the envelope's own::
     p    the principal that signed it          k    the key id (rotation: several verify)
     mac  keyed BLAKE2b-128 over the entry's fields, base64 (24 characters)
 
-The MAC covers every field that identifies or carries the message (``id type v data src corr
-cause idem reply n hdr p k``, each length-prefixed, absent as empty), not ``at``: a timer's
-entry is stamped with the time Redis fires it, after it was signed. BLAKE2b in keyed mode is
+The MAC covers every field that identifies or carries the message, as decoded (the envelope's
+id, type, schema version, payload, source, correlation, causation, idempotency key, reply
+stream, attempt, headers, and ``p`` and ``k``; :meth:`bus.Envelope.canonical`), not ``at``: a
+timer's entry is stamped with the time Redis fires it, after it was signed. BLAKE2b in keyed mode is
 a MAC by design (RFC 7693); it costs half of HMAC-SHA256 here and a thirtieth of an Ed25519
 signature, which matters at ten entries per saga (``bench/signing.py``, docs/security.md).
 
@@ -46,11 +47,11 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
-from bus._envelope import SIGNED_FIELDS, Envelope, Fields, join_canonical
+from bus._envelope import Envelope
 from bus._errors import AuthError, Unauthenticated
 
 Mode = Literal["require", "log", "off"]
@@ -103,19 +104,16 @@ def pair_key(root: bytes, sender: str) -> bytes:
     return hmac.digest(root, _FROM + sender.encode(), "sha256")
 
 
-def canonical(fields: Mapping[bytes, bytes]) -> bytes:
-    """What the MAC covers: the signed fields as read back, each length-prefixed (absent: empty).
-
-    :meth:`bus.Envelope.canonical` makes the same bytes from an envelope before it is written.
-    """
-    return join_canonical([fields.get(name, b"") for name in SIGNED_FIELDS])
+def keyed(key: bytes) -> Any:
+    """A BLAKE2b-128 hasher keyed with ``key``, to copy per message (the key block is hashed once)."""
+    return hashlib.blake2b(key=key, digest_size=MAC_BYTES)
 
 
-def mac_of(key: bytes, message: bytes) -> bytes:
-    """The ``mac`` field for ``message`` under ``key`` (base64, 24 characters)."""
-    return binascii.b2a_base64(
-        hashlib.blake2b(message, key=key, digest_size=MAC_BYTES).digest(), newline=False
-    )
+def mac_of(hasher: Any, message: bytes) -> bytes:
+    """The ``mac`` field for ``message`` under a :func:`keyed` hasher (base64, 24 characters)."""
+    h = hasher.copy()
+    h.update(message)
+    return binascii.b2a_base64(h.digest(), newline=False)
 
 
 def _b64(raw: bytes) -> str:
@@ -268,8 +266,8 @@ class Authenticator:
         if not self.keyrings and resolved != "off":
             raise AuthError(f"verification mode {resolved!r} needs a keyring (set {KEYRING_ENV})")
         self.mode: Mode = resolved
-        self._pairs: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
-        self._sending: dict[tuple[str, str], bytes] = {}  # (signer, audience): bounded by the keyrings
+        self._pairs: OrderedDict[tuple[str, str, str], Any] = OrderedDict()  # keyed hashers
+        self._sending: dict[tuple[str, str], Any] = {}  # (signer, audience): bounded by the keyrings
 
     def __repr__(self) -> str:
         return f"Authenticator(principals={sorted(self.keyrings)!r}, mode={self.mode!r})"
@@ -336,40 +334,38 @@ class Authenticator:
             self.require(signer)
             raise AssertionError  # pragma: no cover - require raised
         kid = keyring.sign_with
-        key = self._sending.get((signer, audience))
-        if key is None:
-            key = self._sending[signer, audience] = self._sending_key(keyring, kid, audience)
-        mac = mac_of(key, envelope.canonical(signer, kid)).decode()
+        hasher = self._sending.get((signer, audience))
+        if hasher is None:
+            hasher = self._sending[signer, audience] = self._sending_key(keyring, kid, audience)
+        mac = mac_of(hasher, envelope.canonical(signer, kid)).decode()
         return msgspec.structs.replace(envelope, signer=signer, key_id=kid, mac=mac)
 
     def verify(
-        self, fields: Fields, audience: str, holder: str, *, senders: frozenset[str] | None = None
+        self, envelope: Envelope, audience: str, holder: str, *, senders: frozenset[str] | None = None
     ) -> str:
-        """The principal that signed ``fields`` for ``audience``; :class:`Unauthenticated` if none did.
+        """The principal that signed ``envelope`` for ``audience``; :class:`Unauthenticated` if none did.
 
-        ``holder`` is the principal of this process whose keyring checks it (the audience
-        itself, or a subscriber of the ``stream:`` audience); ``senders``, when given, the
-        only principals that may have signed it. With signing off it returns ``""`` and
-        checks nothing.
+        ``envelope`` is the entry as decoded (:func:`bus.decode_fields`). ``holder`` is the
+        principal of this process whose keyring checks it (the audience itself, or a
+        subscriber of the ``stream:`` audience); ``senders``, when given, the only principals
+        that may have signed it. With signing off it returns ``""`` and checks nothing.
         """
         if not self.keyrings:
             return ""
-        signer = fields.get(b"p", b"").decode(errors="replace")
-        kid = fields.get(b"k", b"").decode(errors="replace")
-        mac = fields.get(b"mac", b"")
+        signer, kid, mac = envelope.signer, envelope.key_id, envelope.mac
         if not (signer and kid and mac):
             raise Unauthenticated("entry is not signed (no p, k or mac field)", signer)
-        key = self._pairs.get((kid, audience, signer))  # a signer seen before: checked already
-        if key is None:
-            key = self._pair_for(holder, kid, audience, signer)
-        if not hmac.compare_digest(mac_of(key, canonical(fields)), mac):
+        hasher = self._pairs.get((kid, audience, signer))  # a signer seen before: checked already
+        if hasher is None:
+            hasher = self._pair_for(holder, kid, audience, signer)
+        if not hmac.compare_digest(mac_of(hasher, envelope.canonical(signer, kid)), mac.encode()):
             raise Unauthenticated(f"entry's MAC does not verify (signed as {signer}, key id {kid})", signer)
         if senders is not None and signer not in senders:
             allowed = ", ".join(sorted(senders))
             raise Unauthenticated(f"signed by {signer}, which may not write here (only {allowed})", signer)
         return signer
 
-    def _pair_for(self, holder: str, kid: str, audience: str, signer: str) -> bytes:
+    def _pair_for(self, holder: str, kid: str, audience: str, signer: str) -> Any:
         """The key ``signer`` signs with for ``audience``, as ``holder``'s keyring derives it."""
         try:
             check_principal(signer)
@@ -384,13 +380,15 @@ class Authenticator:
             )
         return self._pair(root, kid, audience, signer)
 
-    def _sending_key(self, keyring: Keyring, kid: str, audience: str) -> bytes:
+    def _sending_key(self, keyring: Keyring, kid: str, audience: str) -> Any:
+        """The keyed hasher ``keyring``'s principal signs with for ``audience``."""
         key_set = keyring.key_set(kid)
         assert key_set is not None  # noqa: S101 - Keyring checks sign_with
-        key = key_set.send.get(audience)
-        if key is None:
-            root = _root(key_set, keyring.principal, audience)  # to itself, or a stream it reads
-            key = None if root is None else self._pair(root, kid, audience, keyring.principal)
+        given = key_set.send.get(audience)
+        if given is not None:
+            return keyed(given)
+        root = _root(key_set, keyring.principal, audience)  # to itself, or a stream it reads
+        key = None if root is None else self._pair(root, kid, audience, keyring.principal)
         if key is None:
             raise AuthError(
                 f"the keyring of {keyring.principal} (key id {kid}) has no key for sending to {audience}; "
@@ -398,11 +396,12 @@ class Authenticator:
             )
         return key
 
-    def _pair(self, root: bytes, kid: str, audience: str, sender: str) -> bytes:
+    def _pair(self, root: bytes, kid: str, audience: str, sender: str) -> Any:
+        """The keyed hasher of ``K(sender -> audience)``, derived once from ``root``."""
         cache_key = (kid, audience, sender)  # the root is a function of these (and the master)
         key = self._pairs.get(cache_key)
         if key is None:
-            key = pair_key(root, sender)
+            key = keyed(pair_key(root, sender))
             self._pairs[cache_key] = key
             if len(self._pairs) > _PAIR_CACHE:  # bounded: a flood of forged signer names
                 self._pairs.popitem(last=False)

@@ -346,7 +346,7 @@ class GroupConsumer:
         except MalformedEntry as error:
             self._dead(entry_id, f"malformed entry: {error.reason}")
             return None
-        signer = self._authenticate(entry_id, fields, envelope)
+        signer = self._authenticate(entry_id, envelope)
         if signer is None:
             return None
         if deliveries > config.max_deliveries:
@@ -391,7 +391,7 @@ class GroupConsumer:
         )
         return delivery, route, message
 
-    def _authenticate(self, entry_id: str, fields: Fields, envelope: Envelope) -> str | None:
+    def _authenticate(self, entry_id: str, envelope: Envelope) -> str | None:
         """Who signed the entry (``""`` with signing off); ``None`` once it is dead-lettered.
 
         In ``log`` mode a failed check is reported (a warning and an ``unauthenticated``
@@ -401,7 +401,7 @@ class GroupConsumer:
         if not auth.enabled:
             return ""
         try:
-            signer = auth.verify(fields, self.sub.audience, self.sub.principal, senders=self.sub.senders)
+            signer = auth.verify(envelope, self.sub.audience, self.sub.principal, senders=self.sub.senders)
         except Unauthenticated as error:
             if auth.mode == "require":
                 self._dead(entry_id, f"unauthenticated entry: {error.reason}", envelope)

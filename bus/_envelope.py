@@ -20,7 +20,6 @@ never reused for a different shape, and an unsupported ``v`` is dead-lettered, n
 from __future__ import annotations
 
 import builtins
-import struct
 import time
 from typing import Any, Final, TypeVar
 
@@ -45,16 +44,12 @@ _TEXT_FIELDS: Final = (
 _TEXT_FIELD_NAMES: Final = tuple((name.decode(), attribute) for name, attribute in _TEXT_FIELDS)
 """The same, named as they are written (str)."""
 
-SIGNED_FIELDS: Final = (
-    b"id", b"type", b"v", b"data", b"src", b"corr", b"cause", b"idem", b"reply", b"n", b"hdr", b"p", b"k",
-)  # fmt: skip
-"""The fields a MAC covers, in order (``bus/_auth.py``): all but ``at`` and ``mac`` itself."""
-_LENGTHS: Final = struct.Struct(f">{len(SIGNED_FIELDS)}I")
 
 M = TypeVar("M")
 Fields = dict[bytes, bytes]
 
 _encoder = msgspec.json.Encoder()
+_canonical_encoder = msgspec.msgpack.Encoder(order="sorted")  # headers: key order is not signed
 _headers_decoder = msgspec.json.Decoder(dict[str, str])
 
 
@@ -94,24 +89,19 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         return message
 
     def canonical(self, signer: str, key_id: str) -> bytes:
-        """The bytes a MAC by ``signer`` with ``key_id`` covers, as :meth:`field_args` writes them."""
-        return join_canonical(
-            [
-                self.id.encode(),
-                self.type.encode(),
-                str(self.schema_version).encode(),
-                self.payload,
-                self.source.encode(),
-                self.correlation_id.encode(),
-                self.causation_id.encode(),
-                self.idempotency_key.encode(),
-                self.reply_to.encode(),
-                b"" if self.attempt == 1 else str(self.attempt).encode(),
-                _encoder.encode(self.headers) if self.headers else b"",
-                signer.encode(),
-                key_id.encode(),
-            ]
-        )
+        """The bytes a MAC by ``signer`` with ``key_id`` covers (``bus/_auth.py``).
+
+        Every field that identifies or carries the message, as decoded -- so a writer's field
+        or header order, or a default left out, changes nothing -- and not ``created_at_ms``: a timer's
+        entry is stamped when Redis fires it, after it was signed.
+        """
+        return _canonical_encoder.encode(
+            (
+                self.id, self.type, self.schema_version, self.payload, self.source, self.correlation_id,
+                self.causation_id, self.idempotency_key, self.reply_to, self.attempt, self.headers,
+                signer, key_id,
+            )
+        )  # fmt: skip
 
     def to_fields(self) -> dict[str, bytes | str | int]:
         """Encode as stream fields (see the module docstring)."""
@@ -141,11 +131,6 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         if self.headers:
             args += ("hdr", _encoder.encode(self.headers))
         return args
-
-
-def join_canonical(values: list[bytes]) -> bytes:
-    """The values of :data:`SIGNED_FIELDS` (absent ones empty): their lengths, then them."""
-    return _LENGTHS.pack(*map(len, values)) + b"".join(values)
 
 
 def message_type(message_class: type[Any]) -> str:

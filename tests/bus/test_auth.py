@@ -40,9 +40,20 @@ def auth(*keyrings: Keyring, mode: bus._auth.Mode | None = None) -> Authenticato
 
 
 def as_fields(envelope: bus.Envelope) -> dict[bytes, bytes]:
+    """The fields ``envelope`` is written as, as Redis gives them back."""
     flat = envelope.field_args()
     pairs = zip(flat[::2], flat[1::2], strict=True)
     return {str(k).encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in pairs}
+
+
+def decoded(fields: dict[bytes, bytes]) -> bus.Envelope:
+    """``fields`` as a consumer decodes them before it checks the MAC."""
+    return bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
+
+
+def read_back(envelope: bus.Envelope) -> bus.Envelope:
+    """``envelope`` written and read back."""
+    return decoded(as_fields(envelope))
 
 
 def command(**overrides: object) -> bus.Envelope:
@@ -62,7 +73,7 @@ def test_a_signed_entry_verifies_for_its_audience_and_names_its_signer() -> None
     orchestrator, payments = auth(keyring(ORDERS, PAYMENTS)), auth(keyring(PAYMENTS, ORDERS))
     signed = orchestrator.sign(command(), PAYMENTS, ORDERS)
     assert (signed.signer, signed.key_id, len(signed.mac)) == (ORDERS, "k1", 24)
-    assert payments.verify(as_fields(signed), PAYMENTS, PAYMENTS) == ORDERS
+    assert payments.verify(read_back(signed), PAYMENTS, PAYMENTS) == ORDERS
 
 
 @pytest.mark.parametrize(
@@ -76,14 +87,23 @@ def test_changing_any_signed_field_breaks_the_mac(field: bytes, value: bytes) ->
     fields = as_fields(orchestrator.sign(command(), PAYMENTS, ORDERS))
     fields[field] = value
     with pytest.raises(Unauthenticated):
-        payments.verify(fields, PAYMENTS, PAYMENTS)
+        payments.verify(decoded(fields), PAYMENTS, PAYMENTS)
+
+
+def test_header_order_and_left_out_defaults_are_not_signed() -> None:
+    """The MAC covers the message as decoded, not the bytes one writer happened to produce."""
+    orchestrator, payments = auth(keyring(ORDERS, PAYMENTS)), auth(keyring(PAYMENTS, ORDERS))
+    fields = as_fields(orchestrator.sign(command(attempt=1), PAYMENTS, ORDERS))
+    fields[b"hdr"] = b'{"kind":"do","step":"charge"}'
+    fields[b"n"] = b"1"  # the writer leaves it out at 1
+    assert payments.verify(decoded(fields), PAYMENTS, PAYMENTS) == ORDERS
 
 
 def test_at_is_not_covered_a_timer_is_stamped_when_it_fires() -> None:
     orchestrator = auth(keyring(ORDERS))
     fields = as_fields(orchestrator.sign(command(), ORDERS, ORDERS))
     fields[b"at"] = b"1"
-    assert orchestrator.verify(fields, ORDERS, ORDERS) == ORDERS
+    assert orchestrator.verify(decoded(fields), ORDERS, ORDERS) == ORDERS
 
 
 def test_a_key_a_participant_checks_commands_with_signs_nothing_it_could_use() -> None:
@@ -91,29 +111,29 @@ def test_a_key_a_participant_checks_commands_with_signs_nothing_it_could_use() -
     payments = auth(keyring(PAYMENTS, ORDERS))
     orchestrator = auth(keyring(ORDERS, PAYMENTS, INVENTORY))
     forged = payments.sign(command(), ORDERS, PAYMENTS)  # a reply, signed as itself: fine
-    assert orchestrator.verify(as_fields(forged), ORDERS, ORDERS) == PAYMENTS
+    assert orchestrator.verify(read_back(forged), ORDERS, ORDERS) == PAYMENTS
     fake = msgspec.structs.replace(forged, signer=ORDERS)  # claims to be the orchestrator
     with pytest.raises(Unauthenticated, match="MAC does not verify"):
-        orchestrator.verify(as_fields(fake), ORDERS, ORDERS)
+        orchestrator.verify(read_back(fake), ORDERS, ORDERS)
     inventory = auth(keyring(INVENTORY, ORDERS))
     with pytest.raises(Unauthenticated, match="MAC does not verify"):  # nor a command to inventory
-        inventory.verify(as_fields(payments.sign(command(), PAYMENTS, PAYMENTS)), INVENTORY, INVENTORY)
+        inventory.verify(read_back(payments.sign(command(), PAYMENTS, PAYMENTS)), INVENTORY, INVENTORY)
 
 
 def test_unsigned_unknown_key_and_wrong_sender_are_refused_with_their_reason() -> None:
     orchestrator = auth(keyring(ORDERS, PAYMENTS))
     payments = auth(keyring(PAYMENTS, ORDERS))
     with pytest.raises(Unauthenticated, match="not signed"):
-        payments.verify(as_fields(command()), PAYMENTS, PAYMENTS)
+        payments.verify(read_back(command()), PAYMENTS, PAYMENTS)
     rotated = auth(keyring(ORDERS, PAYMENTS, master={"k9": os.urandom(32)}))
     with pytest.raises(Unauthenticated, match="key id 'k9'"):
-        payments.verify(as_fields(rotated.sign(command(), PAYMENTS, ORDERS)), PAYMENTS, PAYMENTS)
+        payments.verify(read_back(rotated.sign(command(), PAYMENTS, ORDERS)), PAYMENTS, PAYMENTS)
     signed = as_fields(orchestrator.sign(command(), PAYMENTS, ORDERS))
     with pytest.raises(Unauthenticated, match="may not write here"):
-        payments.verify(signed, PAYMENTS, PAYMENTS, senders=frozenset({"orchestrator:billing"}))
+        payments.verify(decoded(signed), PAYMENTS, PAYMENTS, senders=frozenset({"orchestrator:billing"}))
     signed[b"p"] = b"no such role"
     with pytest.raises(Unauthenticated, match="invalid signer"):
-        payments.verify(signed, PAYMENTS, PAYMENTS)
+        payments.verify(decoded(signed), PAYMENTS, PAYMENTS)
 
 
 def test_several_key_ids_verify_the_newest_signs() -> None:
@@ -125,7 +145,7 @@ def test_several_key_ids_verify_the_newest_signs() -> None:
     assert orchestrator_after.sign(command(), PAYMENTS, ORDERS).key_id == "k2"
     for signer in (orchestrator_before, orchestrator_after):
         assert (
-            payments.verify(as_fields(signer.sign(command(), PAYMENTS, ORDERS)), PAYMENTS, PAYMENTS) == ORDERS
+            payments.verify(read_back(signer.sign(command(), PAYMENTS, ORDERS)), PAYMENTS, PAYMENTS) == ORDERS
         )
     sign_old = issue(both, ORDERS, sends_to=[PAYMENTS], sign_with="k1")
     assert auth(sign_old).sign(command(), PAYMENTS, ORDERS).key_id == "k1"
@@ -136,10 +156,10 @@ def test_a_broadcast_streams_subscribers_share_its_root() -> None:
     publisher = auth(issue(MASTER, "service:orders", sends_to=[events]))
     subscriber = auth(issue(MASTER, "service:shipping", sends_to=[], streams=["rs:{orders.events}:stream"]))
     signed = publisher.sign(command(), events, "service:orders")
-    assert subscriber.verify(as_fields(signed), events, "service:shipping") == "service:orders"
+    assert subscriber.verify(read_back(signed), events, "service:shipping") == "service:orders"
     stranger = auth(issue(MASTER, "service:billing", sends_to=[]))
     with pytest.raises(Unauthenticated, match="does not hold"):
-        stranger.verify(as_fields(signed), events, "service:billing")
+        stranger.verify(read_back(signed), events, "service:billing")
 
 
 def test_keyrings_round_trip_and_never_show_their_secrets(tmp_path: object) -> None:
@@ -183,14 +203,14 @@ def test_configuration_mistakes_are_named() -> None:
 def test_what_is_signed_is_what_is_read_back(
     correlation: str, payload: bytes, headers: dict[str, str], attempt: int, cause: str
 ) -> None:
-    """The canonical bytes made from an envelope equal those made from its stored fields."""
+    """The canonical bytes made from an envelope equal those made from it read back."""
     orchestrator = auth(keyring(ORDERS))
     envelope = bus.Envelope(
         id="e1", type="T", payload=payload, correlation_id=correlation, causation_id=cause,
         headers=headers, attempt=attempt,
     )  # fmt: skip
     assert (
-        orchestrator.verify(as_fields(orchestrator.sign(envelope, ORDERS, ORDERS)), ORDERS, ORDERS) == ORDERS
+        orchestrator.verify(read_back(orchestrator.sign(envelope, ORDERS, ORDERS)), ORDERS, ORDERS) == ORDERS
     )
 
 
@@ -260,7 +280,7 @@ async def test_a_consumer_handles_signed_entries_and_dead_letters_or_reports_the
         worker.stop()
     [reply] = [f for _, f in await fake.xrange(INBOX.key) if f.get(b"corr") == b"good"]
     orchestrator_auth = auth(keyring(ORDERS, PAYMENTS))
-    assert orchestrator_auth.verify(reply, ORDERS, ORDERS) == PAYMENTS  # signed for whoever sent it
+    assert orchestrator_auth.verify(decoded(reply), ORDERS, ORDERS) == PAYMENTS  # signed for whoever sent it
 
 
 async def _replies(redis: bus.Redis) -> bool:
