@@ -68,10 +68,10 @@ from saga import (
     command,
     tune_gc,
 )
-from saga import _orchestrator as orchestrator_module
-from saga._keyring import issue_keyrings, new_master, reach_of
-from saga._keys import Partition
-from saga._store import commit_result
+from saga.ops.keyrings import issue_keyrings, new_master, reach_of
+from saga.runtime import orchestrator as orchestrator_module
+from saga.store.commit import commit_result
+from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 from services_example.stateless import inventory, payments, shipping

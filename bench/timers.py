@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bus
 from saga import EngineConfig, Partition
-from saga._store import TimerTemplate
-from saga._timers import fire_round, run_scheduler
+from saga.runtime.timer_firing import fire_round, run_scheduler
+from saga.store.commit import TimerTemplate
 
 CONTEXT = "bench"
 FLOOR_FIRE = """

@@ -45,14 +45,14 @@ from bus._errors import (
     Unauthenticated,
     UnsafeRedisConfig,
 )
-from bus._ids import derived_id, uuid7
-from bus._keys import Stream, tagged_key
 from bus._outcomes import Reply, reply_to_command
 from bus._publisher import Publisher
 from bus._scripts import CommandCall, Script, ScriptCall, run_batch
 from bus._signals import serve
 from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
+from redsaga.ids import derived_id, uuid7
+from redsaga.streams import Stream, tagged_key
 
 __all__ = [
     "EPOCH_KEY",

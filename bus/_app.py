@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bus._auth import check_principal, stream_audience
 from bus._envelope import Envelope, message_type
 from bus._errors import AuthError, DefinitionError
-from bus._keys import Stream
+from redsaga.streams import Stream
 
 if TYPE_CHECKING:
     from bus._delivery import Delivery

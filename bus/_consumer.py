@@ -38,8 +38,6 @@ from bus._errors import (
     Unauthenticated,
     redis_errors,
 )
-from bus._ids import derived_id
-from bus._keys import Stream
 from bus._log import Logger, get_logger
 from bus._lua import PUBLISH
 from bus._outcomes import (
@@ -61,6 +59,8 @@ from bus._pool import HandlerPool
 from bus._publisher import Publisher, publish_call
 from bus._scripts import BatchPart, ScriptCall
 from bus._slots import Slots
+from redsaga.ids import derived_id
+from redsaga.streams import Stream
 
 _log = get_logger("redsaga.bus")
 _PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge, Unauthenticated)

@@ -22,8 +22,8 @@ import msgspec
 
 from bus._client import Redis
 from bus._errors import redis_errors
-from bus._keys import Stream
 from bus._scripts import Script
+from redsaga.streams import Stream
 
 REQUEUE: Final = Script.load("bus", "requeue")
 _ENTRY_ID: Final = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from bus._envelope import Envelope
 from bus._errors import BusError
-from bus._ids import derived_id
-from bus._keys import Stream
+from redsaga.ids import derived_id
+from redsaga.streams import Stream
 
 if TYPE_CHECKING:
     from bus._publisher import Publisher

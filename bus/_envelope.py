@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bus._errors import MalformedEntry, PayloadTooLarge
-from bus._ids import uuid7
+from redsaga.ids import uuid7
 
 SCHEMA_VERSION: Final = 1
 SUPPORTED_SCHEMA_VERSIONS: Final = frozenset({1})

@@ -21,9 +21,9 @@ from typing import Final
 
 from bus._client import Redis
 from bus._errors import EpochNotSet, RedisDataLost, redis_errors
-from bus._ids import uuid7
-from bus._keys import PREFIX
 from bus._scripts import Script
+from redsaga.ids import uuid7
+from redsaga.streams import PREFIX
 
 EPOCH_KEY: Final = f"{PREFIX}:epoch"
 _EPOCH: Final = Script.load("bus", "epoch")

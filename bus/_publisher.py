@@ -9,9 +9,9 @@ from bus._client import Redis
 from bus._config import BusConfig
 from bus._envelope import Envelope, new_envelope
 from bus._errors import BusError, PayloadTooLarge
-from bus._keys import Stream
 from bus._lua import PUBLISH, PUBLISH_BATCH
 from bus._scripts import BatchPart, ScriptCall, acks_of, merge, run_batch
+from redsaga.streams import Stream
 
 MAX_BATCH = 100
 """Most messages one publish script call carries (bounds the time Redis spends in it)."""

@@ -79,11 +79,16 @@ class Library:
 
     @classmethod
     def build(cls, package: str, bodies: Mapping[str, str]) -> Library:
-        """The library of ``bodies`` (script name -> Lua body), after the shared helpers."""
+        """The library of ``bodies`` (script name -> Lua body), after the shared helpers.
+
+        ``package`` is where the files live (``saga.store``); the library is named after its
+        top-level package (``redsaga_saga_<hash8>``).
+        """
         text = _library_text(package, _HASH, bodies)
         version = hashlib.sha256(text.encode()).hexdigest()[:8]
-        name = f"{LIBRARY_PREFIX}{package}_{version}"
-        return cls(package, name, version, _library_text(package, version, bodies), tuple(sorted(bodies)))
+        owner = _owner(package)
+        name = f"{LIBRARY_PREFIX}{owner}_{version}"
+        return cls(owner, name, version, _library_text(package, version, bodies), tuple(sorted(bodies)))
 
     def script(self, name: str) -> Script:
         """The script ``name`` of this library."""
@@ -94,7 +99,10 @@ class Library:
 
 @cache
 def library(package: str) -> Library:
-    """The library of ``<package>/lua/*.lua`` (files starting with ``_`` are not scripts)."""
+    """The library of ``<package>/lua/*.lua`` (files starting with ``_`` are not scripts).
+
+    ``package`` is an import path (``bus``, ``saga.store``).
+    """
     files = resources.files(package) / "lua"
     bodies = {
         entry.name.removesuffix(".lua"): entry.read_text(encoding="utf-8")
@@ -110,13 +118,18 @@ def _shared() -> str:
 
 def _library_text(package: str, version: str, bodies: Mapping[str, str]) -> str:
     functions = [
-        f"-- {package}/lua/{name}.lua\n"
+        f"-- {package.replace('.', '/')}/lua/{name}.lua\n"
         f"redis.register_function{{function_name='{_function_name(version, name)}', "
         f"flags={{{_flags(body)}}}, callback=function(KEYS, ARGV)\n{body.rstrip()}\nend}}\n"
         for name, body in sorted(bodies.items())
     ]
-    head = f"#!lua name={LIBRARY_PREFIX}{package}_{version}\n-- built by bus/_scripts.py\n"
+    head = f"#!lua name={LIBRARY_PREFIX}{_owner(package)}_{version}\n-- built by bus/_scripts.py\n"
     return head + _shared() + "".join(functions)
+
+
+def _owner(package: str) -> str:
+    """The package a library is named after: the top level of where its files live."""
+    return package.partition(".")[0]
 
 
 def _flags(body: str) -> str:

@@ -6,7 +6,7 @@ import msgspec
 
 from bus._client import Redis
 from bus._errors import redis_errors
-from bus._keys import Stream
+from redsaga.streams import Stream
 
 
 class GroupStats(msgspec.Struct, frozen=True, kw_only=True):

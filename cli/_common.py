@@ -31,7 +31,7 @@ import relay
 from bus._errors import redis_errors
 from cli._format import cell
 from saga import SagaError
-from saga._text import printable
+from saga.ops.text import printable
 
 T = TypeVar("T")
 P = ParamSpec("P")

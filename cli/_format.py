@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import typer
 
 from saga import SagaStatus, StepStatus
-from saga._inspect import human_ms
-from saga._text import printable
+from saga.ops.inspect import human_ms
+from saga.ops.text import printable
 
 _STATUS_COLOURS = {
     SagaStatus.RUNNING: typer.colors.CYAN,

@@ -25,7 +25,7 @@ from cli._common import (
     with_redis,
 )
 
-PACKAGES: Final = ("bus", "saga", "relay")
+PACKAGES: Final = ("bus", "saga.store", "relay")
 """The packages with Lua scripts: one library each."""
 
 AdminUrl = Annotated[

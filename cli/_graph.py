@@ -8,7 +8,7 @@ import typer
 
 from cli._load import load_object
 from saga import Saga
-from saga._graph import definition_graph, lifecycle_graph, lifecycle_table
+from saga.ops.graph import definition_graph, lifecycle_graph, lifecycle_table
 
 
 def graph(

@@ -2,7 +2,7 @@
 
 - **worker**: its health file. A worker started with ``$REDSAGA_HEALTH_FILE`` (or
   ``EngineConfig.health_file``) rewrites that file every ``heartbeat_ms`` (10 s) from its
-  event loop, each time after its Redis answered a ``PING`` (``saga/_liveness.py``). Healthy
+  event loop, each time after its Redis answered a ``PING`` (``saga/runtime/liveness.py``). Healthy
   while the file is younger than ``--max-age``: the file goes stale when the loop is stuck
   and when Redis stops answering, and does not exist before the worker reads its streams.
 - **relay**: the outbox. Healthy when no committed row has waited longer than
@@ -23,7 +23,7 @@ import typer
 import relay
 from cli._common import CommandError, Json, emit_json, reporting_errors, run
 from cli._relay import Dsn, Prefix
-from saga._liveness import HEALTH_FILE_ENV, health_file_age_ms
+from saga.runtime.liveness import HEALTH_FILE_ENV, health_file_age_ms
 
 DEFAULT_MAX_AGE_S = 30.0
 """Three renewals at the default ``EngineConfig.heartbeat_ms`` (10 s)."""

@@ -18,7 +18,7 @@ from bus._auth import encode_keyrings
 from cli._common import Json, emit_json, emit_table, reporting_errors
 from cli._load import load_object
 from saga import App
-from saga._keyring import (
+from saga.ops.keyrings import (
     describe,
     encode_master,
     issue_keyrings,

@@ -26,7 +26,7 @@ from cli._format import cell, status_colour
 from cli._load import load_app
 from cli._logging import ConsoleLogs, LogLevel, configure
 from saga import EngineConfig, SagaWorker, tune_gc
-from saga._text import printable
+from saga.ops.text import printable
 
 if TYPE_CHECKING:
     from services_example.demo import DemoReport

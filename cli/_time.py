@@ -21,7 +21,7 @@ from cli._common import (
 )
 from cli._load import load_app
 from saga import Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo, ScheduleState
-from saga._scheduler import BROKEN_RECHECK_MS
+from saga.runtime.schedule_runner import BROKEN_RECHECK_MS
 
 AppRef = Annotated[
     str | None, app_option("module:attribute of the App, to check data against its definitions.")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from saga._graph import lifecycle_table
+from saga.ops.graph import lifecycle_table
 
 PAGE = Path(__file__).with_name("concepts.md")
 TABLE = re.compile(r"\| from \| to \| when \|\n\| --- \| --- \| --- \|\n(?:\|.*\|\n)*")

@@ -14,20 +14,42 @@ stats; :func:`replay_trace` replays an exported trace in CI.
 """
 
 from bus import PermanentError, TransientError
-from saga._acl import AclUser, acl_rules
-from saga._admin import SagaAdmin
-from saga._app import App
-from saga._calendar import CalendarError
-from saga._catalogue import Catalogue
-from saga._client import SagaClient
-from saga._compat import RULES as COMPATIBILITY_RULES
-from saga._compat import Change, Rule, compare_shapes
-from saga._compose import Group
-from saga._config import EngineConfig
-from saga._cron import CronError
-from saga._decider import Decision, LocalCall, decide, start
-from saga._definition import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
-from saga._errors import (
+from saga.core.decider import Decision, LocalCall, decide, start
+from saga.core.migration import KEEP, Instance, Migration, Plan, migration
+from saga.core.model import (
+    Attempt,
+    CancelRequested,
+    Event,
+    EventReceived,
+    ForceCompleted,
+    GroupState,
+    HistoryEntry,
+    Migrated,
+    Note,
+    ParentLink,
+    RedriveRequested,
+    RetryRequested,
+    SagaState,
+    SignalReceived,
+    Started,
+    StepReplied,
+    StepState,
+    TimerFired,
+    Wait,
+)
+from saga.core.query import SagaQuery, WaitInfo
+from saga.core.replay import Mismatch, ReplayReport
+from saga.core.states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
+from saga.core.tokens import Signer
+from saga.definition.calendar import CalendarError
+from saga.definition.composition import Group
+from saga.definition.cron import CronError
+from saga.definition.registry import Registry
+from saga.definition.retry import Retry
+from saga.definition.saga import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
+from saga.definition.schedule import CatchUp, Overlap, Schedule, ScheduleState
+from saga.definition.shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
+from saga.errors import (
     ActionRefused,
     CodeRequired,
     ConcurrentUpdate,
@@ -50,49 +72,28 @@ from saga._errors import (
     VersionInUse,
     WaitEnded,
 )
-from saga._gc import tune_gc
-from saga._inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
-from saga._keys import Partition, partition_of
-from saga._listing import SagaPage, SagaRow
-from saga._migrate import MigrationReport, MigrationResult, run_migration
-from saga._migration import KEEP, Instance, Migration, Plan, migration
-from saga._model import (
-    Attempt,
-    CancelRequested,
-    Event,
-    EventReceived,
-    ForceCompleted,
-    GroupState,
-    HistoryEntry,
-    Migrated,
-    Note,
-    ParentLink,
-    RedriveRequested,
-    RetryRequested,
-    SagaState,
-    SignalReceived,
-    Started,
-    StepReplied,
-    StepState,
-    TimerFired,
-    Wait,
-)
-from saga._operator import ActionResult
-from saga._orchestrator import Orchestrator
-from saga._participant import CommandContext, Participant
-from saga._protocol import StepFailed, StepSucceeded
-from saga._query import SagaQuery, WaitInfo
-from saga._registry import Registry
-from saga._replay import Mismatch, ReplayReport
-from saga._retry import Retry
-from saga._schedule import CatchUp, Overlap, Schedule, ScheduleState
-from saga._scheduler import ScheduleClient, ScheduleInfo
-from saga._shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
-from saga._states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
-from saga._stats import GroupLoad, OutboxBacklog, SagaCount, SagaTally, Stats, StreamLoad
-from saga._tokens import Signer
-from saga._trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
-from saga._versions import (
+from saga.ops.acl import AclUser, acl_rules
+from saga.ops.admin import SagaAdmin
+from saga.ops.inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
+from saga.ops.listing import SagaPage, SagaRow
+from saga.ops.operator_actions import ActionResult
+from saga.ops.stats import GroupLoad, OutboxBacklog, SagaCount, SagaTally, Stats, StreamLoad
+from saga.ops.trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
+from saga.runtime.app import App
+from saga.runtime.client import SagaClient
+from saga.runtime.config import EngineConfig
+from saga.runtime.gc_tuning import tune_gc
+from saga.runtime.orchestrator import Orchestrator
+from saga.runtime.participant import CommandContext, Participant
+from saga.runtime.protocol import StepFailed, StepSucceeded
+from saga.runtime.schedule_runner import ScheduleClient, ScheduleInfo
+from saga.runtime.worker import SagaWorker
+from saga.store.keys import Partition, partition_of
+from saga.versions.catalogue import Catalogue
+from saga.versions.compatibility import RULES as COMPATIBILITY_RULES
+from saga.versions.compatibility import Change, Rule, compare_shapes
+from saga.versions.migrator import MigrationReport, MigrationResult, run_migration
+from saga.versions.registry import (
     DrainNote,
     Registration,
     RegistrySnapshot,
@@ -103,7 +104,6 @@ from saga._versions import (
     check_registry,
     stranded_instances,
 )
-from saga._worker import SagaWorker
 
 __all__ = [
     "COMPATIBILITY_RULES",

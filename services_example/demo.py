@@ -28,7 +28,7 @@ from bus import Redis, uuid7
 from bus._auth import KEYRING_ENV, encode_keyrings
 from relay import Relay, RelayConfig
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
-from saga._keyring import issue_keyrings, new_master, reach_of
+from saga.ops.keyrings import issue_keyrings, new_master, reach_of
 from services_example.all import app
 from services_example.contracts import Line, Order
 from services_example.inventory import reserved_orders, stock

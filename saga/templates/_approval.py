@@ -22,8 +22,8 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 
 from bus import PermanentError
-from saga._definition import Saga, StepContext
-from saga._errors import DefinitionError
+from saga.definition.saga import Saga, StepContext
+from saga.errors import DefinitionError
 
 R = TypeVar("R")
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
-from saga._definition import Command, Saga, StepContext
-from saga._retry import Retry
+from saga.definition.retry import Retry
+from saga.definition.saga import Command, Saga, StepContext
 
 J = TypeVar("J")
 C = TypeVar("C")

@@ -26,11 +26,11 @@ from bus._scripts import (
     run_batch,
     shared_helpers,
 )
-from saga._acl import script_commands
+from saga.ops.acl import script_commands
 from tests.faults.servers import PrivateRedis
 
 pytestmark = pytest.mark.anyio
-PACKAGES = ("bus", "saga", "relay")
+PACKAGES = ("bus", "saga.store", "relay")
 
 
 def fresh(**bodies: str) -> Library:
@@ -46,7 +46,7 @@ def test_every_lua_file_is_a_function_of_its_package_library(package: str) -> No
     files = {f.name.removesuffix(".lua") for f in (resources.files(package) / "lua").iterdir()}
     built = library(package)
     assert set(built.scripts) == {name for name in files if not name.startswith("_")}
-    assert built.name == f"redsaga_{package}_{built.version}"
+    assert built.name == f"redsaga_{package.partition('.')[0]}_{built.version}"
     for name in built.scripts:
         assert f"redis.register_function{{function_name='rs{built.version}_{name}', flags=" in built.source
     assert Script.load(package, built.scripts[0]).function == f"rs{built.version}_{built.scripts[0]}"

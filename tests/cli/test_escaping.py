@@ -22,8 +22,8 @@ import relay
 from bus import FakeClock
 from cli.main import app as cli
 from saga import SagaClient, SagaStatus, SagaWorker
-from saga._keys import Partition
-from saga._text import printable
+from saga.ops.text import printable
+from saga.store.keys import Partition
 from services_example.orders import order_fulfilment
 from tests.ops.live import APP_REF, flush
 from tests.ops.scenario import CONFIG, app, order

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import bus
 from cli.main import app
 from saga import EngineConfig
-from saga._gc import YOUNG_THRESHOLD
+from saga.runtime.gc_tuning import YOUNG_THRESHOLD
 
 runner = CliRunner()
 UNUSED = "redis://127.0.0.1:1/0"

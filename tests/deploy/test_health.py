@@ -21,7 +21,7 @@ import relay
 from bus._epoch import join_epoch
 from cli.main import app as cli
 from saga import EngineConfig, SagaWorker
-from saga._liveness import HEALTH_FILE_ENV
+from saga.runtime.liveness import HEALTH_FILE_ENV
 from tests.helpers import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

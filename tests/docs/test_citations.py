@@ -53,7 +53,7 @@ FILES = tracked_text_files()
 
 def test_the_scan_sees_the_repository() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in FILES}
-    assert {"docs/faults.md", "saga/_retry.py", "tests/faults/checker.py", "compose.yaml"} <= names
+    assert {"docs/faults.md", "saga/definition/retry.py", "tests/faults/checker.py", "compose.yaml"} <= names
 
 
 @pytest.mark.parametrize(

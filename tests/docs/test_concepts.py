@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from saga._graph import lifecycle_table
+from saga.ops.graph import lifecycle_table
 
 DOC = (Path(__file__).parents[2] / "docs" / "concepts.md").read_text()
 

@@ -42,7 +42,7 @@ import psycopg
 
 import bus
 from saga import HistoryEntry, SagaClient, SagaState, SagaStatus
-from saga._keys import Partition, partition_of
+from saga.store.keys import Partition, partition_of
 
 END_STATES = frozenset({*(s for s in SagaStatus if s.terminal), SagaStatus.DEAD_LETTERED})
 UNDOING = frozenset({SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.DEAD_LETTERED})

@@ -17,7 +17,7 @@ import anyio
 import bus
 from bus import Bus, FakeClock, Stream
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaState, SagaWorker
-from saga._keys import Partition
+from saga.store.keys import Partition
 from services_example.contracts import (
     ORDERS,
     Line,

@@ -16,7 +16,7 @@ import pytest
 
 from bus import _crash
 from saga import SagaStatus, StepStatus
-from saga._keys import Partition
+from saga.store.keys import Partition
 from tests.faults.app import (
     CONTEXT,
     DO_RETRY,

@@ -41,10 +41,10 @@ from saga import (
     ScheduleExists,
     run_migration,
 )
-from saga._migrate import MIGRATE
-from saga._scheduler import WRITE as SCHEDULE_WRITE
-from saga._store import FIRE_TIMERS, TRANSITION
+from saga.runtime.schedule_runner import WRITE as SCHEDULE_WRITE
+from saga.store.commit import FIRE_TIMERS, TRANSITION
 from saga.testing import decode_history
+from saga.versions.migrator import MIGRATE
 from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies
 from tests.bus.test_contract import CONFIG as CONTRACT
 from tests.faults.net_app import NET, STEPS, Approval, Order, app

@@ -15,7 +15,7 @@ import pytest
 
 import bus
 from saga import SagaNotFound, SagaStatus
-from saga._keys import Partition
+from saga.store.keys import Partition
 from tests.faults.app import CONTEXT, Do, Order, order
 from tests.faults.scenario import open_scenario
 from tests.faults.servers import PrivateRedis

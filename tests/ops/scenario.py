@@ -25,7 +25,7 @@ import msgspec
 import bus
 from bus import FakeClock, PermanentError, TransientError, derived_id
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker
-from saga._keys import Partition
+from saga.store.keys import Partition
 from services_example.contracts import (
     ORDERS,
     ArrangeShipping,

@@ -30,9 +30,9 @@ from saga import (
     UnknownDefinition,
     replay_trace,
 )
-from saga._keys import Partition
-from saga._model import Dispatch, HistoryEntry, SagaState
-from saga._store import command_envelope
+from saga.core.model import Dispatch, HistoryEntry, SagaState
+from saga.store.commit import command_envelope
+from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 from tests.helpers import eventually, while_deciding

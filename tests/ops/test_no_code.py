@@ -27,7 +27,7 @@ import bus
 from bus import FakeClock
 from cli.main import app as cli
 from saga import SagaAdmin, SagaClient, SagaWorker
-from saga._keys import Partition, partition_of
+from saga.store.keys import Partition, partition_of
 from tests.helpers import eventually
 from tests.ops.live import background_worker
 

@@ -19,7 +19,7 @@ import bus
 from bus import Publisher
 from cli.main import app as cli
 from saga import SagaClient, SagaStatus
-from saga._keys import Partition
+from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations
 from tests.helpers import eventually, while_deciding
 from tests.ops.lending import APP_REF, YES, Lending

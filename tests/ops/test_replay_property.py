@@ -35,7 +35,7 @@ from saga import (
     encode_trace,
     replay_trace,
 )
-from saga._model import Dispatch
+from saga.core.model import Dispatch
 from services_example.contracts import (
     ORDERS,
     ArrangeShipping,

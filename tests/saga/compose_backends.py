@@ -16,9 +16,9 @@ from typing import Any
 import bus
 from bus import FakeClock, Publisher
 from saga import App, EngineConfig, Saga, SagaClient, SagaState, SagaStatus, SagaWorker
-from saga._keys import Partition
-from saga._protocol import RETRY as RETRY_REQUEST
-from saga._protocol import OperatorRequest
+from saga.runtime.protocol import RETRY as RETRY_REQUEST
+from saga.runtime.protocol import OperatorRequest
+from saga.store.keys import Partition
 from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
 from tests.saga.compose_sagas import DEFINITIONS, Services
 

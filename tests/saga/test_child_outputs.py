@@ -14,7 +14,7 @@ import pytest
 
 import bus
 from saga import SagaStatus
-from saga._keys import Partition
+from saga.store.keys import Partition
 from saga.testing import Summary
 from tests.helpers import dead_letters
 from tests.saga.compose_backends import RedisBackend, RunnerBackend

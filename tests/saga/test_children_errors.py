@@ -14,10 +14,10 @@ import pytest
 import bus
 from bus import Envelope, FakeClock, PermanentError, TransientError
 from saga import EngineConfig
-from saga._children import Children
-from saga._model import ParentLink
-from saga._registry import Registry
-from saga._store import ParentReport
+from saga.core.model import ParentLink
+from saga.definition.registry import Registry
+from saga.runtime.children import Children
+from saga.store.commit import ParentReport
 from tests.saga.compose_sagas import parent
 
 pytestmark = pytest.mark.anyio

@@ -196,7 +196,7 @@ def test_an_operator_force_completes_one_branch_of_a_dead_lettered_group() -> No
 
 
 def test_redrive_does_not_reach_into_a_started_group() -> None:
-    from saga._redrive import redrive_refusal
+    from saga.core.redrive import redrive_refusal
 
     runner = SagaRunner(*DEFINITIONS, participants=[FakeParticipant.of(services().build())])
     runner.start(Plan(id="p", items=["a"], flaky={"hotel": 9}), definition=fan, saga_id="f")

@@ -44,9 +44,7 @@ from saga import (
     command,
     decide,
 )
-from saga._checks import _forward_undos, completion_order
-from saga._fakes import Response
-from saga._model import Dispatch
+from saga.core.model import Dispatch
 from saga.testing import (
     Behaviour,
     FakeParticipant,
@@ -60,6 +58,8 @@ from saga.testing import (
     sequence,
     succeed,
 )
+from saga.testing.fakes import Response
+from saga.testing.invariants import _forward_undos, completion_order
 
 Kind = Literal["ok", "transient", "permanent", "lost", "late", "duplicate", "redeliver"]
 KINDS: tuple[Kind, ...] = ("ok", "transient", "permanent", "lost", "late", "duplicate", "redeliver")
@@ -393,7 +393,7 @@ def test_any_mix_of_branch_outcomes_and_orderings_ends_well(world: dict[str, Any
 def test_the_checks_catch_a_decider_that_undoes_branches_in_completion_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import saga._decide_groups as groups
+    import saga.core.group_rules as groups
 
     real = groups.GroupRules.next_undo
 

@@ -30,9 +30,9 @@ from saga import (
     StepContext,
     command,
 )
-from saga import _orchestrator as orchestrator_module
-from saga._keys import Partition
-from saga._store import commit_result
+from saga.runtime import orchestrator as orchestrator_module
+from saga.store.commit import commit_result
+from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations, replay
 
 pytestmark = pytest.mark.anyio

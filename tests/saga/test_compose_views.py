@@ -21,10 +21,10 @@ from saga import (
     compare_shapes,
     shape_of,
 )
-from saga._fakes import Response
-from saga._graph import definition_graph, path_graph
-from saga._inspect import build_inspection
+from saga.ops.graph import definition_graph, path_graph
+from saga.ops.inspect import build_inspection
 from saga.testing import Behaviour, FakeParticipant, SagaRunner
+from saga.testing.fakes import Response
 from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, Work, Worked, fan, parent, seats
 
 

@@ -18,8 +18,8 @@ from saga import (
     StepReplied,
     decide,
 )
-from saga._keys import Partition
-from saga._store import CommitResult, commit_call, commit_result, decode_state
+from saga.store.commit import CommitResult, commit_call, commit_result, decode_state
+from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 from services_example.stateless import app
@@ -140,7 +140,7 @@ async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis
     [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "old", {PARTITION.inbox.key: ">"})
     await redis.xclaim(PARTITION.inbox.key, "orchestrator", "new", 0, [entry_id])  # lease moved on
     envelope = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
-    from saga._protocol import to_event
+    from saga.runtime.protocol import to_event
 
     event = to_event(envelope)
     delivery = bus.Delivery(

@@ -22,9 +22,9 @@ from saga import (
     migration,
     run_migration,
 )
-from saga._migrate import _commit
-from saga._store import decode_state
+from saga.store.commit import decode_state
 from saga.testing import FakeParticipant, SagaRunner, decode_history, replay
+from saga.versions.migrator import _commit
 from tests.saga.versioned import (
     V1,
     V2,
@@ -326,8 +326,8 @@ async def test_the_migrate_script_refuses_a_saga_that_moved_since_it_was_read(re
     await SagaWorker(redis, app_v1, config=CONFIG, clock=clock, consumer="x").run_until_idle()
     before = await everything(redis)
 
-    from saga._migration import decide_migration
-    from saga._model import HistoryEntry
+    from saga.core.migration import decide_migration
+    from saga.core.model import HistoryEntry
 
     decision = decide_migration(v1_to_v2, stale.state, event_id="m1", at_ms=clock.now_ms(), by="t")
     assert decision.state is not None

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import saga._runner as runner_module
+import saga.testing.runner as runner_module
 from saga import SagaState, SagaStatus, StepStatus
-from saga._decider import Decision
-from saga._model import Attempt, GroupState, Note, ParentLink, StepState, Wait
+from saga.core.decider import Decision
+from saga.core.model import Attempt, GroupState, Note, ParentLink, StepState, Wait
 from tests.saga import test_compose_properties as compose_properties
 from tests.saga import test_properties as properties
 

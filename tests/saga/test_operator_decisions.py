@@ -18,10 +18,10 @@ from saga import (
     decide,
     start,
 )
-from saga._keys import Partition
-from saga._model import Dispatch, RedriveRequested, idempotency_key
-from saga._redrive import redrive_refusal
-from saga._store import command_envelope, encode_state
+from saga.core.model import Dispatch, RedriveRequested, idempotency_key
+from saga.core.redrive import redrive_refusal
+from saga.store.commit import command_envelope, encode_state
+from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 

@@ -9,8 +9,8 @@ import bus
 import saga
 from cli._format import parse_duration
 from saga import SagaStatus
-from saga._graph import path_graph
-from saga._replay import replay_history
+from saga.core.replay import replay_history
+from saga.ops.graph import path_graph
 from services_example.orders import order_fulfilment
 from tests.ops import changed
 from tests.saga.test_operator_decisions import began, dead_lettered_at_shipping, reply
@@ -65,7 +65,7 @@ def test_the_operations_api_is_exported_and_documented() -> None:
 
 def _history(state_events: list[object]) -> list[saga.HistoryEntry]:
     """Histories as the store records them, built by running the decider."""
-    from saga._replay import _revision
+    from saga.core.replay import _revision
 
     entries, state = [], None
     for event in state_events:

@@ -185,7 +185,7 @@ def play(world: dict[str, Any]) -> SagaRunner:
 
 
 def check(runner: SagaRunner) -> None:
-    runner.assert_invariants()  # G2-G4, lifecycle, nothing sent after success (saga._checks)
+    runner.assert_invariants()  # G2-G4, lifecycle, nothing sent after success (saga.testing.invariants)
     for saga_id in runner.saga_ids:
         state = runner.state(saga_id)
         event(f"ended {state.status}{' after a cancel' if state.cancel else ''}")
@@ -269,7 +269,7 @@ def test_without_permanent_failures_or_cancels_every_saga_completes_or_waits_for
 
 def test_the_property_checks_catch_a_broken_decider(monkeypatch: pytest.MonkeyPatch) -> None:
     # The checks are not vacuous: a decider that undoes in completion order is caught.
-    import saga._decider as decider
+    from saga.core import decider
 
     def forward_order(self: Any) -> None:
         for name in self.state.completed:

@@ -7,7 +7,7 @@ import pytest
 import bus
 from bus import FakeClock
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
-from saga._keys import Partition
+from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment
 from services_example.stateless import app

@@ -31,7 +31,7 @@ from saga import (
     command,
     decide,
 )
-from saga._states import move_saga, move_step
+from saga.core.states import move_saga, move_step
 from saga.testing import (
     FakeParticipant,
     ReplayMismatch,

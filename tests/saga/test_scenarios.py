@@ -42,9 +42,9 @@ from saga import (
     StepContext,
     command,
 )
-from saga._keys import Partition
-from saga._protocol import FORCE, OperatorRequest
-from saga._protocol import RETRY as RETRY_REQUEST
+from saga.runtime.protocol import FORCE, OperatorRequest
+from saga.runtime.protocol import RETRY as RETRY_REQUEST
+from saga.store.keys import Partition
 from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
 from services_example.contracts import (
     ORDERS,

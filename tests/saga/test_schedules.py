@@ -31,7 +31,7 @@ from saga import (
     ScheduleNotFound,
     UnknownDefinition,
 )
-from saga._scheduler import BROKEN_RECHECK_MS, Scheduler
+from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, Scheduler
 from saga.testing import SagaRunner
 from tests.saga.report_sagas import MIDNIGHT, REPORTS, Report, every_minute, late_report, report
 

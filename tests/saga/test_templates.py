@@ -11,7 +11,7 @@ import pytest
 import bus
 from bus import FakeClock, PermanentError, TransientError
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker, command
-from saga._protocol import RETRY, OperatorRequest
+from saga.runtime.protocol import RETRY, OperatorRequest
 from saga.templates import Decision, approval_chain, batch, chunked
 from saga.testing import FakeParticipant, SagaRunner, fail_transiently, succeed
 

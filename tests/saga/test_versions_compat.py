@@ -17,8 +17,8 @@ from saga import (
     compare_shapes,
     shape_of,
 )
-from saga._shape import decode_shape, encode_shape
-from saga._versions import ContextSnapshot, RegistrySnapshot
+from saga.definition.shape import decode_shape, encode_shape
+from saga.versions.registry import ContextSnapshot, RegistrySnapshot
 from tests.saga.versioned import CONTEXT, STEPS, V1, build
 
 REGISTERED = shape_of(V1)
@@ -219,7 +219,7 @@ def test_a_step_kind_can_describe_its_own_shape() -> None:
         def shape(self) -> StepShape:
             return StepShape(name="ship", kind="sleep", waits=("timer",))
 
-    from saga._shape import step_shape
+    from saga.definition.shape import step_shape
 
     assert step_shape(Custom()).kind == "sleep"
     assert step_shape(definition.steps[0]).kind == "command"

@@ -30,7 +30,7 @@ from saga import (
     shape_of,
     stranded_instances,
 )
-from saga._keys import CONTEXTS, ContextKeys, Partition
+from saga.store.keys import CONTEXTS, ContextKeys, Partition
 from saga.testing import decode_history, replay
 from tests.saga.versioned import (
     V1,

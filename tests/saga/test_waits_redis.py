@@ -27,8 +27,8 @@ from saga import (
     TimerFired,
     WaitEnded,
 )
-from saga._keys import Partition
-from saga._protocol import SIGNAL, SignalDelivery
+from saga.runtime.protocol import SIGNAL, SignalDelivery
+from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations, replay
 from tests.helpers import dead_letters
 from tests.saga.time_sagas import (
@@ -312,8 +312,8 @@ async def test_events_before_and_after_their_waits_on_two_workers_always_meet(re
 
 async def test_the_index_scripts_meet_in_either_order(redis: bus.Redis) -> None:
     from bus import Stream
-    from saga import _event_waits as waits
-    from saga._store import WatchRequest
+    from saga.runtime import event_routing as waits
+    from saga.store.commit import WatchRequest
 
     stream = Stream.named(TREASURY_EVENTS)
     request = WatchRequest(
@@ -338,7 +338,7 @@ async def test_the_index_scripts_meet_in_either_order(redis: bus.Redis) -> None:
 
 async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) -> None:
     # before one-field timers: the event with the timer id inside, the saga id in '<id>:c'
-    from saga._timers import fire_due
+    from saga.runtime.timer_firing import fire_due
 
     partition = Partition("old", 0)
     timer_id = "s1:step:do:1:retry"
@@ -350,7 +350,7 @@ async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) ->
     assert fields[b"corr"] == b"s1"
     assert fields[b"data"] == event
     assert await redis.hlen(partition.timer_data) == 0
-    from saga._protocol import to_event
+    from saga.runtime.protocol import to_event
 
     fired = to_event(bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32))
     assert isinstance(fired, TimerFired)
@@ -359,8 +359,8 @@ async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) ->
 
 async def test_more_due_timers_than_a_batch_all_fire_in_one_round(redis: bus.Redis) -> None:
     """A partition whose batch came back full is asked again, alone, until it is drained."""
-    from saga._store import TimerTemplate
-    from saga._timers import fire_round
+    from saga.runtime.timer_firing import fire_round
+    from saga.store.commit import TimerTemplate
 
     busy, quiet = Partition("many", 0), Partition("many", 1)
     for n in range(7):

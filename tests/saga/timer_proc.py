@@ -11,7 +11,7 @@ import anyio
 
 import bus
 from saga import EngineConfig, Partition
-from saga._timers import run_scheduler
+from saga.runtime.timer_firing import run_scheduler
 from tests.saga.nap_sagas import nap
 
 

@@ -14,8 +14,8 @@ import bus
 from bus import Authenticator, FakeClock, Publisher
 from bus._auth import Mode
 from saga import App, EngineConfig, SagaClient, SagaWorker
-from saga._keyring import MasterFile, issue_keyrings, new_master, reach_of
-from saga._keys import Partition
+from saga.ops.keyrings import MasterFile, issue_keyrings, new_master, reach_of
+from saga.store.keys import Partition
 from services_example import stateless
 from services_example.orders import order_fulfilment
 

@@ -32,9 +32,9 @@ from saga import (
     Versions,
     acl_rules,
 )
-from saga._keyring import issue_keyrings
-from saga._keys import Partition
-from saga._store import TRANSITION
+from saga.ops.keyrings import issue_keyrings
+from saga.store.commit import TRANSITION
+from saga.store.keys import Partition
 from services_example import stateless
 from services_example.all import app as demo
 from services_example.contracts import Line, Order

@@ -14,9 +14,9 @@ from bus import EPOCH_KEY, RedisCommandError, RedisPermissionDenied, Stream
 from bus._errors import translate
 from cli.main import app as cli
 from saga import AclUser, App, Context, DefinitionError, Participant, acl_rules
-from saga._acl import _CONNECT, script_commands
-from saga._keys import CONTEXTS, ContextKeys, Partition
-from saga._tokens import secret_key
+from saga.core.tokens import secret_key
+from saga.ops.acl import _CONNECT, script_commands
+from saga.store.keys import CONTEXTS, ContextKeys, Partition
 from services_example.all import app as demo
 from tests.saga import compose_sagas, time_sagas
 

@@ -18,9 +18,9 @@ from redis import exceptions as rx
 import bus
 from bus import Envelope
 from saga import App, DefinitionError, InvalidInput, Participant, SagaState, SagaStatus, SagaWorker
-from saga._keys import Partition
-from saga._model import NULL
-from saga._protocol import CANCEL, FORCE, SIGNAL, OperatorRequest, SignalDelivery
+from saga.core.model import NULL
+from saga.runtime.protocol import CANCEL, FORCE, SIGNAL, OperatorRequest, SignalDelivery
+from saga.store.keys import Partition
 from services_example import stateless
 from services_example.contracts import Line, Order, StockReserved
 from services_example.orders import order_fulfilment

@@ -11,9 +11,9 @@ import pytest
 import bus
 from bus import Envelope, derived_id
 from saga import App, InvalidToken, SagaError, SagaStatus
-from saga._keys import Partition
-from saga._protocol import CANCEL, FORCE, SIGNAL, OperatorRequest, SignalDelivery
-from saga._tokens import Signer
+from saga.core.tokens import Signer
+from saga.runtime.protocol import CANCEL, FORCE, SIGNAL, OperatorRequest, SignalDelivery
+from saga.store.keys import Partition
 from saga.testing import decode_history
 from services_example.contracts import Line, Order, StockReserved
 from services_example.orders import order_fulfilment

@@ -9,7 +9,7 @@ import pytest
 from bus import Authenticator
 from bus._auth import issue
 from saga import InvalidToken
-from saga._tokens import Signer, TokenVerifier, check_wait, peek
+from saga.core.tokens import Signer, TokenVerifier, check_wait, peek
 
 SECRET = "a-master-secret-of-32-characters"
 

@@ -1,0 +1,105 @@
+"""Every Redis key the bus writes, in one place.
+
+A stream and all of its companion keys share one hash tag, so every script that
+touches them is single-slot and runs unchanged on Redis Cluster::
+
+    rs:{<tag>}:<name>                    the stream itself
+    rs:{<tag>}:dlq                       dead-letter stream of every stream in the tag
+    rs:{<tag>}:published                 zset: envelope id -> publish time (publish dedupe window)
+    rs:{<tag>}:dedupe:<group>:<key>      string: first result of an idempotent handler (TTL)
+    rs:{<tag>}:failures:<name>:<group>   hash: entry id -> failure history, until acked or dead
+    rs:{<tag>}:lost:<name>:<group>       zset: the dedupe window of that group's reports of
+                                         entries deleted while pending (dead letters)
+
+The saga engine adds its own keys under the same tags (see ``saga/store/keys.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+PREFIX = "rs"
+_FORBIDDEN = frozenset("{}")
+
+
+def tagged_key(tag: str, *parts: str) -> str:
+    """Return the key ``rs:{tag}:part1:part2…``; every key built here shares ``tag``'s slot."""
+    return f"{PREFIX}:{{{tag}}}:" + ":".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """The address of one stream: the hash tag it shares with its companion keys and its name.
+
+    ``Stream.named("payments")`` is the stream ``rs:{payments}:stream``; the saga engine
+    builds partitioned addresses such as ``Stream("orders:0", "cmd:payments")``.
+    """
+
+    tag: str
+    name: str = "stream"
+    _key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for label, value in (("tag", self.tag), ("name", self.name)):
+            if not value or _FORBIDDEN.intersection(value):
+                raise ValueError(f"stream {label} {value!r} must be non-empty and contain no braces")
+        object.__setattr__(self, "_key", tagged_key(self.tag, self.name))  # read on every call
+
+    @classmethod
+    def named(cls, name: str) -> Stream:
+        """Return the stream of a plain name (its own hash tag)."""
+        return cls(tag=name)
+
+    @classmethod
+    def from_key(cls, key: str) -> Stream:
+        """Parse a key built by :attr:`key` back into its address."""
+        return _parsed(key) if cls is Stream else cls._parse(key)
+
+    @classmethod
+    def _parse(cls, key: str) -> Stream:
+        head = f"{PREFIX}:{{"
+        end = key.find("}:")
+        if not key.startswith(head) or end < 0:
+            raise ValueError(f"{key!r} is not a redsaga stream key (expected 'rs:{{tag}}:name')")
+        return cls(tag=key[len(head) : end], name=key[end + 2 :])
+
+    @property
+    def key(self) -> str:
+        """The stream's Redis key."""
+        return self._key
+
+    @property
+    def dlq_key(self) -> str:
+        """The dead-letter stream for entries of this stream (shared by the whole tag)."""
+        return tagged_key(self.tag, "dlq")
+
+    @property
+    def published_key(self) -> str:
+        """The sorted set that dedupes publishes into this tag within the dedupe window."""
+        return tagged_key(self.tag, "published")
+
+    def dedupe_key(self, group: str, idempotency_key: str) -> str:
+        """The key holding the first result of ``group``'s handler for ``idempotency_key``."""
+        return tagged_key(self.tag, "dedupe", group, idempotency_key)
+
+    def failures_key(self, group: str) -> str:
+        """The hash holding the failure history of ``group``'s failing entries on this stream."""
+        return tagged_key(self.tag, "failures", self.name, group)
+
+    def lost_key(self, group: str) -> str:
+        """The dedupe window of ``group``'s reports of entries deleted while pending."""
+        return tagged_key(self.tag, "lost", self.name, group)
+
+    def same_slot(self, other: Stream) -> bool:
+        """Whether one script may touch both streams (they share a hash tag)."""
+        return self.tag == other.tag
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(key: str) -> Stream:
+    """Reply-to keys are parsed on every delivery; a process sees few distinct ones."""
+    return Stream._parse(key)

@@ -1,0 +1,284 @@
+"""Resume tokens: what a signal's sender holds to resume one wait of one saga, once.
+
+A token is ``rs2.<payload>.<signature>`` (base64url, no padding). The payload names the wait
+-- context, partition, saga id, the saga's *incarnation* (when it was created), step, wait
+number -- plus an expiry (0: none) and the key id that signed it, so the token routes
+itself to the saga's partition inbox and an old token never resumes a new saga started
+later under the same id. The signature is Ed25519 by the context's token key:
+
+- only the context's orchestrator can make tokens (its keyring holds the key; see
+  ``bus/_auth.py``), and it checks every signal's token when the entry arrives;
+- anyone can check a token before sending it: the orchestrator publishes the public keys
+  in ``rs:{<context>:meta}:token-keys``, so a client holds no secret that could mint one.
+
+Keys rotate with the keyring: tokens carry the key id, and every key id of the keyring
+verifies. Without a keyring (signing off) the key derives from a master secret, as before:
+``EngineConfig.signal_secret``, else ``REDSAGA_SIGNAL_SECRET``, else 32 random bytes stored
+once per context in Redis; then whoever reads that secret can make tokens.
+
+Tokens are deterministic (Ed25519 signatures are), so replay makes the same ones; a token
+for a wait that has ended is still valid but changes nothing: the saga records the late
+delivery and ignores it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from bus import Authenticator, tagged_key
+from bus._errors import redis_errors
+from saga.errors import InvalidToken, SagaError
+
+SECRET_ENV: Final = "REDSAGA_SIGNAL_SECRET"  # noqa: S105 - the variable's name, not a secret
+"""The environment variable holding the master signal secret (signing off only)."""
+SECRET_KEY_ID: Final = "s"  # noqa: S105 - a key id, not a secret
+"""The key id of tokens made from a master signal secret."""
+_PREFIX: Final = "rs2"
+_MAX_TOKEN: Final = 2048
+_LABEL: Final = b"redsaga/resume-token/v2\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRef:
+    """The wait a token resumes, as the token names it."""
+
+    context: str
+    partition: int
+    saga_id: str
+    incarnation: int
+    """The saga's creation time (ms): a later saga under the same id has another."""
+    step: str
+    n: int
+    expires_ms: int
+    """When the token stops being accepted (0: never)."""
+    key_id: str
+
+
+class TokenVerifier:
+    """Checks the resume tokens of one context (public keys only: it cannot make any)."""
+
+    __slots__ = ("_public", "context")
+
+    def __init__(self, context: str, public: Mapping[str, Ed25519PublicKey]) -> None:
+        self.context = context
+        self._public = dict(public)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(context={self.context!r}, key_ids={sorted(self._public)!r})"
+
+    @property
+    def key_ids(self) -> list[str]:
+        """The key ids whose tokens this verifier accepts."""
+        return sorted(self._public)
+
+    def public_keys(self) -> dict[str, bytes]:
+        """The raw public keys, by key id (what the orchestrator publishes)."""
+        return {kid: key.public_bytes(Encoding.Raw, PublicFormat.Raw) for kid, key in self._public.items()}
+
+    def verify(self, token: str, *, now_ms: int | None = None) -> WaitRef:
+        """The wait ``token`` resumes.
+
+        :class:`InvalidToken` if this context did not make it, or (with ``now_ms``) it has
+        expired.
+        """
+        ref, payload, signature = _parse(token)
+        key = self._public.get(ref.key_id)
+        if ref.context != self.context or key is None:
+            raise InvalidToken(
+                "resume token is not valid (for another context, or signed with a retired key)",
+                saga=ref.saga_id,
+            )
+        try:
+            key.verify(signature, _LABEL + payload)
+        except InvalidSignature as error:
+            raise InvalidToken(
+                "resume token is not valid (forged or tampered with)", saga=ref.saga_id
+            ) from error
+        if now_ms is not None and ref.expires_ms and now_ms > ref.expires_ms:
+            raise InvalidToken(f"resume token expired at {ref.expires_ms} ms", saga=ref.saga_id)
+        return ref
+
+
+class Signer(TokenVerifier):
+    """Makes (and checks) the resume tokens of one context: holds its private keys; never log it.
+
+    ``ttl_ms`` > 0 makes tokens that expire that long after they were made.
+    """
+
+    __slots__ = ("_private", "_signing", "ttl_ms")
+
+    def __init__(
+        self, context: str, private: Mapping[str, Ed25519PrivateKey], *, signing: str, ttl_ms: int = 0
+    ) -> None:
+        if signing not in private:
+            raise ValueError(f"no token key with id {signing!r}")
+        super().__init__(context, {kid: key.public_key() for kid, key in private.items()})
+        self._private = dict(private)
+        self._signing = signing
+        self.ttl_ms = ttl_ms
+
+    @classmethod
+    def from_secret(cls, secret: str | bytes, context: str, *, ttl_ms: int = 0) -> Signer:
+        """The context's signer, its key derived from a master ``secret`` (signing off)."""
+        master = secret.encode() if isinstance(secret, str) else secret
+        if len(master) < 16:
+            raise ValueError("the signal secret must have at least 16 bytes")
+        seed = hmac.digest(master, _LABEL + context.encode(), "sha256")
+        return cls(
+            context,
+            {SECRET_KEY_ID: Ed25519PrivateKey.from_private_bytes(seed)},
+            signing=SECRET_KEY_ID,
+            ttl_ms=ttl_ms,
+        )
+
+    @classmethod
+    def from_auth(cls, auth: Authenticator, context: str, *, ttl_ms: int = 0) -> Signer | None:
+        """The signer of ``context`` from the orchestrator keyring ``auth`` holds (``None``: none)."""
+        keyring = auth.keyrings.get(f"orchestrator:{context}")
+        if keyring is None:
+            return None
+        private = {
+            s.kid: Ed25519PrivateKey.from_private_bytes(
+                hmac.digest(s.receive, _LABEL + context.encode(), "sha256")
+            )
+            for s in keyring.sets
+        }
+        return cls(context, private, signing=keyring.sign_with, ttl_ms=ttl_ms)
+
+    def token(self, partition: int, saga_id: str, step: str, n: int, *, incarnation: int, now_ms: int) -> str:
+        """The token of wait ``n`` of ``step`` in saga ``saga_id`` (created at ``incarnation``)."""
+        expires = now_ms + self.ttl_ms if self.ttl_ms else 0
+        payload = msgspec.json.encode(
+            [self.context, partition, saga_id, incarnation, step, n, expires, self._signing]
+        )
+        signature = self._private[self._signing].sign(_LABEL + payload)
+        return f"{_PREFIX}.{_b64(payload)}.{_b64(signature)}"
+
+    def verifier(self) -> TokenVerifier:
+        """A verifier of this signer's tokens that cannot make any."""
+        return TokenVerifier(self.context, {kid: key.public_key() for kid, key in self._private.items()})
+
+
+def check_wait(
+    ref: WaitRef,
+    *,
+    context: str,
+    partition: int,
+    saga_id: str,
+    incarnation: int,
+    wait: tuple[str, int] | None = None,
+) -> None:
+    """Refuse (:class:`InvalidToken`) a token delivered to another saga than the one it names.
+
+    ``incarnation`` is the saga's creation time: a token of an earlier saga under the same id
+    names another. ``wait`` (step, number), when given, is the wait the delivery claims.
+    """
+    if wait is not None and wait != (ref.step, ref.n):
+        raise InvalidToken("the signal names another wait than its resume token", saga=saga_id)
+    if (ref.context, ref.partition, ref.saga_id) != (context, partition, saga_id):
+        raise InvalidToken(
+            "resume token names another saga or partition than it was delivered to", saga=saga_id
+        )
+    if ref.incarnation != incarnation:
+        raise InvalidToken(
+            "resume token is for an earlier saga under the same id (it ended; this one started later)",
+            saga=saga_id,
+        )
+
+
+def peek(token: str) -> WaitRef:
+    """Read a token's wait **without** checking it (to find the context whose keys check it)."""
+    return _parse(token)[0]
+
+
+def _parse(token: str) -> tuple[WaitRef, bytes, bytes]:
+    if not isinstance(token, str) or len(token) > _MAX_TOKEN:
+        raise InvalidToken("resume token is malformed (too long or not text)")
+    parts = token.strip().split(".")
+    if len(parts) != 3 or parts[0] != _PREFIX:
+        raise InvalidToken(f"resume token is malformed (expected {_PREFIX}.<payload>.<signature>)")
+    try:
+        payload, signature = _unb64(parts[1]), _unb64(parts[2])
+        fields = msgspec.json.decode(payload, type=tuple[str, int, str, int, str, int, int, str])
+    except (ValueError, binascii.Error, msgspec.DecodeError) as error:
+        raise InvalidToken("resume token is malformed (undecodable payload)") from error
+    return WaitRef(*fields), payload, signature
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def secret_key(context: str) -> str:
+    """The Redis key of a context's generated master secret (signing off, none configured)."""
+    return tagged_key(f"{context}:meta", "signal-secret")
+
+
+def public_keys_key(context: str) -> str:
+    """The Redis hash where a context's orchestrator publishes its token keys (key id -> raw)."""
+    return tagged_key(f"{context}:meta", "token-keys")
+
+
+async def load_signer(
+    redis: Any, context: str, *, auth: Authenticator, secret: str | bytes | None = None, ttl_ms: int = 0
+) -> Signer:
+    """The signer of ``context``: from the keyring, else ``secret``, the environment or Redis.
+
+    With signing on, only a process holding the context's orchestrator keyring has one:
+    :class:`SagaError` otherwise.
+    """
+    if auth.enabled:
+        signer = Signer.from_auth(auth, context, ttl_ms=ttl_ms)
+        if signer is None:
+            raise SagaError(
+                f"this process cannot make resume tokens of context {context!r}: only its orchestrator can"
+            )
+        return signer
+    secret = secret or os.environ.get(SECRET_ENV) or None
+    if secret is None:
+        key = secret_key(context)
+        with redis_errors():
+            await redis.set(key, secrets.token_hex(32), nx=True)
+            stored = await redis.get(key)
+        if stored is None:
+            raise SagaError(f"the signal secret of context {context!r} vanished from Redis")
+        secret = stored
+    return Signer.from_secret(secret, context, ttl_ms=ttl_ms)
+
+
+async def publish_verifier(redis: Any, signer: Signer) -> None:
+    """Publish the context's public token keys (the orchestrator does, at start)."""
+    keys = {kid: _b64(raw) for kid, raw in signer.public_keys().items()}
+    with redis_errors():
+        await redis.hset(public_keys_key(signer.context), mapping=keys)
+
+
+async def load_verifier(redis: Any, context: str) -> TokenVerifier:
+    """The context's published token keys (:class:`InvalidToken` when none are published)."""
+    with redis_errors():
+        raw = await redis.hgetall(public_keys_key(context))
+    if not raw:
+        raise InvalidToken(
+            f"context {context!r} has published no token keys: no orchestrator of it has started "
+            "with signing on"
+        )
+    return TokenVerifier(
+        context,
+        {k.decode(): Ed25519PublicKey.from_public_bytes(_unb64(v.decode())) for k, v in raw.items()},
+    )

@@ -1,0 +1,60 @@
+"""The definitions an app, a worker or a client knows, by name and version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from saga.definition.saga import Context, Saga
+from saga.errors import DefinitionError, UnknownDefinition
+
+
+class Registry:
+    """Validated saga definitions, several versions of one name side by side."""
+
+    def __init__(self, sagas: Iterable[Saga[Any]]) -> None:
+        self._by_key: dict[tuple[str, int], Saga[Any]] = {}
+        self.contexts: dict[str, Context] = {}
+        for definition in sagas:
+            definition.validate()
+            key = (definition.name, definition.version)
+            if key in self._by_key and self._by_key[key] is not definition:
+                raise DefinitionError(f"two definitions of {definition.key}")
+            known = self.contexts.setdefault(definition.context.name, definition.context)
+            if known != definition.context:
+                raise DefinitionError(
+                    f"context {known.name!r} is declared with {known.partitions} and "
+                    f"{definition.context.partitions} partitions"
+                )
+            self._by_key[key] = definition
+
+    def __iter__(self) -> Any:
+        return iter(self._by_key.values())
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get(self, name: str, version: int) -> Saga[Any]:
+        """The definition ``name@version`` (:class:`UnknownDefinition` if not registered)."""
+        try:
+            return self._by_key[(name, version)]
+        except KeyError:
+            raise UnknownDefinition(f"no definition {name}@{version} is registered here") from None
+
+    def latest(self, name: str) -> Saga[Any]:
+        """The newest registered version of ``name``."""
+        versions = [d for (n, _), d in self._by_key.items() if n == name]
+        if not versions:
+            raise UnknownDefinition(f"no definition named {name!r} is registered here")
+        return max(versions, key=lambda d: d.version)
+
+    def context(self, name: str | None) -> Context:
+        """The context ``name``, or the only one when ``name`` is ``None``."""
+        if name is None:
+            if len(self.contexts) != 1:
+                raise UnknownDefinition(f"name a context: this registry has {sorted(self.contexts)}")
+            return next(iter(self.contexts.values()))
+        try:
+            return self.contexts[name]
+        except KeyError:
+            raise UnknownDefinition(f"no context {name!r} here (known: {sorted(self.contexts)})") from None

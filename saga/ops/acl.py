@@ -1,0 +1,394 @@
+"""Redis ACL users for an app: each process gets only its own keys and the commands it sends.
+
+:func:`acl_rules` derives the users from the app's definitions and the key layout
+(``saga/store/keys.py``, ``redsaga/streams.py``), never from a hand-kept list of keys. They assume
+signing is on (``bus/_auth.py``): a client then starts sagas by a signed request on the
+inbox instead of writing them, and a parent saga starts its children in another context the
+same way, so neither needs to write a saga::
+
+    user                            may                                        may not
+    <prefix>.<context>              every key of its partitions, its event     anything of another
+      (orchestrator)                waits, schedules, token keys, versions,    context but what a
+                                    rs:epoch; add to the inbox of a child's    child or parent needs
+                                    or parent's context, read a child's saga
+    <prefix>.<context>.<p>          its command stream and group, its dedupe,  read the inbox or the
+      (participant)                 failure and lost-report records; add       dead letters, delete,
+                                    replies to the inbox and letters to the    trim or ack them, write
+                                    dead-letter stream (write-only); read      rs:epoch, reach another
+                                    rs:epoch and the registered shapes         participant's stream
+    <prefix>.client                 add to the inboxes (start requests,        write or delete a saga,
+                                    signals, cancels); read sagas, their       read the history or the
+                                    timers and indexes, the token keys and     dead letters
+                                    the registered shapes
+    <prefix>.relay                  add outbox rows to the inboxes (and to     read them
+                                    --relay-stream streams)
+    <prefix>.operator               read every key of the app's contexts but   write anything, read the
+                                    the context's secrets                      signal secret
+
+Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...)
+run as the context's orchestrator user, signed with an operator's keyring.
+
+Key patterns are anchored: a partition's tag is matched digit by digit
+(``rs:{orders:[0-9]}:…``, ``rs:{orders:[1-9][0-9]}:…``), never with a ``*`` that could cross a
+``}``; and ids and names are validated before they become part of a key (``saga/store/keys.py``).
+Write-only targets (``%W~``) are passed to functions as arguments, not keys, because Redis
+checks every key of an ``FCALL`` as read-write. Commands: ``-@all``, then the plain commands
+the role sends and every command its functions call, parsed from the scripts' source and the
+shared helpers they call (Redis 7 checks each ``redis.call`` in a function against the
+caller's ACL, keys included). Scripts run as Redis Functions (``FCALL``), never ``EVAL``: no
+user may run Lua of its own, and none may load functions (an admin loads them: ``saga
+functions load``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Final, Literal
+
+from bus import EPOCH_KEY, Stream, tagged_key
+from bus._scripts import shared_helpers
+from saga.definition.saga import LOCAL, Context, Saga
+from saga.runtime.app import App
+from saga.runtime.event_routing import event_waits
+from saga.store.keys import CHILD, CONTEXTS, WAITS
+
+Role = Literal["orchestrator", "participant", "client", "relay", "operator"]
+
+_CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
+"""Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
+_SCRIPTS: Final = ("fcall",)
+"""redsaga's Lua runs as functions an admin loaded (``bus/_scripts.py``)."""
+_CONSUME: Final = ("xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers")
+_READ: Final = (
+    "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
+    "smembers", "sismember", "zrange", "zrangebyscore", "zscore", "zmscore", "zcount", "zcard",
+    "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream",
+    "multi", "exec", "discard",
+)  # fmt: skip
+"""What the read-only operator commands send (``multi``/``exec`` wrap consistent reads)."""
+_CLIENT_READS: Final = ("exists", "get", "hget", "hgetall", "hmget", "zmscore", "zrange", "zscore", "time")
+"""What ``SagaClient`` reads: a saga and its branches, its timers, the indexes, token keys."""
+_ORCHESTRATE: Final = ("sadd", "set", "hdel")
+"""Plain writes of an orchestrator: the contexts set, the signal secret, ended waits."""
+_OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
+"""Plain writes of operator actions (drain, decommission, dlq purge)."""
+
+_CONSUMER_SCRIPTS: Final = (
+    ("bus", "epoch"), ("bus", "ack"), ("bus", "record"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
+    ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
+    ("bus", "publish"),  # the dead letter of an entry deleted while pending (GroupConsumer)
+)  # fmt: skip
+_PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus", "epoch"))
+"""A participant reads ``rs:epoch`` (``GET``) and never runs the function that writes it."""
+_PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
+_SAGA_SCRIPTS: Final = (
+    ("saga.store", "transition"), ("saga.store", "fire_timers"), ("saga.store", "prune_ended"),
+    ("saga.store", "register_shape"), ("saga.store", "workers"), ("saga.store", "schedule_write"),
+    ("saga.store", "watch_event"), ("saga.store", "route_event"), ("saga.store", "migrate"),
+    ("bus", "requeue"),
+)  # fmt: skip
+_RELAY_SCRIPTS: Final = (("relay", "publish_rows"),)
+
+_CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
+_CONTAINERS: Final = frozenset({"xinfo", "xgroup", "client", "script", "object", "config"})
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Commands allowed on keys: a user's root permissions, or one of its selectors.
+
+    ``commands`` are ACL command names (``xgroup|create`` for a subcommand); ``keys`` are
+    ACL key selectors (``~pattern`` read-write, ``%R~pattern`` read-only, ``%W~pattern``
+    write-only). Redis 7 allows a command when one grant allows the command and all its keys.
+    """
+
+    commands: tuple[str, ...]
+    keys: tuple[str, ...] = ()
+
+    def selector(self) -> str:
+        """The grant as an ACL selector: ``(+command ~key …)``."""
+        return "(" + " ".join([*(f"+{c}" for c in self.commands), *self.keys]) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class AclUser:
+    """One Redis ACL user: its name, what it is for, and its grants.
+
+    The first grant is the user's root permissions, the others selectors, each binding
+    commands to the only keys they may touch: a participant may ``XADD`` to the inbox it
+    holds write-only, and ``XTRIM`` only its own stream.
+    """
+
+    name: str
+    role: Role
+    context: str | None
+    grants: tuple[Grant, ...]
+    note: str
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """Every command any grant allows."""
+        return tuple(sorted({c for g in self.grants for c in g.commands}))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key selector of every grant."""
+        return tuple(dict.fromkeys(k for g in self.grants for k in g.keys))
+
+    def rules(self, password: str | None) -> list[str]:
+        """The ``ACL SETUSER`` arguments after the user name.
+
+        ``password`` is stored as its SHA-256 (``#<hex>``), so the rules never hold the
+        secret itself; ``None`` makes a user without a password (``nopass``), for local use.
+        """
+        secret = "nopass" if password is None else "#" + hashlib.sha256(password.encode()).hexdigest()
+        root, *selectors = self.grants
+        return [
+            "reset", "on", secret, "-@all", *(f"+{c}" for c in root.commands),
+            "resetkeys", *root.keys, "resetchannels", *(g.selector() for g in selectors),
+        ]  # fmt: skip
+
+    def line(self, password: str | None) -> str:
+        """The ``ACL SETUSER`` line (for ``redis-cli``; selectors quoted, as it reads them)."""
+        quoted = [f'"{rule}"' if rule.startswith("(") else rule for rule in self.rules(password)]
+        return " ".join(["ACL", "SETUSER", self.name, *quoted])
+
+
+def _grant(plain: Iterable[str], scripts: Iterable[tuple[str, str]], keys: Iterable[str]) -> Grant:
+    return Grant(_commands(plain, scripts), _unique(keys))
+
+
+def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = ()) -> list[AclUser]:
+    """The ACL users of ``app``: orchestrators, participants, a client, the relay, an operator.
+
+    ``relay_streams`` are further stream keys the app's relay publishes to (domain events
+    written through the outbox); their ``published`` windows are included.
+    """
+    definitions = list(app.registry)
+    contexts = app.registry.contexts
+    users = [_orchestrator(prefix, context, definitions, contexts) for context in contexts.values()]
+    users += [
+        _participant(prefix, context, participant.name)
+        for participant in app.participants
+        for context in participant.serves
+    ]
+    if contexts:
+        users.append(_client(prefix, contexts.values()))
+    relayed = [c for p in app.participants if p.uses_outbox for c in p.serves]
+    users.append(_relay(prefix, _unique(relayed), [Stream.from_key(k) for k in relay_streams]))
+    streams = [s.stream for bus in app.buses for s in bus.subscriptions]
+    users.append(_operator(prefix, contexts.values(), streams))
+    return users
+
+
+def _orchestrator(
+    prefix: str, context: Context, definitions: list[Saga[Any]], contexts: Mapping[str, Context]
+) -> AclUser:
+    name = context.name
+    own = [d for d in definitions if d.context.name == name]
+    keys = [
+        *_partition_keys(context, "*"), _key(f"{name}:w:*", "*"), _key(f"{name}:sched", "*"),
+        _key(f"{name}:meta", "*"), _key(name, "versions:*"), "~" + CONTEXTS, "~" + EPOCH_KEY,
+    ]  # fmt: skip
+    added: list[str] = []  # keys it may only add to, elsewhere
+    windows: list[str] = []  # the publish windows of those streams
+    read: list[str] = []  # keys of another context it may only read
+    for stream in event_waits(own):
+        keys += _consumer_keys(stream, f"{name}.waits")
+        added.append("%W~" + stream.dlq_key)
+    children = [s.child.definition.context for d in own for s in [*d.steps, *d.branch_steps()] if s.child]
+    for declared in _unique(c for c in children if c.name != name):
+        # start and cancel by request, read the child's saga (a cancel finds its partition)
+        child = contexts.get(declared.name, declared)
+        added += _partition_keys(child, "inbox", "%W")
+        windows += _partition_keys(child, "published")
+        read += _partition_keys(child, "saga:*", "%R") + _partition_keys(child, "branches:*", "%R")
+    parents = [d.context for d in definitions if d.context.name != name and _has_child_in(d, name)]
+    for parent in _unique(parents):  # the child's end report goes to the parent's inbox
+        added += _partition_keys(parent, "inbox", "%W")
+        windows += _partition_keys(parent, "published")
+    scripts = (*_CONSUMER_SCRIPTS, *_PUBLISH_SCRIPTS, *_SAGA_SCRIPTS)
+    plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
+    grants = [_grant(plain, scripts, keys)]
+    grants += _elsewhere(added, windows, read)
+    note = (
+        f"orchestrator of context {name!r} ({context.partitions} partition(s)); also the user for "
+        "operator writes: force-complete, cancel, retry, dlq requeue|purge, versions drain|migrate"
+    )
+    return AclUser(f"{prefix}.{name}", "orchestrator", name, tuple(grants), note)
+
+
+def _participant(prefix: str, context: Context, participant: str) -> AclUser:
+    if participant in (LOCAL, WAITS, CHILD):
+        raise ValueError(f"participant name {participant!r} is reserved for the orchestrator")
+    stream = f"cmd:{participant}"
+    own = [
+        *_partition_keys(context, stream),
+        *_partition_keys(context, f"dedupe:{participant}:*"),
+        *_partition_keys(context, f"failures:{stream}:{participant}"),
+        *_partition_keys(context, f"lost:{stream}:{participant}"),
+    ]
+    added = [
+        *_partition_keys(context, "inbox", "%W"),  # its replies: it reads nobody's
+        *_partition_keys(context, "dlq", "%W"),  # its dead letters: it cannot read or delete them
+        "%W~" + tagged_key(context.name, "versions", "participants"),  # records that it runs, at start
+    ]
+    read = [
+        "%R~" + EPOCH_KEY,  # it joins and checks the deployment's epoch, never writes it
+        "%R~" + tagged_key(context.name, "versions", "shapes"),  # its partition count, read at start
+    ]
+    grants = (
+        Grant((*_CONNECT, "xadd", "hset"), tuple(added)),  # adding only: no trim, delete or ack there
+        _grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
+        Grant(("get", "hgetall"), tuple(read)),
+    )
+    note = f"participant {participant!r} serving context {context.name!r}"
+    return AclUser(f"{prefix}.{context.name}.{participant}", "participant", context.name, grants, note)
+
+
+def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
+    added: list[str] = []
+    windows: list[str] = []
+    read: list[str] = []
+    for context in contexts:
+        added += _partition_keys(context, "inbox", "%W")  # start requests, signals, cancels
+        windows += _partition_keys(context, "published")
+        for readable in ("saga:*", "branches:*", "timers", "idx:*", "counts"):
+            read += _partition_keys(context, readable, "%R")
+        read += [
+            "%R~" + tagged_key(f"{context.name}:meta", "token-keys"),  # checks tokens: public keys only
+            "%R~" + tagged_key(context.name, "versions", "shapes"),  # checks signal data without the code
+        ]
+    note = "client: starts sagas by request, signals and cancels them, reads their state (SagaClient)"
+    grants = (Grant(_CONNECT), *_elsewhere(added, windows, read))
+    return AclUser(f"{prefix}.client", "client", None, grants, note)
+
+
+def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
+    added = [k for c in contexts for k in _partition_keys(c, "inbox", "%W")]
+    windows = [k for c in contexts for k in _partition_keys(c, "published")]
+    for stream in streams:
+        added.append("%W~" + stream.key)
+        windows.append("~" + stream.published_key)
+    note = "outbox relay: publishes outbox rows (participant replies, events) as their writers signed them"
+    root = Grant(_CONNECT)
+    rows = _grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
+    grants = (root, Grant(("xadd",), _unique(added)), rows) if added else (root,)
+    return AclUser(f"{prefix}.relay", "relay", None, grants, note)
+
+
+def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
+    keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH_KEY]
+    for context in contexts:
+        name = context.name
+        keys += _partition_keys(context, "*", "%R")
+        keys += [
+            "%R" + _key(f"{name}:w:*", "*"),
+            "%R" + _key(f"{name}:sched", "*"),
+            "%R" + _key(name, "versions:*"),
+            "%R~" + tagged_key(f"{name}:meta", "token-keys"),  # not the meta key holding a secret
+        ]
+    keys += ["%R" + _key(s.tag, "*") for s in streams]
+    note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list (no secrets)"
+    grants = (_grant(_CONNECT + _READ, (), keys),)
+    return AclUser(f"{prefix}.operator", "operator", None, grants, note)
+
+
+def _elsewhere(added: list[str], windows: list[str], read: list[str]) -> list[Grant]:
+    """Selectors for keys not its own.
+
+    Streams it only adds to (with the publish function, and their windows), keys it only reads.
+    """
+    grants = []
+    if added:
+        grants.append(Grant(("xadd",), _unique(added)))
+        grants.append(_grant(_SCRIPTS, _PUBLISH_SCRIPTS, windows))
+    if read:
+        grants.append(Grant(_CLIENT_READS, _unique(read)))
+    return grants
+
+
+def _has_child_in(definition: Saga[Any], context: str) -> bool:
+    steps = [*definition.steps, *definition.branch_steps()]
+    return any(s.child is not None and s.child.definition.context.name == context for s in steps)
+
+
+def _key(tag: str, rest: str) -> str:
+    return "~" + tagged_key(tag, rest)
+
+
+def partition_tags(context: Context) -> list[str]:
+    """Glob tags matching exactly the partition tags of ``context``, by number of digits.
+
+    ``[0-9]``, then ``[1-9][0-9]``, … up to the digits of its last partition: a ``*`` could
+    match a ``}`` and so a key another principal's pattern was never meant to reach.
+    """
+    digits = len(str(context.partitions - 1))
+    return [
+        f"{context.name}:" + ("[0-9]" if n == 1 else "[1-9]" + "[0-9]" * (n - 1))
+        for n in range(1, digits + 1)
+    ]
+
+
+def _partition_keys(context: Context, rest: str, access: str = "") -> list[str]:
+    """``access`` (``""`` read-write, ``%R``, ``%W``) to ``rest`` in every partition of ``context``."""
+    return [f"{access}~" + tagged_key(tag, rest) for tag in partition_tags(context)]
+
+
+def _inbox_writer_keys(context: Context) -> list[str]:
+    """What publishing onto ``context``'s inboxes needs: the inbox write-only, its window."""
+    return _partition_keys(context, "inbox", "%W") + _partition_keys(context, "published")
+
+
+def _consumer_keys(stream: Stream, group: str) -> list[str]:
+    """What consuming ``stream`` as ``group`` touches: the stream and its companion keys."""
+    return [
+        "~" + stream.key,
+        "%W~" + stream.dlq_key,
+        "~" + stream.failures_key(group),
+        "~" + stream.dedupe_key(group, "*"),
+        "~" + stream.lost_key(group),
+    ]
+
+
+def _commands(plain: Iterable[str], scripts: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    called = [c for package, name in scripts for c in script_commands(package, name)]
+    return tuple(sorted(set(plain) | set(called)))
+
+
+@cache
+def script_commands(package: str, name: str) -> tuple[str, ...]:
+    """Every command ``<package>/lua/<name>.lua`` calls, as ACL names (``xinfo|groups``).
+
+    The shared helpers it calls (``bus/lua/_shared.lua``) count as its own code.
+    """
+    source = (resources.files(package) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    source += shared_helpers(source)
+    found = set()
+    for called, sub in _CALL.findall(source):
+        command = called.lower()
+        found.add(f"{command}|{sub.lower()}" if command in _CONTAINERS and sub else command)
+    return tuple(sorted(found))
+
+
+def _unique(items: Iterable[Any]) -> Any:
+    return tuple(dict.fromkeys(items))
+
+
+def as_json(users: Iterable[AclUser], passwords: Mapping[str, str | None]) -> list[dict[str, object]]:
+    """The users as JSON-ready dicts (``rules`` is the ``ACL SETUSER`` argument list)."""
+    return [
+        {
+            "name": u.name,
+            "role": u.role,
+            "context": u.context,
+            "note": u.note,
+            "rules": u.rules(passwords[u.name]),
+        }
+        for u in users
+    ]

@@ -1,0 +1,339 @@
+"""Listing sagas from the indexes: by status, definition and version, or by time stuck.
+
+Sources are the per-partition sorted sets the transition script maintains (``idx:<status>``
+scored by when the saga entered the status; ``active`` scored by when a non-ended saga
+last moved), read in windows and merged across partitions in score order: oldest (or
+stalest) first. Filters on definition and version read two hash fields per candidate, in
+pipelined batches. Nothing scans the keyspace.
+
+*Stuck* means not moved for a while and not waiting as designed: a saga suspended on a
+sleep, signal or event whose own deadline (the wait's timer) is still ahead, or that waits
+without a timeout, is *waiting*, and counted apart (:func:`waiting`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from bus._errors import redis_errors
+from saga.core.model import Wait
+from saga.core.states import SagaStatus
+from saga.store.keys import Partition
+
+_WINDOW: Final = 200
+_FIELDS: Final = ("name", "version", "status", "updated", "rev")
+
+
+class SagaRow(msgspec.Struct, kw_only=True):
+    """One saga in a listing.
+
+    ``since_ms`` is the index score: when it entered its status, or (listing stuck sagas)
+    when it last moved; ``idle_ms`` is how long ago it last moved.
+    """
+
+    id: str
+    definition: str
+    version: int
+    status: SagaStatus
+    context: str
+    partition: int
+    since_ms: int
+    updated_ms: int
+    idle_ms: int
+    revision: int
+
+
+class SagaPage(msgspec.Struct, kw_only=True):
+    """A page of a listing; pass ``next_offset`` as ``offset`` for the next one.
+
+    ``total`` is how many sagas match over all pages. Listing stuck sagas, ``waiting``
+    counts those left out because they wait within their wait's deadline (else ``None``).
+    """
+
+    rows: list[SagaRow]
+    offset: int
+    limit: int
+    next_offset: int | None
+    total: int = 0
+    waiting: int | None = None
+
+
+class _WaitMeta(msgspec.Struct):
+    wait: Wait | None = None
+
+
+class _StepTimer(msgspec.Struct):
+    timer: str | None = None
+
+
+_wait_meta = msgspec.json.Decoder(_WaitMeta)
+_step_timer = msgspec.json.Decoder(_StepTimer)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Which sagas to list.
+
+    Attributes:
+        statuses: Only these statuses (all when empty).
+        definition: Only this definition name.
+        version: Only this definition version.
+        stuck_for_ms: Only sagas that have not moved for this long (not ended ones), stalest first.
+
+    """
+
+    statuses: tuple[SagaStatus, ...] = ()
+    definition: str | None = None
+    version: int | None = None
+    stuck_for_ms: int | None = None
+
+    def keys(self, partition: Partition) -> list[str]:
+        """The index keys of ``partition`` this query reads."""
+        if self.stuck_for_ms is not None:
+            return [partition.active]
+        return [partition.by_status(s.value) for s in (self.statuses or tuple(SagaStatus))]
+
+    def accepts(self, row: SagaRow) -> bool:
+        """Whether a candidate from the indexes matches every filter."""
+        return self.accepts_count(row.definition, row.version, row.status)
+
+    def accepts_count(self, definition: str, version: int, status: SagaStatus) -> bool:
+        """Whether sagas of ``definition@version`` in ``status`` match every filter."""
+        if self.statuses and status not in self.statuses:
+            return False
+        if self.definition is not None and definition != self.definition:
+            return False
+        return self.version is None or version == self.version
+
+
+@dataclass(slots=True)
+class _Index:
+    """One index key read in windows of ``_WINDOW``."""
+
+    key: str
+    partition: Partition
+    max_score: float
+    read: int = 0
+    done: bool = False
+    buffer: list[tuple[float, str]] = field(default_factory=list)
+
+    async def fill(self, redis: Any) -> None:
+        if self.buffer or self.done:
+            return
+        with redis_errors():
+            top = "+inf" if self.max_score == float("inf") else int(self.max_score)
+            rows = await redis.zrangebyscore(
+                self.key, "-inf", top, start=self.read, num=_WINDOW, withscores=True
+            )
+        self.read += len(rows)
+        self.done = len(rows) < _WINDOW
+        self.buffer = [(float(score), member.decode()) for member, score in reversed(rows)]
+
+
+async def list_sagas(
+    redis: Any,
+    partitions: Sequence[Partition],
+    query: Query,
+    *,
+    now_ms: int,
+    offset: int,
+    limit: int,
+    total: int | None = None,
+) -> SagaPage:
+    """One page of the sagas matching ``query``, in index order.
+
+    ``total``, when the caller knows it (from the counters), saves walking past the page;
+    listing stuck sagas always walks them all (only the walk can tell waiting ones apart).
+    """
+    walk = Walk(query)
+    walk_all = total is None or query.stuck_for_ms is not None
+    rows: list[SagaRow] = []
+    matched = 0
+    async for row in walk.rows(redis, partitions, now_ms):
+        matched += 1
+        if offset < matched <= offset + limit:
+            rows.append(row)
+        elif matched > offset + limit and not walk_all:
+            break
+    return SagaPage(
+        rows=rows,
+        offset=offset,
+        limit=limit,
+        next_offset=offset + limit if matched > offset + limit else None,
+        total=matched if walk_all or total is None else total,
+        waiting=walk.waiting if query.stuck_for_ms is not None else None,
+    )
+
+
+async def matching_rows(
+    redis: Any, partitions: Sequence[Partition], query: Query, *, now_ms: int
+) -> tuple[list[SagaRow], int | None]:
+    """Every saga matching ``query``, and (listing stuck sagas) how many were left out waiting."""
+    walk = Walk(query)
+    rows = [row async for row in walk.rows(redis, partitions, now_ms)]
+    return rows, walk.waiting if query.stuck_for_ms is not None else None
+
+
+async def waiting(redis: Any, partition: Partition, saga_ids: Sequence[str], now_ms: int) -> set[str]:
+    """The sagas of ``saga_ids`` (suspended ones) that wait within their wait's deadline.
+
+    A wait's deadline is its timer (a sleep's end, a signal's or event's timeout): still
+    ahead, the saga waits as designed; no timer, it waits as long as it takes. A timer past
+    due (not fired) or gone (fired, its event not decided) means nothing moved it: stuck.
+    """
+    if not saga_ids:
+        return set()
+    with redis_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for saga_id in saga_ids:
+                pipe.hget(partition.saga(saga_id), "meta")
+            metas = await pipe.execute()
+    waits = {
+        saga_id: meta.wait
+        for saga_id, raw in zip(saga_ids, metas, strict=True)
+        if raw is not None and (meta := _wait_meta.decode(raw)).wait is not None
+    }
+    if not waits:
+        return set()
+    with redis_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for saga_id, wait in waits.items():
+                pipe.hget(partition.saga(saga_id), f"s:{wait.step}")
+            steps = await pipe.execute()
+    timers = {
+        saga_id: _step_timer.decode(raw).timer if raw is not None else None
+        for saga_id, raw in zip(waits, steps, strict=True)
+    }
+    timed = [(saga_id, timer) for saga_id, timer in timers.items() if timer is not None]
+    with redis_errors():
+        due = await redis.zmscore(partition.timers, [t for _, t in timed]) if timed else []
+    found = {saga_id for saga_id, timer in timers.items() if timer is None}
+    found |= {
+        saga_id
+        for (saga_id, _), score in zip(timed, due, strict=True)
+        if score is not None and score > now_ms
+    }
+    return found
+
+
+@dataclass(slots=True)
+class Walk:
+    """One walk over the index entries matching a query; counts the waiting sagas it left out."""
+
+    query: Query
+    waiting: int = 0
+
+    async def rows(self, redis: Any, partitions: Sequence[Partition], now_ms: int) -> Any:
+        """The matching rows, in index order (an async iterator)."""
+        async for found in _batches(redis, partitions, self.query, now_ms):
+            batch = (
+                found
+                if self.query.stuck_for_ms is None
+                else await self._without_waiting(redis, found, now_ms)
+            )
+            for row in batch:
+                if self.query.accepts(row):
+                    yield row
+
+    async def _without_waiting(self, redis: Any, batch: list[SagaRow], now_ms: int) -> list[SagaRow]:
+        left_out: set[tuple[str, int, str]] = set()
+        by_partition: dict[tuple[str, int], list[str]] = {}
+        for row in batch:
+            if row.status == SagaStatus.SUSPENDED:
+                by_partition.setdefault((row.context, row.partition), []).append(row.id)
+        for (context, index), ids in by_partition.items():
+            left_out |= {
+                (context, index, i) for i in await waiting(redis, Partition(context, index), ids, now_ms)
+            }
+        kept = [r for r in batch if (r.context, r.partition, r.id) not in left_out]
+        self.waiting += sum(
+            1 for r in batch if (r.context, r.partition, r.id) in left_out and self.query.accepts(r)
+        )
+        return kept
+
+
+async def _batches(redis: Any, partitions: Sequence[Partition], query: Query, now_ms: int) -> Any:
+    cutoff = float("inf") if query.stuck_for_ms is None else now_ms - query.stuck_for_ms
+    indexes = [_Index(key, p, cutoff) for p in partitions for key in query.keys(p)]
+    heap: list[tuple[float, str, int]] = []
+    for n, index in enumerate(indexes):
+        await index.fill(redis)
+        if index.buffer:
+            score, member = index.buffer.pop()
+            heapq.heappush(heap, (score, member, n))
+    while heap:
+        batch: list[tuple[float, str, int]] = []
+        while heap and len(batch) < _WINDOW:
+            score, member, n = heapq.heappop(heap)
+            batch.append((score, member, n))
+            index = indexes[n]
+            await index.fill(redis)
+            if index.buffer:
+                next_score, next_member = index.buffer.pop()
+                heapq.heappush(heap, (next_score, next_member, n))
+        yield await _rows(redis, [(s, m, indexes[n].partition) for s, m, n in batch], now_ms)
+
+
+async def _rows(redis: Any, batch: list[tuple[float, str, Partition]], now_ms: int) -> list[SagaRow]:
+    with redis_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for _, saga_id, partition in batch:
+                pipe.hmget(partition.saga(saga_id), *_FIELDS)
+            replies = await pipe.execute()
+    rows = []
+    for (score, saga_id, partition), values in zip(batch, replies, strict=True):
+        if values[0] is None:
+            continue  # an ended saga that has expired since; its index entry outlives it
+        updated = int(values[3])
+        rows.append(
+            SagaRow(
+                id=saga_id,
+                definition=values[0].decode(),
+                version=int(values[1]),
+                status=SagaStatus(values[2].decode()),
+                context=partition.context,
+                partition=partition.index,
+                since_ms=int(score),
+                updated_ms=updated,
+                idle_ms=max(0, now_ms - updated),
+                revision=int(values[4] or 0),
+            )
+        )
+    return rows
+
+
+async def count_idle(
+    redis: Any, partitions: Sequence[Partition], *, now_ms: int, idle_ms: int
+) -> tuple[int, int]:
+    """``(stuck, waiting)``: sagas not moved for ``idle_ms``, split by :func:`waiting`.
+
+    Reads the ``active`` index in windows and asks the ``suspended`` index which of them
+    are suspended; only those are read further.
+    """
+    stuck = held = 0
+    for partition in partitions:
+        start = 0
+        while True:
+            with redis_errors():
+                ids = await redis.zrangebyscore(
+                    partition.active, "-inf", now_ms - idle_ms, start=start, num=_WINDOW
+                )
+                members = [m.decode() for m in ids]
+                scores = (
+                    await redis.zmscore(partition.by_status(SagaStatus.SUSPENDED.value), members)
+                    if ids
+                    else []
+                )
+            suspended = [m for m, score in zip(members, scores, strict=True) if score is not None]
+            waits = len(await waiting(redis, partition, suspended, now_ms))
+            held += waits
+            stuck += len(members) - waits
+            start += len(members)
+            if len(members) < _WINDOW:
+                break
+    return stuck, held

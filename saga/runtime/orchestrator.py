@@ -1,0 +1,549 @@
+"""The orchestrator of one context: turns inbox entries into committed decisions.
+
+For every inbox entry: decode the event, load the saga (from a revision-checked cache or
+Redis), decide, and commit the decision with the transition script, which also
+acknowledges the entry. The entries of one read are handled together on one task (a batch
+handler of the bus): their loads share one pipelined round trip, and so do their commits.
+A commit that loses a race (another worker moved the saga) is
+re-decided on fresh state; one whose lease was taken over is dropped (the new holder decides
+it). Replies and signals that do not match their step's declared output type, entries for
+unknown sagas and malformed entries are dead-lettered by the bus with the reason.
+
+It also keeps the context's index of event waits (``saga/runtime/event_routing.py``): it handles the
+``cmd:_waits`` registrations its transitions write, and subscribes to every stream an event
+wait names to route the events to the waiting sagas. And it runs child sagas
+(``saga/runtime/children.py``): it handles the ``cmd:_child`` commands of its sagas' child steps,
+and forwards its child sagas' end reports (``ParentReport`` inbox entries) to their parents.
+
+Entries of one saga are decided one at a time in this process (a lock per saga id, and one
+entry per saga in each round of a batch): a saga with many branches gets many replies at
+once, and deciding them side by side would only lose revision races. Workers in other
+processes still race, and the revision check makes the loser decide again on fresh state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+
+from bus import (
+    Bus,
+    Clock,
+    CommandCall,
+    Delivery,
+    Envelope,
+    LeaseLost,
+    PermanentError,
+    Publisher,
+    ScriptCall,
+    Stream,
+    TransientError,
+)
+from bus._crash import AFTER_COMMIT_BEFORE_ACK, BEFORE_COMMIT, crash_point
+from bus._log import get_logger
+from saga.core.decider import Decision, LocalCall, decide
+from saga.core.decider import start as decide_start
+from saga.core.model import SagaState, SignalReceived, Started
+from saga.core.tokens import Signer, check_wait, load_signer, publish_verifier
+from saga.definition.registry import Registry
+from saga.definition.saga import LOCAL, Context, StepContext, invoke
+from saga.errors import InvalidInput, InvalidToken, UnknownDefinition
+from saga.runtime import event_routing as waits
+from saga.runtime.children import Children
+from saga.runtime.config import EngineConfig
+from saga.runtime.payload_checks import accepted
+from saga.runtime.protocol import START, signal_token, to_event
+from saga.runtime.step_reply import reply_for
+from saga.store.branches import load_saga
+from saga.store.commit import PARENT_REPORT, Loaded, WatchRequest, commit_call, commit_result
+from saga.store.keys import CHILD, WAITS, Partition, check_saga_id
+from saga.store.trust import Seal, authorize, credited, orchestrator_of
+
+GROUP = "orchestrator"
+_log = get_logger("redsaga.saga")
+_Item = tuple[int, Envelope, Delivery]
+"""An inbox entry of a batch: its index in the batch, its envelope and its delivery."""
+
+
+class Orchestrator:
+    """Drives the sagas of one context: its inbox consumer and its local-action consumer.
+
+    ``observers`` are called with the new state after every committed transition (metrics,
+    benchmarks, tests); they must be quick and must not raise.
+    """
+
+    def __init__(
+        self, redis: Any, registry: Registry, context: Context, *, clock: Clock, config: EngineConfig
+    ) -> None:
+        self.redis = redis
+        self.registry = registry
+        self.context = context
+        self.clock = clock
+        self.config = config
+        self.principal = orchestrator_of(context.name)
+        """Who this orchestrator signs as, and what its inbox entries must be signed for."""
+        self.observers: list[Callable[[SagaState], None]] = []
+        self._cache: OrderedDict[str, Loaded] = OrderedDict()
+        self._signer: Signer | None = None
+        self._seal = Seal(config.auth, self.principal)
+        self._publisher = Publisher(
+            redis, source=context.name, config=config.bus, auth=config.auth, principal=self.principal
+        )
+        definitions = [d for d in registry if d.context.name == context.name]
+        self._event_waits = waits.event_waits(definitions)
+        self._children = Children(redis, registry, clock=clock, config=config, source=context.name)
+        self._has_children = any(
+            s.child is not None for d in definitions for s in [*d.steps, *d.branch_steps()]
+        )
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._by_tag = {partition.tag: partition for partition in self.partitions}
+
+    async def signer(self) -> Signer:
+        """The context's resume-token signer (loaded once).
+
+        With signing on, loading it publishes the context's public token keys, so that
+        clients can check tokens before they send them.
+        """
+        if self._signer is None:
+            signer = await load_signer(
+                self.redis,
+                self.context.name,
+                auth=self.config.auth,
+                secret=self.config.signal_secret,
+                ttl_ms=self.config.token_ttl_s * 1000,
+            )
+            if self.config.auth.enabled:
+                await publish_verifier(self.redis, signer)
+            self._signer = signer
+        return self._signer
+
+    @property
+    def partitions(self) -> list[Partition]:
+        """Every partition of the context."""
+        return [Partition(self.context.name, i) for i in range(self.context.partitions)]
+
+    def install(self, bus: Bus) -> None:
+        """Register the inbox and local-action consumers of every partition on ``bus``."""
+        me, only_me = self.principal, [self.principal]
+        for partition in self.partitions:
+            inbox = bus.handler(
+                partition.inbox, None, group=GROUP, idempotent=False, batch=True, principal=me
+            )
+            inbox(self.on_inbox_batch)
+            local = bus.handler(
+                partition.commands(LOCAL), LocalCall, group=LOCAL, principal=me, senders=only_me
+            )
+            local(self.on_local)
+            if self._event_waits:
+                waiting = bus.handler(
+                    partition.commands(WAITS),
+                    None,
+                    group=WAITS,
+                    idempotent=False,
+                    principal=me,
+                    senders=only_me,
+                )
+                waiting(self.on_waits)
+            if self._has_children:
+                children = bus.handler(
+                    partition.commands(CHILD),
+                    None,
+                    group=CHILD,
+                    idempotent=False,
+                    principal=me,
+                    senders=only_me,
+                )
+                children(self._children.on_command)
+        for stream in self._event_waits:
+            group = f"{self.context.name}.waits"
+            bus.subscribe(stream, group=group, idempotent=False, principal=me)(self.on_event)
+
+    def _cached(self, saga_id: str) -> Loaded | None:
+        cached = self._cache.get(saga_id)
+        if cached is not None:
+            self._cache.move_to_end(saga_id)
+        return cached
+
+    def forget(self, saga_id: str) -> None:
+        """Drop a cached saga (after a lost race)."""
+        self._cache.pop(saga_id, None)
+
+    def _remember(self, loaded: Loaded) -> None:
+        if self.config.cache_size == 0 or loaded.state.status.terminal:
+            self._cache.pop(loaded.state.id, None)
+            return
+        self._cache[loaded.state.id] = loaded
+        self._cache.move_to_end(loaded.state.id)
+        while len(self._cache) > self.config.cache_size:
+            self._cache.popitem(last=False)
+
+    async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
+        """Decide and commit one inbox entry (the commit acknowledges it)."""
+        [outcome] = await self.on_inbox_batch([(envelope, delivery)])
+        if outcome is not None:
+            raise outcome
+
+    async def on_inbox_batch(self, batch: list[tuple[Envelope, Delivery]]) -> list[BaseException | None]:
+        """Decide and commit the inbox entries of one read; return each entry's outcome.
+
+        The entries of one read are decided together on one task and their transitions
+        sent in one pipelined batch (the bus's batch handler: ``bus.Bus.handler``), which
+        spares a task hand-off and a wait per entry. Entries of one saga are decided in
+        arrival order, one per round (see the module docstring).
+        """
+        outcomes: list[BaseException | None] = [None] * len(batch)
+        waiting: list[int] = []
+        for index, (envelope, _) in enumerate(batch):
+            try:
+                check_saga_id(envelope.correlation_id)
+            except InvalidInput as error:
+                outcomes[index] = PermanentError(str(error))
+                continue
+            if envelope.type != PARENT_REPORT:
+                waiting.append(index)
+                continue
+            try:  # a child saga of this context ended
+                await self._children.forward(envelope)
+            except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
+                outcomes[index] = error
+        while waiting:
+            this_round: list[int] = []
+            later: list[int] = []
+            seen: set[str] = set()
+            for index in waiting:
+                saga_id = batch[index][0].correlation_id
+                (later if saga_id in seen else this_round).append(index)
+                seen.add(saga_id)
+            await self._decide_round([(i, *batch[i]) for i in this_round], outcomes)
+            waiting = later
+        return outcomes
+
+    async def _decide_round(self, items: list[_Item], outcomes: list[BaseException | None]) -> None:
+        """Decide and commit entries of distinct sagas; re-decide those that lost a race."""
+        async with self._holding(sorted(envelope.correlation_id for _, envelope, _ in items)):
+            for _ in range(self.config.max_conflicts):
+                items = await self._decide_once(items, outcomes)
+                if not items:
+                    return
+        for index, envelope, _ in items:
+            outcomes[index] = TransientError(
+                f"saga {envelope.correlation_id}: {self.config.max_conflicts} concurrent updates in a row"
+            )
+
+    @asynccontextmanager
+    async def _holding(self, saga_ids: list[str]) -> AsyncIterator[None]:
+        """Hold the lock of every saga in ``saga_ids`` (sorted: two rounds cannot deadlock).
+
+        An asyncio lock, not anyio's: that one yields to the loop even when it is free.
+        """
+        locks: list[asyncio.Lock] = []
+        for saga_id in saga_ids:
+            lock, users = self._locks.get(saga_id) or (asyncio.Lock(), 0)
+            self._locks[saga_id] = (lock, users + 1)
+            locks.append(lock)
+        held = 0
+        try:
+            for lock in locks:
+                await lock.acquire()
+                held += 1
+            yield
+        finally:
+            for lock in locks[:held]:
+                lock.release()
+            for saga_id in saga_ids:
+                lock, users = self._locks[saga_id]
+                if users == 1:
+                    del self._locks[saga_id]
+                else:
+                    self._locks[saga_id] = (lock, users - 1)
+
+    async def _decide_once(self, items: list[_Item], outcomes: list[BaseException | None]) -> list[_Item]:
+        """One pass: load, decide, commit all of ``items``; return those that lost a race."""
+        loads = await self._load_all(items)
+        commits: list[tuple[_Item, Decision, Loaded]] = []
+        calls: list[ScriptCall] = []
+        for item, loaded in zip(items, loads, strict=True):
+            index, envelope, delivery = item
+            try:
+                decision, call, after = await self._plan(envelope, delivery, loaded)
+            except _AlreadyStarted:  # a repeated start request: acknowledged, nothing to do
+                continue
+            except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
+                outcomes[index] = error
+                continue
+            crash_point(BEFORE_COMMIT)
+            commits.append((item, decision, after))
+            calls.append(call)
+        results = await items[0][2].call_many(calls) if calls else []
+        again: list[_Item] = []
+        for (item, decision, after), raw in zip(commits, results, strict=True):
+            index, envelope, delivery = item
+            if isinstance(raw, BaseException):
+                outcomes[index] = raw
+                continue
+            result = commit_result(raw)
+            if result.outcome == "ok":
+                crash_point(AFTER_COMMIT_BEFORE_ACK)
+                self._committed(envelope, delivery, decision, after, result.revision)
+                continue
+            self.forget(envelope.correlation_id)
+            if result.outcome == "lost":
+                outcomes[index] = _taken_over(delivery)
+            elif result.outcome == "drained":
+                outcomes[index] = PermanentError(
+                    f"start of saga {envelope.correlation_id} refused: {decision.state.name}@"
+                    f"{decision.state.version} is drained (new sagas may not start on it)"
+                )
+            else:
+                _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
+                again.append(item)
+        return again
+
+    async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
+        """Each item's saga: cached, else read in one pipelined batch (errors as values)."""
+        loads: list[Loaded | BaseException | None] = [self._cached(e.correlation_id) for _, e, _ in items]
+        missing = [i for i, loaded in enumerate(loads) if loaded is None]
+        if not missing:
+            return loads
+        reads = [
+            CommandCall(("HGETALL", self._by_tag[items[i][2].stream.tag].saga(items[i][1].correlation_id)))
+            for i in missing
+        ]
+        raws = await items[0][2].call_many(reads, retry=False)
+        for i, raw in zip(missing, raws, strict=True):
+            _, envelope, delivery = items[i]
+            if isinstance(raw, BaseException):
+                loads[i] = raw
+                continue
+            try:
+                partition = self._by_tag[delivery.stream.tag]
+                loads[i] = await load_saga(self.redis, partition, envelope.correlation_id, raw)
+            except Exception as error:  # noqa: BLE001 - that entry fails, not the batch
+                loads[i] = error
+        return loads
+
+    async def _plan(
+        self, envelope: Envelope, delivery: Delivery, loaded: Loaded | BaseException | None
+    ) -> tuple[Decision, ScriptCall, Loaded]:
+        """Decide an entry for its saga; the transition call and the saga as it will be."""
+        if isinstance(loaded, BaseException):  # the saga could not be read
+            raise loaded
+        if delivery.scope.cancel_called:  # the lease was lost: the new holder decides
+            raise _taken_over(delivery)
+        saga_id = envelope.correlation_id
+        partition = self._by_tag[delivery.stream.tag]
+        if envelope.type == START:
+            return self._plan_start(envelope, delivery, partition, loaded, await self.signer())
+        if loaded is None:
+            raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
+        event = to_event(envelope)
+        try:
+            definition = self.registry.get(loaded.state.name, loaded.state.version)
+        except UnknownDefinition as error:
+            raise TransientError(f"{error}; a worker serving it must take this entry") from error
+        authorize(
+            self.config.auth, self.context.name, definition, loaded.state, event, envelope, delivery.principal
+        )
+        event = credited(event, delivery.principal)
+        if isinstance(event, SignalReceived):
+            await self._check_token(envelope, event, loaded.state)
+        event = accepted(definition, event, envelope)
+        signer = await self.signer() if definition.takes_signals else None
+        decision = decide(definition, loaded.state, event, signer=signer)
+        call, after = commit_call(
+            partition,
+            loaded,
+            decision,
+            event,
+            delivery=delivery,
+            now_ms=self.clock.now_ms(),
+            timer_now_ms=self.clock.script_now_ms(),
+            retention_s=self.config.retention_s,
+            seal=self._seal,
+        )
+        return decision, call, after
+
+    def _plan_start(
+        self,
+        envelope: Envelope,
+        delivery: Delivery,
+        partition: Partition,
+        loaded: Loaded | None,
+        signer: Signer,
+    ) -> tuple[Decision, ScriptCall, Loaded]:
+        """Decide a client's start request (see :meth:`saga.SagaClient.start`)."""
+        started = to_event(envelope)
+        assert isinstance(started, Started)  # noqa: S101 - to_event of a start request
+        event: Started = started
+        name, _, version = event.saga.rpartition("@")
+        try:
+            definition = self.registry.get(name, int(version))
+        except ValueError as error:
+            raise PermanentError(f"start request names no definition: {event.saga!r}") from error
+        except UnknownDefinition as error:
+            raise TransientError(f"{error}; a worker serving it must take this start request") from error
+        authorize(self.config.auth, self.context.name, definition, None, event, envelope, delivery.principal)
+        if loaded is not None:
+            existing = loaded.state
+            if existing.name == definition.name and bytes(existing.data) == bytes(event.data):
+                raise _AlreadyStarted
+            runs = f"{existing.name}@{existing.version}"
+            raise PermanentError(
+                f"start request refused: saga {existing.id!r} exists and runs {runs} with other data"
+            )
+        try:
+            definition.decode_data(event.data)
+        except (InvalidInput, msgspec.DecodeError) as error:
+            raise PermanentError(f"start request refused: {error}") from error
+        event = msgspec.structs.replace(
+            credited(event, delivery.principal), steps=[s.name for s in definition.steps]
+        )
+        decision = decide_start(
+            definition,
+            envelope.correlation_id,
+            bytes(event.data),
+            partition.index,
+            event,
+            signer=signer if definition.takes_signals else None,
+        )
+        return (
+            decision,
+            *commit_call(
+                partition,
+                None,
+                decision,
+                event,
+                delivery=delivery,
+                now_ms=self.clock.now_ms(),
+                timer_now_ms=self.clock.script_now_ms(),
+                retention_s=self.config.retention_s,
+                seal=self._seal,
+            ),
+        )
+
+    async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
+        """Refuse a signal whose resume token this context did not make for this very wait."""
+        try:
+            ref = (await self.signer()).verify(signal_token(envelope), now_ms=self.clock.now_ms())
+            check_wait(
+                ref,
+                context=state.context,
+                partition=state.partition,
+                saga_id=state.id,
+                incarnation=state.created_ms,
+                wait=(event.step, event.n),
+            )
+        except InvalidToken as error:
+            raise PermanentError(f"signal refused: {error}") from error
+
+    def _committed(
+        self, envelope: Envelope, delivery: Delivery, decision: Decision, after: Loaded, revision: int
+    ) -> None:
+        decision.state.revision = revision
+        self._remember(after)
+        delivery.mark_acked()
+        for observer in self.observers:
+            observer(decision.state)
+        if decision.ignored:
+            _log.info(
+                "event recorded and ignored",
+                saga_id=envelope.correlation_id,
+                type=envelope.type,
+                reason=decision.ignored,
+            )
+        else:
+            _log.debug(
+                "transition committed",
+                saga_id=envelope.correlation_id,
+                status=decision.state.status,
+                revision=revision,
+            )
+
+    async def on_local(self, call: LocalCall, delivery: Delivery) -> Any:
+        """Run a local action (or a local compensation) and reply like a participant."""
+        headers = delivery.envelope.headers
+        name, _, version = headers.get("saga", "").rpartition("@")
+        try:
+            definition = self.registry.get(name, int(version))
+            step = definition.step_named(headers.get("step", ""))
+        except (UnknownDefinition, KeyError, ValueError) as error:
+            raise TransientError(f"cannot run local action: {error}") from error
+        target = step if headers.get("kind") == "do" else step.compensation
+        if target is None:
+            raise PermanentError(f"{definition.key}.{step.name} has no local compensation")
+        saga_id = delivery.envelope.correlation_id
+        signer = await self.signer() if call.waits else None
+        partition = int(delivery.stream.tag.rsplit(":", 1)[1])
+
+        def token(name: str) -> str:
+            if signer is None or name not in call.waits:
+                raise KeyError(f"{definition.key}.{name} does not wait for a signal")
+            return signer.token(
+                partition, saga_id, name, call.waits[name], incarnation=call.incarnation, now_ms=call.at_ms
+            )
+
+        context = StepContext(
+            saga_id,
+            headers.get("step", ""),  # a branch's key, <group>#<index>: ctx.branch and ctx.item
+            delivery.envelope.attempt,
+            {k: bytes(v) for k, v in call.outputs.items()},
+            token,
+        )
+        data = definition.decode_data(call.data)
+        return await reply_for(invoke(target, data, context), wrap=True)
+
+    async def on_waits(self, envelope: Envelope, _delivery: Delivery) -> None:
+        """Register (or remove) an event wait; deliver an event that came before it."""
+        try:
+            request = msgspec.json.decode(envelope.payload, type=WatchRequest)
+        except (msgspec.DecodeError, RecursionError) as error:
+            raise PermanentError(f"invalid event-wait registration: {error}") from error
+        if envelope.type == "UnwatchEvent":
+            await waits.unwatch(self.redis, self.context.name, request)
+            return
+        if envelope.type != "WatchEvent":
+            raise PermanentError(f"unknown event-wait command {envelope.type!r}")
+        early = await waits.watch(self.redis, self.context.name, request)
+        if early is not None:
+            waiter = waits.Waiter(
+                saga_id=request.saga_id, partition=request.partition, step=request.step, n=request.n
+            )
+            await self._deliver_event([waiter], early)
+
+    async def on_event(self, envelope: Envelope, delivery: Delivery) -> None:
+        """Route another context's event to the sagas waiting for it (or buffer it)."""
+        stream = delivery.stream
+        event = waits.BufferedEvent(id=envelope.id, type=envelope.type, payload=msgspec.Raw(envelope.payload))
+        for key in waits.keys_of(self._event_waits.get(stream, []), envelope):
+            found = await waits.route(
+                self.redis,
+                self.context.name,
+                stream,
+                event,
+                key,
+                ttl_ms=self.config.event_buffer_s * 1000,
+                cap=self.config.event_buffer_cap,
+            )
+            await self._deliver_event(found, event)
+
+    async def _deliver_event(self, waiters: list[waits.Waiter], event: waits.BufferedEvent) -> None:
+        if not waiters:
+            return
+        now = self.clock.now_ms()
+        items: list[tuple[Stream, Envelope]] = [
+            waits.delivery(self.context.name, w, event, source=self.context.name, now_ms=now) for w in waiters
+        ]
+        await self._publisher.publish_many(items, audience=self.principal)
+
+
+class _AlreadyStarted(Exception):
+    """A start request for a saga that exists with the same definition and data."""
+
+
+def _taken_over(delivery: Delivery) -> LeaseLost:
+    return LeaseLost(f"inbox entry {delivery.entry_id} was taken over before the commit")

@@ -1,0 +1,528 @@
+"""The Redis store of sagas: the hash layout, loading, and the one-script commit.
+
+A saga hash holds small fields so that a transition rewrites only what changed::
+
+    rev      the revision (optimistic concurrency; written by the script only)
+    tag      a random tag written with every revision: a revision lost (AOF tail, failover)
+             and made again by another commit differs in its tag, so a cached copy of the
+             lost one cannot commit onto the new one
+    status   lifecycle status            name, version   the definition it runs
+    created  creation time (ms)          updated         last change (ms)
+    data     the start data (JSON)       meta            cursor, completed steps, notes,
+                                                         the current wait, early signals,
+                                                         the parent (child sagas)
+    s:<step> one step's state with every attempt (JSON)
+
+The records of a group step's branches live in a hash of their own, written by the same
+script (``saga/store/branches.py``), so the saga hash stays small however many branches run.
+
+An event wait's registration (``WatchEvent``/``UnwatchEvent``) is a command on the
+partition's ``cmd:_waits`` stream, written by the same script: the context-wide index it
+updates lives in another slot (see ``saga/runtime/event_routing.py``).
+
+Every change goes through ``saga/store/lua/transition.lua`` (documented at its top): revision
+check, lease check on the inbox entry, state, history, indexes, timers, commands and ack,
+in one atomic script.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import msgspec
+
+from bus import Delivery, Envelope, Script, ScriptCall, derived_id
+from saga.core.decider import Decision
+from saga.core.model import (
+    CancelTimer,
+    Dispatch,
+    Effect,
+    Event,
+    HistoryEntry,
+    Kind,
+    Note,
+    NotifyParent,
+    ParentLink,
+    SagaState,
+    StartTimer,
+    StepState,
+    TimerFired,
+    TimerPurpose,
+    UnwatchEvent,
+    Wait,
+    WatchEvent,
+    idempotency_key,
+)
+from saga.core.states import SagaStatus
+from saga.store.keys import WAITS, Partition
+from saga.store.trust import Seal, orchestrator_of, participant_named
+
+TIMER_FIRED: Final = "TimerFired"
+"""The inbox entry type of a fired timer (written by ``saga/store/lua/fire_timers.lua``)."""
+TRANSITION: Final = Script.load("saga.store", "transition")
+FIRE_TIMERS: Final = Script.load("saga.store", "fire_timers")
+STEP_PREFIX: Final = "s:"
+
+_json = msgspec.json.Encoder()
+_step_decoder = msgspec.json.Decoder(StepState)
+
+
+class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    context: str
+    partition: int
+    cursor: int = 0
+    completed: list[str] = msgspec.field(default_factory=list)
+    cancel: Note | None = None
+    error: Note | None = None
+    wait: Wait | None = None
+    expired: Note | None = None
+    signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    parent: ParentLink | None = None
+
+
+class WatchRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    """The payload of a ``WatchEvent``/``UnwatchEvent`` command on ``cmd:_waits``."""
+
+    saga_id: str
+    partition: int
+    step: str
+    n: int
+    stream: str
+    message_type: str
+    key: str
+    attempt: int = 0
+    """The waiting attempt, when it is not ``n`` (see :class:`~saga.core.model.WatchEvent`)."""
+
+    @classmethod
+    def of(cls, saga_id: str, partition: int, effect: WatchEvent | UnwatchEvent) -> WatchRequest:
+        """The request an effect of saga ``saga_id`` (in ``partition``) makes."""
+        return cls(
+            saga_id=saga_id,
+            partition=partition,
+            step=effect.step,
+            n=effect.n,
+            stream=effect.stream,
+            message_type=effect.message_type,
+            key=effect.key,
+            attempt=effect.attempt,
+        )
+
+
+_meta_decoder = msgspec.json.Decoder(_Meta)
+
+
+class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    """A timer's event as stored: a :class:`~saga.core.model.TimerFired` minus id and time.
+
+    Stored in ``timerdata`` under the timer id as ``<byte length of the saga id>:<saga id>``
+    followed by this JSON without the timer id (the hash field and the fired entry's id
+    carry it): one field per timer, about 380 bytes of Redis memory less than the first
+    layout (event with the id inside, plus a ``<timer id>:c`` field for the saga id),
+    which the scripts still read.
+    """
+
+    timer_id: str = ""
+    purpose: TimerPurpose
+    step: str
+    kind: Kind
+    attempt: int
+
+    @classmethod
+    def of(cls, timer: StartTimer) -> TimerTemplate:
+        """The stored form of a timer a decision started."""
+        return cls(
+            purpose=timer.purpose,
+            step=timer.step,
+            kind=timer.kind,
+            attempt=timer.attempt,
+        )
+
+    def stored(self, saga_id: str, auth: str = "") -> bytes:
+        """The ``timerdata`` value: the saga id, length-prefixed, then the event.
+
+        A template made by :meth:`of` has no timer id: the hash field carries it. With
+        signing on, ``auth`` (``'<p> <k> <mac>'``, :meth:`saga.store.trust.Seal.fields` of
+        :meth:`entry`) goes between them, length-prefixed too, and the script that fires
+        the timer writes it as the entry's ``p``, ``k`` and ``mac`` fields.
+        """
+        owner = saga_id.encode()
+        signed = b"" if not auth else str(len(auth)).encode() + b":" + auth.encode()
+        return str(len(owner)).encode() + b":" + owner + signed + _json.encode(self)
+
+    def entry(self, timer_id: str, saga_id: str) -> Envelope:
+        """The inbox entry ``saga/store/lua/fire_timers.lua`` writes when the timer fires (to sign it)."""
+        return Envelope(id=timer_id, type=TIMER_FIRED, payload=_json.encode(self), correlation_id=saga_id)
+
+    @classmethod
+    def parse(cls, timer_id: str, stored: bytes) -> tuple[str, TimerTemplate]:
+        """Read a ``timerdata`` value back: ``(saga id, event)`` (the inverse of :meth:`stored`)."""
+        length, _, rest = stored.partition(b":")
+        if not length.isdigit():  # the first layout: the bare event, saga id in another field
+            return "", msgspec.structs.replace(_template_decoder.decode(stored), timer_id=timer_id)
+        size = int(length)
+        owner, rest = rest[:size].decode(), rest[size:]
+        if rest[:1] != b"{":  # signed: '<len>:<p k mac>' before the event
+            auth_length, _, rest = rest.partition(b":")
+            rest = rest[int(auth_length) :]
+        template = _template_decoder.decode(rest)
+        return owner, msgspec.structs.replace(template, timer_id=timer_id)
+
+    def fired(self, event_id: str, at_ms: int) -> TimerFired:
+        """The event the saga sees when this timer fires (the entry's id is the timer id)."""
+        return TimerFired(
+            id=event_id,
+            at_ms=at_ms,
+            timer_id=self.timer_id or event_id,
+            purpose=self.purpose,
+            step=self.step,
+            kind=self.kind,
+            attempt=self.attempt,
+        )
+
+
+_template_decoder = msgspec.json.Decoder(TimerTemplate)
+
+
+@dataclass(slots=True)
+class Loaded:
+    """A saga as read from Redis: the decoded state, the raw fields it came from, its tag."""
+
+    state: SagaState
+    fields: dict[str, bytes]
+    tag: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What the transition script said."""
+
+    outcome: Literal["ok", "conflict", "lost", "drained"]
+    revision: int = 0
+
+
+def new_tag() -> str:
+    """A fresh random tag for a new revision (see the ``tag`` field above)."""
+    return os.urandom(6).hex()
+
+
+def expected(loaded: Loaded | None) -> str:
+    """What a script checks a saga against: ``<revision>:<tag>`` (``0:``: must not exist)."""
+    return f"{loaded.state.revision}:{loaded.tag}" if loaded else "0:"
+
+
+def encode_state(state: SagaState) -> dict[str, bytes]:
+    """Encode a state as hash fields (``rev`` excepted: the script owns it)."""
+    fields = {
+        "status": state.status.value.encode(),
+        "name": state.name.encode(),
+        "version": str(state.version).encode(),
+        "created": str(state.created_ms).encode(),
+        "updated": str(state.updated_ms).encode(),
+        "data": bytes(state.data),
+        "meta": _json.encode(
+            _Meta(
+                context=state.context,
+                partition=state.partition,
+                cursor=state.cursor,
+                completed=state.completed,
+                cancel=state.cancel,
+                error=state.error,
+                wait=state.wait,
+                expired=state.expired,
+                signals=state.signals,
+                parent=state.parent,
+            )
+        ),
+    }
+    for name, step in state.steps.items():
+        fields[STEP_PREFIX + name] = _json.encode(step)
+    return fields
+
+
+def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
+    """Decode ``HGETALL`` output into a state (raises ``msgspec.DecodeError`` if corrupt)."""
+    fields = {key.decode(): value for key, value in raw.items()}
+    meta = _meta_decoder.decode(fields["meta"])
+    steps = {
+        key[len(STEP_PREFIX) :]: _step_decoder.decode(value)
+        for key, value in fields.items()
+        if key.startswith(STEP_PREFIX)
+    }
+    state = SagaState(
+        id=saga_id,
+        name=fields["name"].decode(),
+        version=int(fields["version"]),
+        context=meta.context,
+        partition=meta.partition,
+        status=SagaStatus(fields["status"].decode()),
+        data=msgspec.Raw(fields["data"]),
+        steps=steps,
+        cursor=meta.cursor,
+        completed=meta.completed,
+        cancel=meta.cancel,
+        error=meta.error,
+        wait=meta.wait,
+        expired=meta.expired,
+        signals=meta.signals,
+        parent=meta.parent,
+        revision=int(fields.get("rev", b"0")),
+        created_ms=int(fields["created"]),
+        updated_ms=int(fields["updated"]),
+    )
+    fields.pop("rev", None)
+    tag = fields.pop("tag", b"").decode()
+    return Loaded(state, fields, tag)
+
+
+def command_envelope(
+    state: SagaState, dispatch: Dispatch, partition: Partition, *, cause: str, now_ms: int
+) -> Envelope:
+    """The envelope of a dispatched command: keyed for dedupe, addressed back to the inbox."""
+    return Envelope(
+        id=dispatch.command_id,
+        type=dispatch.message_type,
+        payload=bytes(dispatch.payload),
+        source=state.context,
+        correlation_id=state.id,
+        causation_id=cause,
+        idempotency_key=idempotency_key(
+            state.id,
+            dispatch.step,
+            dispatch.kind,
+            (state.steps.get(dispatch.step) or state.branches[dispatch.step]).generation,
+        ),
+        reply_to=partition.inbox.key,
+        created_at_ms=now_ms,
+        attempt=dispatch.attempt,
+        headers={
+            "saga": f"{state.name}@{state.version}",
+            "step": dispatch.step,
+            "kind": dispatch.kind,
+        },
+    )
+
+
+def commit_call(
+    partition: Partition,
+    before: Loaded | None,
+    decision: Decision,
+    event: Event,
+    *,
+    delivery: Delivery | None,
+    now_ms: int,
+    timer_now_ms: int,
+    retention_s: int,
+    seal: Seal | None = None,
+) -> tuple[ScriptCall, Loaded]:
+    """Build the transition script call for ``decision``; also return the saga as it will be.
+
+    The returned :class:`Loaded` is what a cache may keep once the call says ``ok`` (with
+    the revision it returns). The argument layout is documented in ``lua/transition.lua``.
+    With a ``seal`` every command, timer and report the transition writes is signed by the
+    context's orchestrator for whoever reads it.
+    """
+    state = decision.state
+    status = state.status.value
+    old_fields = before.fields if before else {}
+    old_status = before.state.status.value if before else ""
+    tag = before.tag if before else ""
+    changed: list[Any] = []
+    branches: dict[str, bytes] = {}
+    new_fields = old_fields
+    if decision.changed:
+        new_fields = encode_state(state)
+        for item in new_fields.items():
+            if old_fields.get(item[0]) != item[1]:
+                changed += item
+        branches = changed_branches(before.state if before else None, state, decision.touched)
+        if changed or branches:
+            tag = new_tag()
+            changed += ("tag", tag.encode())
+    revision = (before.state.revision if before else 0) + (1 if changed else 0)
+    entry = HistoryEntry(
+        event=event,
+        effects=decision.effects,
+        status=state.status,
+        revision=revision,
+        ignored=decision.ignored,
+    )
+    keys = [
+        partition.saga(state.id),
+        partition.history(state.id),
+        *_fixed_keys(partition),
+        partition.by_status(old_status or status),
+        partition.by_status(status),
+        partition.drained,
+        partition.ending,
+    ]
+    timers, cancels, streams, commands = _effect_args(
+        partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
+    )
+    keys += streams
+    args = [
+        expected(before),
+        timer_now_ms,
+        delivery.group if delivery else "",
+        delivery.consumer if delivery else "",
+        delivery.entry_id if delivery else "",
+        old_status,
+        status,
+        f"{state.name}@{state.version}",
+        retention_s,
+        int(state.status.terminal),
+        _json.encode(entry),
+        len(changed) // 2,
+        *changed,
+        len(timers) // 3,
+        *timers,
+        len(cancels),
+        *cancels,
+        len(streams),
+        *commands,
+    ]
+    if state.branches:  # the branch hash: last key, last section (saga/store/branches.py)
+        keys.append(partition.branches(state.id))
+        args += (1, len(branches))
+        for item in branches.items():
+            args += item
+    else:
+        args += (0, 0)
+    return ScriptCall(TRANSITION, tuple(keys), tuple(args)), Loaded(state, new_fields, tag)
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_keys(partition: Partition) -> tuple[str, ...]:
+    """The keys every transition of ``partition`` names between the saga's and the indexes'."""
+    return (partition.inbox.key, partition.timers, partition.timer_data, partition.counts, partition.active)
+
+
+def _effect_args(
+    partition: Partition,
+    state: SagaState,
+    effects: list[Effect],
+    *,
+    cause: str,
+    now_ms: int,
+    seal: Seal | None,
+) -> tuple[list[Any], list[str], list[str], list[Any]]:
+    """The effects as the transition's sections: timers to start, timers to cancel, messages.
+
+    Messages come as their stream keys (one each) and, in the same order, their fields.
+    """
+    timers: list[Any] = []
+    cancels: list[str] = []
+    streams: list[str] = []
+    messages: list[Any] = []
+    me = orchestrator_of(state.context)
+    signing = seal is not None and seal.enabled
+    for effect in effects:
+        audience = me
+        if isinstance(effect, Dispatch):
+            envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
+            streams.append(partition.commands(effect.participant).key)
+            if not effect.participant.startswith("_"):  # _local, _waits, _child: the orchestrator's own
+                audience = participant_named(effect.participant)
+        elif isinstance(effect, StartTimer):
+            due = f"@{effect.at_ms}" if effect.at_ms is not None else effect.delay_ms
+            template = TimerTemplate.of(effect)
+            auth = seal.fields(template.entry(effect.timer_id, state.id), me) if signing and seal else ""
+            timers += (effect.timer_id, due, template.stored(state.id, auth))
+            continue
+        elif isinstance(effect, CancelTimer):
+            cancels.append(effect.timer_id)
+            continue
+        elif isinstance(effect, WatchEvent | UnwatchEvent):
+            envelope = watch_envelope(state, effect, now_ms=now_ms)
+            streams.append(partition.commands(WAITS).key)
+        elif isinstance(effect, NotifyParent) and state.parent is not None:
+            envelope = parent_envelope(state, effect, now_ms=now_ms)
+            streams.append(partition.inbox.key)
+        else:
+            continue
+        if signing and seal:
+            envelope = seal.sign(envelope, audience)
+        fields = envelope.field_args()
+        messages += (len(fields) // 2, *fields)
+    return timers, cancels, streams, messages
+
+
+def changed_branches(
+    before: SagaState | None, after: SagaState, touched: Iterable[str] | None = None
+) -> dict[str, bytes]:
+    """The branch records ``after`` changed since ``before``, encoded (hash field -> JSON).
+
+    The decider copies a branch record before changing it, so an unchanged record is the
+    very object ``before`` holds: no branch is re-encoded unless its decision touched it.
+    ``touched`` (the decision's copied records) spares looking at the others.
+    """
+    previous = before.branches if before is not None else {}
+    keys = after.branches if touched is None else [k for k in touched if k in after.branches]
+    return {
+        key: _json.encode(after.branches[key]) for key in keys if previous.get(key) is not after.branches[key]
+    }
+
+
+PARENT_REPORT: Final = "ParentReport"
+"""The inbox entry type of a child's end report: the child's own inbox, read by its
+orchestrator, which forwards it to the parent's inbox (another slot)."""
+
+
+class ParentReport(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    """The payload of a child saga's end report (see :data:`PARENT_REPORT`)."""
+
+    child: str
+    saga: str
+    """The child's definition, ``name@version``."""
+    parent: ParentLink
+    status: str
+    ok: bool
+    output: msgspec.Raw = msgspec.Raw(b"null")
+    error: str = ""
+
+
+def parent_envelope(state: SagaState, effect: NotifyParent, *, now_ms: int) -> Envelope:
+    """The inbox entry that reports a child saga's end, to be forwarded to its parent."""
+    assert state.parent is not None  # noqa: S101 - only child sagas notify
+    report = ParentReport(
+        child=state.id,
+        saga=f"{state.name}@{state.version}",
+        parent=state.parent,
+        status=effect.status,
+        ok=effect.ok,
+        output=effect.output,
+        error=effect.error,
+    )
+    return Envelope(
+        id=derived_id(state.id, "ended"),
+        type=PARENT_REPORT,
+        payload=_json.encode(report),
+        source=state.context,
+        correlation_id=state.id,
+        created_at_ms=now_ms,
+    )
+
+
+def watch_envelope(state: SagaState, effect: WatchEvent | UnwatchEvent, *, now_ms: int) -> Envelope:
+    """The ``cmd:_waits`` command that (un)registers an event wait in the context's index."""
+    kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
+    which = f"{effect.n}.{effect.attempt}" if effect.attempt else str(effect.n)
+    return Envelope(
+        id=derived_id(state.id, f"{effect.step}:{kind}:{which}"),
+        type=kind,
+        payload=_json.encode(WatchRequest.of(state.id, state.partition, effect)),
+        source=state.context,
+        correlation_id=state.id,
+        created_at_ms=now_ms,
+    )
+
+
+def commit_result(reply: Any) -> CommitResult:
+    """Decode the transition script's reply."""
+    outcome = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    if outcome in ("lost", "drained"):
+        return CommitResult("lost" if outcome == "lost" else "drained")
+    return CommitResult("ok" if outcome == "ok" else "conflict", int(reply[1]))

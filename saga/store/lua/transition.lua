@@ -1,0 +1,139 @@
+-- Apply one decision to one saga, atomically: check the revision, write the state, append
+-- the history, update the indexes, schedule and cancel timers, send the commands, and
+-- acknowledge the inbox entry that carried the event. Nothing is written unless every
+-- check passes (Lua does not roll back), so a repeat of this call changes nothing.
+--
+-- KEYS[1] saga hash         KEYS[2] history list    KEYS[3] inbox stream
+-- KEYS[4] timers zset       KEYS[5] timer data      KEYS[6] counts hash
+-- KEYS[7] active index      KEYS[8] old status idx  KEYS[9] new status idx
+-- KEYS[10] drained set ('name@version' new sagas may not start on)
+-- KEYS[11] ending zset (ended sagas' index entries, by when their hash expires)
+-- KEYS[12…] one command stream per command, in ARGV order
+--
+-- ARGV[1] expected '<revision>:<tag>' ('0:' when the saga must not exist); the tag is
+--         the random 'tag' field the commit that made the revision wrote, so a revision
+--         lost with an AOF tail or a failover and made again by another commit is told apart
+-- ARGV[2] now in ms, or -1 for the Redis clock (timers are due at now + delay)
+-- ARGV[3] inbox group ('' when the event did not come from the inbox)
+-- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
+-- ARGV[6] old status ('' for a new saga)   ARGV[7] new status
+-- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
+-- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (JSON)
+-- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
+--                                          among them (n > 0 whenever anything changed)
+-- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
+--       now, or '@' followed by an absolute time in ms (both judged by one clock); the
+--       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
+-- then: n, n × timer id                    timers to cancel
+-- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
+-- then: 1|0, n, n × (field, value)         1 when the last key is the saga's branch hash
+--       (sagas with group steps; saga/store/branches.py), and the branch records that
+--       changed; a branch change bumps the revision too, and the hash expires with the saga
+--
+-- Returns {'ok', revision}, {'conflict', current revision}, {'lost'} when the inbox
+-- entry is no longer held by this consumer (its lease moved on: the decision is dropped),
+-- or {'drained'} when a new saga's definition version is drained (nothing is written).
+local saga, history, inbox = KEYS[1], KEYS[2], KEYS[3]
+local expected, expected_tag = string.match(ARGV[1], '^(%d+):(.*)$')
+expected = tonumber(expected)
+local seen = redis.call('HMGET', saga, 'rev', 'tag')
+local current = tonumber(seen[1] or '0')
+if current ~= expected or (seen[2] or '') ~= expected_tag then
+  return {'conflict', current}
+end
+if expected == 0 and redis.call('SISMEMBER', KEYS[10], ARGV[8]) == 1 then
+  return {'drained'}
+end
+local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
+if group ~= '' then
+  if not leased(inbox, group, entry, consumer) then
+    return {'lost'}
+  end
+end
+
+local now = clock_ms(ARGV[2])
+local old_status, new_status, definition = ARGV[6], ARGV[7], ARGV[8]
+local ttl, terminal = tonumber(ARGV[9]), ARGV[10] == '1'
+
+local i = 12
+local nfields = tonumber(ARGV[i])
+local revision = current
+if nfields > 0 then
+  revision = current + 1
+  local fields = {'rev', revision}
+  for f = 1, nfields * 2 do
+    fields[#fields + 1] = ARGV[i + f]
+  end
+  redis.call('HSET', saga, unpack(fields))
+end
+i = i + nfields * 2 + 1
+redis.call('RPUSH', history, ARGV[11])
+
+local id = string.match(saga, ':saga:(.*)$')
+if old_status ~= new_status then
+  if old_status ~= '' then
+    redis.call('ZREM', KEYS[8], id)
+    redis.call('HINCRBY', KEYS[6], definition .. '|' .. old_status, -1)
+  end
+  redis.call('ZADD', KEYS[9], now, id)
+  redis.call('HINCRBY', KEYS[6], definition .. '|' .. new_status, 1)
+end
+if terminal then
+  redis.call('ZREM', KEYS[7], id)
+  if ttl > 0 then
+    redis.call('EXPIRE', saga, ttl)
+    redis.call('EXPIRE', history, ttl)
+    -- the indexes and counters outlive the hash unless saga/store/lua/prune_ended.lua removes them
+    redis.call('ZADD', KEYS[11], now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
+  end
+elseif nfields > 0 then
+  redis.call('ZADD', KEYS[7], now, id)
+end
+
+local nstart = tonumber(ARGV[i])
+for t = 1, nstart do
+  local base = i + (t - 1) * 3
+  local timer_id = ARGV[base + 1]
+  local due = ARGV[base + 2]
+  if string.sub(due, 1, 1) == '@' then
+    due = tonumber(string.sub(due, 2))
+  else
+    due = now + tonumber(due)
+  end
+  redis.call('ZADD', KEYS[4], due, timer_id)
+  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 3])
+end
+i = i + nstart * 3 + 1
+local ncancel = tonumber(ARGV[i])
+for t = 1, ncancel do
+  redis.call('ZREM', KEYS[4], ARGV[i + t])
+  redis.call('HDEL', KEYS[5], ARGV[i + t], ARGV[i + t] .. ':c')
+end
+i = i + ncancel + 1
+local ncommands = tonumber(ARGV[i])
+i = i + 1
+for c = 1, ncommands do
+  local k = tonumber(ARGV[i])
+  redis.call('XADD', KEYS[11 + c], '*', unpack(ARGV, i + 1, i + k * 2))
+  i = i + k * 2 + 1
+end
+
+if ARGV[i] == '1' then
+  local branches = KEYS[#KEYS]
+  local nbranches = tonumber(ARGV[i + 1])
+  local b = i + 2
+  while nbranches > 0 do
+    local batch = math.min(nbranches, 500)
+    redis.call('HSET', branches, unpack(ARGV, b, b + batch * 2 - 1))
+    b = b + batch * 2
+    nbranches = nbranches - batch
+  end
+  if terminal and ttl > 0 then
+    redis.call('EXPIRE', branches, ttl)
+  end
+end
+
+if group ~= '' then
+  redis.call('XACK', inbox, group, entry)
+end
+return {'ok', revision}

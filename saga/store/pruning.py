@@ -1,0 +1,35 @@
+"""Retention: forget ended sagas whose hash has expired.
+
+An ended saga's hash and history expire by themselves (``EngineConfig.retention_s``), but
+its entry in the status index and its share of the per-version counters are plain members
+and numbers: ``saga/store/lua/prune_ended.lua`` removes them once the hash is gone, so listings,
+``saga stats`` and Redis memory stay bounded however many sagas ever ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from bus import BusError, Clock, Script, run_batch, tagged_key
+from saga.store.keys import Partition
+
+PRUNE_ENDED: Final = Script.load("saga.store", "prune_ended")
+
+
+async def prune_ended(redis: Any, partitions: Sequence[Partition], clock: Clock, batch: int = 500) -> int:
+    """Forget every ended saga of ``partitions`` whose hash has expired; return how many."""
+    forgotten = 0
+    pending = list(partitions)
+    while pending:
+        now = clock.script_now_ms()
+        calls = [PRUNE_ENDED.call([p.ending, p.counts], [now, batch, tagged_key(p.tag, "")]) for p in pending]
+        full = []
+        for partition, result in zip(pending, await run_batch(redis, calls), strict=True):
+            if isinstance(result, BusError):
+                raise result
+            forgotten += int(result[0])
+            if int(result[1]) >= batch:
+                full.append(partition)
+        pending = full
+    return forgotten

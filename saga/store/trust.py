@@ -1,0 +1,185 @@
+"""Who may send what to an orchestrator, and how the engine signs what it writes.
+
+The bus checks that an inbox entry is signed for the context's orchestrator
+(``orchestrator:<context>``) by the principal it names (``bus/_auth.py``); this module decides
+whether that principal may send that kind of entry about that saga:
+
+=====================================  ================================================
+entry                                  may be signed by
+=====================================  ================================================
+a step's reply (success or failure)    the participant the step's command went to
+                                       (``participant:<name>``); the orchestrator
+                                       itself for local actions
+a timer firing, a matched event        the orchestrator itself
+a child step's reply (its child ended)  the orchestrator of the child's context
+a signal                               anyone who signs (the resume token is the
+                                       capability; the orchestrator checks it)
+a start request, a cancel request      a client, an operator, an orchestrator (a parent
+                                       saga's, from another context, or its own)
+retry, force-complete, redrive         an operator
+=====================================  ================================================
+
+Anything else is refused with :class:`bus.Unauthenticated` (dead-lettered with the reason,
+nothing changed); in ``log`` mode the refusal is reported and the entry goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from bus import Authenticator, Envelope, Unauthenticated
+from bus._auth import role_of
+from bus._log import get_logger
+from saga.core.model import (
+    CancelRequested,
+    Event,
+    EventReceived,
+    ForceCompleted,
+    RedriveRequested,
+    RetryRequested,
+    SagaState,
+    SignalReceived,
+    Started,
+    StepReplied,
+    TimerFired,
+)
+from saga.definition.saga import LOCAL, Saga
+from saga.store.keys import CHILD
+
+_log = get_logger("redsaga.saga")
+
+
+def orchestrator_of(context: str) -> str:
+    """The principal of a context's orchestrator."""
+    return f"orchestrator:{context}"
+
+
+def participant_named(name: str) -> str:
+    """The principal of a participant."""
+    return f"participant:{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """Signs what one principal writes (``Seal(auth, principal)``; a no-op with signing off)."""
+
+    auth: Authenticator
+    principal: str
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is signed."""
+        return self.auth.enabled
+
+    def sign(self, envelope: Envelope, audience: str) -> Envelope:
+        """``envelope`` signed by this principal for ``audience``."""
+        return self.auth.sign(envelope, audience, self.principal)
+
+    def fields(self, envelope: Envelope, audience: str) -> str:
+        """The ``p``, ``k`` and ``mac`` fields of ``envelope`` signed for ``audience``.
+
+        As ``'<p> <k> <mac>'``: what a timer stores for the script that fires it (``""`` when
+        signing is off).
+        """
+        if not self.auth.enabled:
+            return ""
+        signed = self.sign(envelope, audience)
+        return f"{signed.signer} {signed.key_id} {signed.mac}"
+
+
+def inbox_audience(context: str) -> str:
+    """Whom an entry on a partition inbox of ``context`` is signed for: its orchestrator."""
+    return orchestrator_of(context)
+
+
+E = TypeVar("E", bound=Event)
+
+
+def credited(event: E, signer: str) -> E:
+    """``event`` with its ``by`` naming the principal that signed it.
+
+    ``by`` becomes ``<as claimed> via <principal>``, so the history credits whoever really
+    sent it.
+    """
+    by = getattr(event, "by", None)
+    if not signer or by is None or by == signer or by.endswith(f" via {signer}"):
+        return event
+    return msgspec.structs.replace(event, by=f"{by} via {signer}" if by else signer)
+
+
+def authorize(  # noqa: PLR0917 - called once, by the orchestrator
+    auth: Authenticator,
+    context: str,
+    definition: Saga[Any],
+    state: SagaState | None,
+    event: Event,
+    envelope: Envelope,
+    signer: str,
+) -> None:
+    """Refuse ``event`` (from ``envelope``, signed by ``signer``) unless its signer may send it.
+
+    Raises :class:`bus.Unauthenticated` in ``require`` mode, logs in ``log`` mode; with
+    signing off nothing is checked.
+    """
+    if not auth.enabled:
+        return
+    allowed = allowed_senders(context, definition, state, event)
+    if allowed is None or _matches(signer, allowed):
+        return
+    reason = (
+        f"{envelope.type} for saga {envelope.correlation_id} signed by {signer or 'nobody'}, "
+        f"which may not send it (only {', '.join(sorted(allowed))})"
+    )
+    if auth.mode == "require":
+        raise Unauthenticated(reason, signer)
+    _log.warning("unauthorised entry accepted (verification mode 'log')", reason=reason)
+
+
+def _matches(signer: str, allowed: set[str]) -> bool:
+    return bool(signer) and (signer in allowed or "*" in allowed or f"{role_of(signer)}:*" in allowed)
+
+
+_ANYONE_MAY_START: Final = frozenset({"client:*", "operator:*", "orchestrator:*"})
+"""A start or cancel may come from another context's orchestrator: a parent saga's."""
+_SENDERS: Final[dict[type[Any], frozenset[str]]] = {
+    SignalReceived: frozenset({"*"}),
+    Started: _ANYONE_MAY_START,
+    CancelRequested: _ANYONE_MAY_START,
+    RetryRequested: frozenset({"operator:*"}),
+    ForceCompleted: frozenset({"operator:*"}),
+    RedriveRequested: frozenset({"operator:*"}),
+}
+
+
+def allowed_senders(
+    context: str, definition: Saga[Any], state: SagaState | None, event: Event
+) -> set[str] | None:
+    """The principals that may send ``event``.
+
+    ``role:*`` means any principal of that role, ``*`` anyone who signs; ``None``: not
+    checked here.
+    """
+    me = orchestrator_of(context)
+    if isinstance(event, StepReplied):
+        return {me} if state is None else _repliers(me, definition, state, event)
+    if isinstance(event, TimerFired | EventReceived):
+        return {me}
+    fixed = _SENDERS.get(type(event))
+    return None if fixed is None else set(fixed)
+
+
+def _repliers(me: str, definition: Saga[Any], state: SagaState, event: StepReplied) -> set[str]:
+    """Who may reply to the attempt ``event`` names: the participant its command went to."""
+    record = state.steps.get(event.step) or state.branches.get(event.step)
+    attempt = next((a for a in (record.attempts if record else ()) if a.command_id == event.command_id), None)
+    if attempt is None:  # names no attempt: the decider records it as ignored
+        return {me, "participant:*"}
+    if attempt.participant == LOCAL:
+        return {me}
+    if attempt.participant == CHILD:  # the child's orchestrator forwards its end (or we refuse it)
+        steps = [*definition.steps, *definition.branch_steps()]
+        return {me} | {orchestrator_of(s.child.definition.context.name) for s in steps if s.child is not None}
+    return {participant_named(attempt.participant)}
