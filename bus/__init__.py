@@ -18,7 +18,7 @@ from bus._dead_letters import DeadLetter, LetterFilter, Requeued, dead_letter_si
 from bus._dead_letters import purge as purge_dead_letters
 from bus._dead_letters import requeue as requeue_dead_letters
 from bus._delivery import Delivery, LeaseLost
-from bus._envelope import Envelope, decode_fields, message_type, new_envelope
+from bus._envelope import Envelope, decode_fields, new_envelope
 from bus._epoch import EPOCH_KEY, accept_epoch, read_epoch
 from bus._errors import (
     AuthError,
@@ -51,7 +51,7 @@ from bus._scripts import CommandCall, Script, ScriptCall, run_batch
 from bus._signals import serve
 from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
-from redsaga.ids import derived_id, uuid7
+from redsaga.ids import derived_id, message_type, uuid7
 from redsaga.streams import Stream, tagged_key
 
 __all__ = [

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bus._auth import check_principal, stream_audience
-from bus._envelope import Envelope, message_type
+from bus._envelope import Envelope
 from bus._errors import AuthError, DefinitionError
+from redsaga.ids import message_type
 from redsaga.streams import Stream
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bus._errors import MalformedEntry, PayloadTooLarge
-from redsaga.ids import uuid7
+from redsaga.ids import message_type, uuid7
 
 SCHEMA_VERSION: Final = 1
 SUPPORTED_SCHEMA_VERSIONS: Final = frozenset({1})
@@ -131,13 +131,6 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         if self.headers:
             args += ("hdr", _encoder.encode(self.headers))
         return args
-
-
-def message_type(message_class: type[Any]) -> str:
-    """Return the wire name of a message class: its msgspec tag, else its class name."""
-    config = getattr(message_class, "__struct_config__", None)
-    tag = getattr(config, "tag", None)
-    return tag if isinstance(tag, str) else message_class.__name__
 
 
 def encode_message(message: object, *, max_bytes: int) -> bytes:

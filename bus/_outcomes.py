@@ -7,10 +7,10 @@ from typing import Final
 
 from bus._config import BusConfig
 from bus._delivery import Delivery
-from bus._envelope import Envelope, encode_message, message_type
+from bus._envelope import Envelope, encode_message
 from bus._lua import ACK, COMPLETE_BATCH, DEDUPE_CLAIM, FAIL, HEARTBEAT, RECORD
 from bus._scripts import Arg, BatchPart, ScriptCall
-from redsaga.ids import derived_id
+from redsaga.ids import derived_id, message_type
 from redsaga.streams import Stream
 
 RESULT_PREFIX: Final = b"R"

@@ -35,7 +35,8 @@ from saga import (
     check_registry,
     run_migration,
 )
-from saga.versions.registry import IN_FLIGHT, parse_key
+from saga.versions.records import parse_key
+from saga.versions.registry import IN_FLIGHT
 
 versions_app = typer.Typer(
     help="Definition versions: check shapes against the registry, list, drain, decommission, migrate.",

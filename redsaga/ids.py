@@ -1,4 +1,7 @@
-"""Time-ordered message ids (UUIDv7, RFC 9562) without a dependency."""
+"""Message ids (time-ordered UUIDv7, RFC 9562, and derived ones) and message type names.
+
+No dependency: the bus and the saga engine's pure core (:mod:`saga.core`) share them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import hashlib
 import os
 import threading
 import time
+from typing import Any
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -40,3 +44,10 @@ def derived_id(parent: str, label: str) -> str:
     """
     digest = hashlib.blake2b(f"{parent}\x00{label}".encode(), digest_size=16).hexdigest()
     return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:]}"
+
+
+def message_type(message_class: type[Any]) -> str:
+    """Return the wire name of a message class: its msgspec tag, else its class name."""
+    config = getattr(message_class, "__struct_config__", None)
+    tag = getattr(config, "tag", None)
+    return tag if isinstance(tag, str) else message_class.__name__

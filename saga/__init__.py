@@ -13,97 +13,7 @@ line calls): inspect, list, replay, force-complete, cancel, retry, dead letters,
 stats; :func:`replay_trace` replays an exported trace in CI.
 """
 
-from bus import PermanentError, TransientError
-from saga.core.decider import Decision, LocalCall, decide, start
-from saga.core.migration import KEEP, Instance, Migration, Plan, migration
-from saga.core.model import (
-    Attempt,
-    CancelRequested,
-    Event,
-    EventReceived,
-    ForceCompleted,
-    GroupState,
-    HistoryEntry,
-    Migrated,
-    Note,
-    ParentLink,
-    RedriveRequested,
-    RetryRequested,
-    SagaState,
-    SignalReceived,
-    Started,
-    StepReplied,
-    StepState,
-    TimerFired,
-    Wait,
-)
-from saga.core.query import SagaQuery, WaitInfo
-from saga.core.replay import Mismatch, ReplayReport
-from saga.core.states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
-from saga.core.tokens import Signer
-from saga.definition.calendar import CalendarError
-from saga.definition.composition import Group
-from saga.definition.cron import CronError
-from saga.definition.registry import Registry
-from saga.definition.retry import Retry
-from saga.definition.saga import LOCAL, Command, Compensation, Context, Saga, Step, StepContext, command
-from saga.definition.schedule import CatchUp, Overlap, Schedule, ScheduleState
-from saga.definition.shape import CompensationShape, Shape, StepShape, TypeShape, shape_of
-from saga.errors import (
-    ActionRefused,
-    CodeRequired,
-    ConcurrentUpdate,
-    DefinitionError,
-    IllegalTransition,
-    IncompatibleChange,
-    InvalidInput,
-    InvalidToken,
-    MigrationRefused,
-    PartitionMismatch,
-    SagaError,
-    SagaExists,
-    SagaNotFound,
-    ScheduleExists,
-    ScheduleNotFound,
-    StartConflict,
-    UnknownDefinition,
-    VersionDrained,
-    VersionError,
-    VersionInUse,
-    WaitEnded,
-)
-from saga.ops.acl import AclUser, acl_rules
-from saga.ops.admin import SagaAdmin
-from saga.ops.inspect import BranchView, Inspection, StepView, TimelineRow, TimerView
-from saga.ops.listing import SagaPage, SagaRow
-from saga.ops.operator_actions import ActionResult
-from saga.ops.stats import GroupLoad, OutboxBacklog, SagaCount, SagaTally, Stats, StreamLoad
-from saga.ops.trace import Trace, TraceMismatch, decode_trace, encode_trace, replay_trace
-from saga.runtime.app import App
-from saga.runtime.client import SagaClient
-from saga.runtime.config import EngineConfig
-from saga.runtime.gc_tuning import tune_gc
-from saga.runtime.orchestrator import Orchestrator
-from saga.runtime.participant import CommandContext, Participant
-from saga.runtime.protocol import StepFailed, StepSucceeded
-from saga.runtime.schedule_runner import ScheduleClient, ScheduleInfo
-from saga.runtime.worker import SagaWorker
-from saga.store.keys import Partition, partition_of
-from saga.versions.catalogue import Catalogue
-from saga.versions.compatibility import RULES as COMPATIBILITY_RULES
-from saga.versions.compatibility import Change, Rule, compare_shapes
-from saga.versions.migrator import MigrationReport, MigrationResult, run_migration
-from saga.versions.registry import (
-    DrainNote,
-    Registration,
-    RegistrySnapshot,
-    Stranded,
-    Versions,
-    VersionStatus,
-    WorkerInfo,
-    check_registry,
-    stranded_instances,
-)
+from typing import TYPE_CHECKING
 
 __all__ = [
     "COMPATIBILITY_RULES",
@@ -242,3 +152,20 @@ __all__ = [
     "stranded_instances",
     "tune_gc",
 ]
+
+if TYPE_CHECKING:
+    from saga._api import *
+else:
+
+    def __getattr__(name: str) -> object:
+        """Import :mod:`saga._api` on the first use of an exported name (see its docstring)."""
+        if name not in __all__:
+            raise AttributeError(f"module 'saga' has no attribute {name!r}")
+        from saga import _api  # noqa: PLC0415 - lazily: importing saga.core must not load redis
+
+        value = getattr(_api, name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

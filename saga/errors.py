@@ -30,8 +30,6 @@ transient.
 
 from __future__ import annotations
 
-from bus import PermanentError, TransientError
-
 
 class SagaError(Exception):
     """Base class of the saga engine's errors."""
@@ -222,14 +220,12 @@ __all__ = [
     "IncompatibleChange",
     "InvalidInput",
     "MigrationRefused",
-    "PermanentError",
     "SagaError",
     "SagaExists",
     "SagaNotFound",
     "ScheduleExists",
     "ScheduleNotFound",
     "StartConflict",
-    "TransientError",
     "UnknownDefinition",
     "VersionDrained",
     "VersionError",

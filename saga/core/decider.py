@@ -23,7 +23,8 @@ from typing import Any
 
 import msgspec
 
-from bus import derived_id, message_type
+from redsaga.ids import derived_id, message_type
+from saga.core.child_messages import CHILD, StartChild, child_saga_id
 from saga.core.group_rules import GroupRules, completed_output
 from saga.core.model import (
     NULL,
@@ -55,7 +56,6 @@ from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.core.tcc_rules import TccRules
 from saga.core.tokens import Signer
 from saga.core.wait_rules import WaitRules
-from saga.definition.composition import CHILD, StartChild, child_saga_id
 from saga.definition.retry import Retry
 from saga.definition.saga import LOCAL, Command, Compensation, Saga, Step, StepContext, invoke
 from saga.errors import DefinitionError

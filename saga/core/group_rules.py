@@ -37,7 +37,8 @@ from typing import Any
 
 import msgspec
 
-from bus import derived_id
+from redsaga.ids import derived_id
+from saga.core.child_messages import CHILD, CancelChild, child_saga_id
 from saga.core.model import (
     NULL,
     Dispatch,
@@ -49,7 +50,6 @@ from saga.core.model import (
     StepState,
 )
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
-from saga.definition.composition import CHILD, CancelChild, child_saga_id
 from saga.definition.saga import Saga, Step
 
 _json = msgspec.json.Encoder()

@@ -36,7 +36,7 @@ from saga.core.model import (
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.store.commit import changed_branches, encode_state
+from saga.store.codec import changed_branches, encode_state
 
 _json = msgspec.json.Encoder()
 _entry_decoder = msgspec.json.Decoder(HistoryEntry)

@@ -26,23 +26,20 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from bus import Authenticator, tagged_key
-from bus._errors import redis_errors
-from saga.errors import InvalidToken, SagaError
+from saga.errors import InvalidToken
 
-SECRET_ENV: Final = "REDSAGA_SIGNAL_SECRET"  # noqa: S105 - the variable's name, not a secret
-"""The environment variable holding the master signal secret (signing off only)."""
+if TYPE_CHECKING:
+    from bus import Authenticator
+
 SECRET_KEY_ID: Final = "s"  # noqa: S105 - a key id, not a secret
 """The key id of tokens made from a master signal secret."""
 _PREFIX: Final = "rs2"
@@ -164,7 +161,7 @@ class Signer(TokenVerifier):
             [self.context, partition, saga_id, incarnation, step, n, expires, self._signing]
         )
         signature = self._private[self._signing].sign(_LABEL + payload)
-        return f"{_PREFIX}.{_b64(payload)}.{_b64(signature)}"
+        return f"{_PREFIX}.{b64url(payload)}.{b64url(signature)}"
 
     def verifier(self) -> TokenVerifier:
         """A verifier of this signer's tokens that cannot make any."""
@@ -210,75 +207,18 @@ def _parse(token: str) -> tuple[WaitRef, bytes, bytes]:
     if len(parts) != 3 or parts[0] != _PREFIX:
         raise InvalidToken(f"resume token is malformed (expected {_PREFIX}.<payload>.<signature>)")
     try:
-        payload, signature = _unb64(parts[1]), _unb64(parts[2])
+        payload, signature = unb64url(parts[1]), unb64url(parts[2])
         fields = msgspec.json.decode(payload, type=tuple[str, int, str, int, str, int, int, str])
     except (ValueError, binascii.Error, msgspec.DecodeError) as error:
         raise InvalidToken("resume token is malformed (undecodable payload)") from error
     return WaitRef(*fields), payload, signature
 
 
-def _b64(raw: bytes) -> str:
+def b64url(raw: bytes) -> str:
+    """``raw`` as unpadded base64url (how tokens and published keys are written)."""
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
+def unb64url(text: str) -> bytes:
+    """The bytes of unpadded base64url ``text``."""
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def secret_key(context: str) -> str:
-    """The Redis key of a context's generated master secret (signing off, none configured)."""
-    return tagged_key(f"{context}:meta", "signal-secret")
-
-
-def public_keys_key(context: str) -> str:
-    """The Redis hash where a context's orchestrator publishes its token keys (key id -> raw)."""
-    return tagged_key(f"{context}:meta", "token-keys")
-
-
-async def load_signer(
-    redis: Any, context: str, *, auth: Authenticator, secret: str | bytes | None = None, ttl_ms: int = 0
-) -> Signer:
-    """The signer of ``context``: from the keyring, else ``secret``, the environment or Redis.
-
-    With signing on, only a process holding the context's orchestrator keyring has one:
-    :class:`SagaError` otherwise.
-    """
-    if auth.enabled:
-        signer = Signer.from_auth(auth, context, ttl_ms=ttl_ms)
-        if signer is None:
-            raise SagaError(
-                f"this process cannot make resume tokens of context {context!r}: only its orchestrator can"
-            )
-        return signer
-    secret = secret or os.environ.get(SECRET_ENV) or None
-    if secret is None:
-        key = secret_key(context)
-        with redis_errors():
-            await redis.set(key, secrets.token_hex(32), nx=True)
-            stored = await redis.get(key)
-        if stored is None:
-            raise SagaError(f"the signal secret of context {context!r} vanished from Redis")
-        secret = stored
-    return Signer.from_secret(secret, context, ttl_ms=ttl_ms)
-
-
-async def publish_verifier(redis: Any, signer: Signer) -> None:
-    """Publish the context's public token keys (the orchestrator does, at start)."""
-    keys = {kid: _b64(raw) for kid, raw in signer.public_keys().items()}
-    with redis_errors():
-        await redis.hset(public_keys_key(signer.context), mapping=keys)
-
-
-async def load_verifier(redis: Any, context: str) -> TokenVerifier:
-    """The context's published token keys (:class:`InvalidToken` when none are published)."""
-    with redis_errors():
-        raw = await redis.hgetall(public_keys_key(context))
-    if not raw:
-        raise InvalidToken(
-            f"context {context!r} has published no token keys: no orchestrator of it has started "
-            "with signing on"
-        )
-    return TokenVerifier(
-        context,
-        {k.decode(): Ed25519PublicKey.from_public_bytes(_unb64(v.decode())) for k, v in raw.items()},
-    )

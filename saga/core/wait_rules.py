@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from bus import derived_id
+from redsaga.ids import derived_id
 from saga.core.model import (
     NULL,
     Attempt,

@@ -27,12 +27,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-import msgspec
-
-from saga.core.model import ParentLink
 from saga.definition.retry import NO_RETRY, Retry
 from saga.errors import DefinitionError
-from saga.store.keys import CHILD
 
 if TYPE_CHECKING:
     from saga.definition.saga import Command, Saga, Step, StepKind
@@ -41,7 +37,7 @@ D = TypeVar("D")
 O = TypeVar("O")  # noqa: E741 - the conventional name for an output type variable
 T = TypeVar("T")
 
-__all__ = ["CHILD", "GROUP_KINDS", "CancelChild", "Group", "GroupSpec", "StartChild"]
+__all__ = ["GROUP_KINDS", "Group", "GroupSpec"]
 GROUP_KINDS: typing.Final = frozenset({"parallel", "first_of", "map"})
 MAX_BRANCHES: typing.Final = 100_000
 """The highest ``limit`` a map may declare."""
@@ -111,29 +107,6 @@ class TccSpec:
 
     confirm: str
     expires_s: float
-
-
-class StartChild(msgspec.Struct, tag="StartChild", kw_only=True):
-    """The command that starts a child saga (idempotent by the child's id)."""
-
-    saga: str
-    """The child's definition, ``name@version``."""
-    saga_id: str
-    data: msgspec.Raw
-    parent: ParentLink
-
-
-class CancelChild(msgspec.Struct, tag="CancelChild", kw_only=True):
-    """The command that cancels a child saga whose parent no longer waits for it."""
-
-    saga: str
-    saga_id: str
-    reason: str
-
-
-def child_saga_id(parent_id: str, key: str, generation: int = 0) -> str:
-    """The id of the child started by step (or branch) ``key`` of saga ``parent_id``."""
-    return f"{parent_id}/{key}" + (f"/g{generation}" if generation else "")
 
 
 class Group(Generic[D]):

@@ -19,7 +19,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from bus import Stream, message_type
+from redsaga.ids import message_type
+from redsaga.streams import Stream
 from saga.definition.composition import ChildSpec, Composition, Group, GroupSpec, TccSpec
 from saga.definition.retry import NO_RETRY, Retry
 from saga.definition.waits import (

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import msgspec
 
-from bus import message_type
+from redsaga.ids import message_type
 from saga.definition.saga import Compensation, Saga
 from saga.definition.waits import EventWait, SignalWait, Sleep
 

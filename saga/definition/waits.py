@@ -13,10 +13,14 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
-from bus import Stream, message_type
+from redsaga.ids import message_type
+from redsaga.streams import Stream
 from saga.errors import DefinitionError
+
+WAITS: Final = "_waits"
+"""The participant name of event-wait registrations (handled by the orchestrator)."""
 
 Duration = timedelta | datetime
 """How long to sleep (a ``timedelta``) or until when (an aware ``datetime``)."""

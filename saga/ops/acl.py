@@ -52,10 +52,12 @@ from typing import Any, Final, Literal
 
 from bus import EPOCH_KEY, Stream, tagged_key
 from bus._scripts import shared_helpers
+from saga.core.child_messages import CHILD
 from saga.definition.saga import LOCAL, Context, Saga
+from saga.definition.waits import WAITS
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
-from saga.store.keys import CHILD, CONTEXTS, WAITS
+from saga.store.keys import CONTEXTS
 
 Role = Literal["orchestrator", "participant", "client", "relay", "operator"]
 

@@ -68,7 +68,8 @@ from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, FORCE, REDRIVE, RETRY, OperatorRequest
 from saga.store.branches import decode_branches
-from saga.store.commit import TimerTemplate, decode_state
+from saga.store.codec import decode_state
+from saga.store.commit import TimerTemplate
 from saga.store.keys import Partition, partition_of
 from saga.versions.catalogue import Catalogue
 

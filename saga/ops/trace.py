@@ -30,7 +30,7 @@ from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.runtime.app import App
 from saga.store.branches import encode_branches
-from saga.store.commit import encode_state
+from saga.store.codec import encode_state
 
 TRACE_FORMAT: Final = "redsaga.trace/1"
 

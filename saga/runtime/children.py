@@ -24,7 +24,8 @@ import msgspec
 
 from bus import Clock, Delivery, Envelope, PermanentError, Publisher, TransientError, derived_id, message_type
 from bus._log import get_logger
-from saga.definition.composition import CancelChild, StartChild, child_output_type
+from saga.core.child_messages import CancelChild, StartChild
+from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinition, VersionDrained

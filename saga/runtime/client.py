@@ -21,7 +21,7 @@ from saga.core.decider import start as decide_start
 from saga.core.model import ParentLink, SagaState, Started
 from saga.core.query import SagaQuery, describe, timer_ids
 from saga.core.states import SagaStatus
-from saga.core.tokens import Signer, TokenVerifier, check_wait, load_signer, load_verifier, peek
+from saga.core.tokens import Signer, TokenVerifier, check_wait, peek
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.definition.shape import Shape
@@ -39,6 +39,7 @@ from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, Signal
 from saga.store.branches import load_saga
 from saga.store.commit import commit_call, commit_result
 from saga.store.keys import Partition, check_saga_id, partition_of
+from saga.store.token_keys import load_signer, load_verifier
 from saga.store.trust import Seal, inbox_audience, orchestrator_of
 from saga.versions.registry import Versions
 

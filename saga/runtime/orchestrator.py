@@ -46,12 +46,14 @@ from bus import (
 )
 from bus._crash import AFTER_COMMIT_BEFORE_ACK, BEFORE_COMMIT, crash_point
 from bus._log import get_logger
+from saga.core.child_messages import CHILD
 from saga.core.decider import Decision, LocalCall, decide
 from saga.core.decider import start as decide_start
 from saga.core.model import SagaState, SignalReceived, Started
-from saga.core.tokens import Signer, check_wait, load_signer, publish_verifier
+from saga.core.tokens import Signer, check_wait
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context, StepContext, invoke
+from saga.definition.waits import WAITS
 from saga.errors import InvalidInput, InvalidToken, UnknownDefinition
 from saga.runtime import event_routing as waits
 from saga.runtime.children import Children
@@ -60,8 +62,10 @@ from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.step_reply import reply_for
 from saga.store.branches import load_saga
-from saga.store.commit import PARENT_REPORT, Loaded, WatchRequest, commit_call, commit_result
-from saga.store.keys import CHILD, WAITS, Partition, check_saga_id
+from saga.store.codec import Loaded
+from saga.store.commit import PARENT_REPORT, WatchRequest, commit_call, commit_result
+from saga.store.keys import Partition, check_saga_id
+from saga.store.token_keys import load_signer, publish_verifier
 from saga.store.trust import Seal, authorize, credited, orchestrator_of
 
 GROUP = "orchestrator"

@@ -60,7 +60,7 @@ from saga.errors import (
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
 from saga.store.keys import ContextKeys, Partition, partition_of
-from saga.versions.registry import parse_key
+from saga.versions.records import parse_key
 
 WRITE: Final = Script.load("saga.store", "schedule_write")
 _json = msgspec.json.Encoder()

@@ -25,7 +25,8 @@ from saga.runtime.orchestrator import Orchestrator
 from saga.runtime.schedule_runner import Scheduler, run_schedules
 from saga.runtime.timer_firing import fire_round, run_scheduler
 from saga.store.pruning import prune_ended
-from saga.versions.registry import Registration, Stranded, Versions, worker_info
+from saga.versions.records import Registration, Stranded, worker_info
+from saga.versions.registry import Versions
 
 _log = get_logger("redsaga.saga")
 

@@ -27,7 +27,7 @@ import msgspec
 
 from bus._errors import redis_errors
 from saga.core.model import SagaState, StepState
-from saga.store.commit import Loaded, changed_branches, decode_state
+from saga.store.codec import Loaded, changed_branches, decode_state
 from saga.store.keys import Partition
 
 __all__ = ["changed_branches", "decode_branches", "encode_branches", "has_groups", "load_saga"]

@@ -1,20 +1,6 @@
-"""The Redis store of sagas: the hash layout, loading, and the one-script commit.
+"""The one-script commit of a transition, and the entries it writes.
 
-A saga hash holds small fields so that a transition rewrites only what changed::
-
-    rev      the revision (optimistic concurrency; written by the script only)
-    tag      a random tag written with every revision: a revision lost (AOF tail, failover)
-             and made again by another commit differs in its tag, so a cached copy of the
-             lost one cannot commit onto the new one
-    status   lifecycle status            name, version   the definition it runs
-    created  creation time (ms)          updated         last change (ms)
-    data     the start data (JSON)       meta            cursor, completed steps, notes,
-                                                         the current wait, early signals,
-                                                         the parent (child sagas)
-    s:<step> one step's state with every attempt (JSON)
-
-The records of a group step's branches live in a hash of their own, written by the same
-script (``saga/store/branches.py``), so the saga hash stays small however many branches run.
+The saga hash's fields are encoded by :mod:`saga.store.codec`.
 
 An event wait's registration (``WatchEvent``/``UnwatchEvent``) is a command on the
 partition's ``cmd:_waits`` stream, written by the same script: the context-wide index it
@@ -28,8 +14,6 @@ in one atomic script.
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -44,44 +28,27 @@ from saga.core.model import (
     Event,
     HistoryEntry,
     Kind,
-    Note,
     NotifyParent,
     ParentLink,
     SagaState,
     StartTimer,
-    StepState,
     TimerFired,
     TimerPurpose,
     UnwatchEvent,
-    Wait,
     WatchEvent,
     idempotency_key,
 )
-from saga.core.states import SagaStatus
-from saga.store.keys import WAITS, Partition
+from saga.definition.waits import WAITS
+from saga.store.codec import Loaded, changed_branches, encode_state, expected, new_tag
+from saga.store.keys import Partition
 from saga.store.trust import Seal, orchestrator_of, participant_named
 
 TIMER_FIRED: Final = "TimerFired"
 """The inbox entry type of a fired timer (written by ``saga/store/lua/fire_timers.lua``)."""
 TRANSITION: Final = Script.load("saga.store", "transition")
 FIRE_TIMERS: Final = Script.load("saga.store", "fire_timers")
-STEP_PREFIX: Final = "s:"
 
 _json = msgspec.json.Encoder()
-_step_decoder = msgspec.json.Decoder(StepState)
-
-
-class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
-    context: str
-    partition: int
-    cursor: int = 0
-    completed: list[str] = msgspec.field(default_factory=list)
-    cancel: Note | None = None
-    error: Note | None = None
-    wait: Wait | None = None
-    expired: Note | None = None
-    signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
-    parent: ParentLink | None = None
 
 
 class WatchRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
@@ -110,9 +77,6 @@ class WatchRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
             key=effect.key,
             attempt=effect.attempt,
         )
-
-
-_meta_decoder = msgspec.json.Decoder(_Meta)
 
 
 class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
@@ -187,95 +151,12 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
 _template_decoder = msgspec.json.Decoder(TimerTemplate)
 
 
-@dataclass(slots=True)
-class Loaded:
-    """A saga as read from Redis: the decoded state, the raw fields it came from, its tag."""
-
-    state: SagaState
-    fields: dict[str, bytes]
-    tag: str = ""
-
-
 @dataclass(frozen=True, slots=True)
 class CommitResult:
     """What the transition script said."""
 
     outcome: Literal["ok", "conflict", "lost", "drained"]
     revision: int = 0
-
-
-def new_tag() -> str:
-    """A fresh random tag for a new revision (see the ``tag`` field above)."""
-    return os.urandom(6).hex()
-
-
-def expected(loaded: Loaded | None) -> str:
-    """What a script checks a saga against: ``<revision>:<tag>`` (``0:``: must not exist)."""
-    return f"{loaded.state.revision}:{loaded.tag}" if loaded else "0:"
-
-
-def encode_state(state: SagaState) -> dict[str, bytes]:
-    """Encode a state as hash fields (``rev`` excepted: the script owns it)."""
-    fields = {
-        "status": state.status.value.encode(),
-        "name": state.name.encode(),
-        "version": str(state.version).encode(),
-        "created": str(state.created_ms).encode(),
-        "updated": str(state.updated_ms).encode(),
-        "data": bytes(state.data),
-        "meta": _json.encode(
-            _Meta(
-                context=state.context,
-                partition=state.partition,
-                cursor=state.cursor,
-                completed=state.completed,
-                cancel=state.cancel,
-                error=state.error,
-                wait=state.wait,
-                expired=state.expired,
-                signals=state.signals,
-                parent=state.parent,
-            )
-        ),
-    }
-    for name, step in state.steps.items():
-        fields[STEP_PREFIX + name] = _json.encode(step)
-    return fields
-
-
-def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
-    """Decode ``HGETALL`` output into a state (raises ``msgspec.DecodeError`` if corrupt)."""
-    fields = {key.decode(): value for key, value in raw.items()}
-    meta = _meta_decoder.decode(fields["meta"])
-    steps = {
-        key[len(STEP_PREFIX) :]: _step_decoder.decode(value)
-        for key, value in fields.items()
-        if key.startswith(STEP_PREFIX)
-    }
-    state = SagaState(
-        id=saga_id,
-        name=fields["name"].decode(),
-        version=int(fields["version"]),
-        context=meta.context,
-        partition=meta.partition,
-        status=SagaStatus(fields["status"].decode()),
-        data=msgspec.Raw(fields["data"]),
-        steps=steps,
-        cursor=meta.cursor,
-        completed=meta.completed,
-        cancel=meta.cancel,
-        error=meta.error,
-        wait=meta.wait,
-        expired=meta.expired,
-        signals=meta.signals,
-        parent=meta.parent,
-        revision=int(fields.get("rev", b"0")),
-        created_ms=int(fields["created"]),
-        updated_ms=int(fields["updated"]),
-    )
-    fields.pop("rev", None)
-    tag = fields.pop("tag", b"").decode()
-    return Loaded(state, fields, tag)
 
 
 def command_envelope(
@@ -448,22 +329,6 @@ def _effect_args(
         fields = envelope.field_args()
         messages += (len(fields) // 2, *fields)
     return timers, cancels, streams, messages
-
-
-def changed_branches(
-    before: SagaState | None, after: SagaState, touched: Iterable[str] | None = None
-) -> dict[str, bytes]:
-    """The branch records ``after`` changed since ``before``, encoded (hash field -> JSON).
-
-    The decider copies a branch record before changing it, so an unchanged record is the
-    very object ``before`` holds: no branch is re-encoded unless its decision touched it.
-    ``touched`` (the decision's copied records) spares looking at the others.
-    """
-    previous = before.branches if before is not None else {}
-    keys = after.branches if touched is None else [k for k in touched if k in after.branches]
-    return {
-        key: _json.encode(after.branches[key]) for key in keys if previous.get(key) is not after.branches[key]
-    }
 
 
 PARENT_REPORT: Final = "ParentReport"

@@ -45,10 +45,6 @@ from saga.errors import InvalidInput
 
 CONTEXTS: Final = tagged_key("redsaga", "contexts")
 """The set of every context with a version registry (``saga versions list`` starts here)."""
-WAITS: Final = "_waits"
-"""The participant name of event-wait registrations (handled by the orchestrator)."""
-CHILD: Final = "_child"
-"""The participant name of child-saga commands (handled by the parent's orchestrator)."""
 
 
 MAX_ID_LENGTH: Final = 200

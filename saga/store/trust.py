@@ -33,6 +33,7 @@ import msgspec
 from bus import Authenticator, Envelope, Unauthenticated
 from bus._auth import role_of
 from bus._log import get_logger
+from saga.core.child_messages import CHILD
 from saga.core.model import (
     CancelRequested,
     Event,
@@ -47,7 +48,6 @@ from saga.core.model import (
     TimerFired,
 )
 from saga.definition.saga import LOCAL, Saga
-from saga.store.keys import CHILD
 
 _log = get_logger("redsaga.saga")
 

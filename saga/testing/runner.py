@@ -31,6 +31,7 @@ import msgspec
 
 from bus import Delivery, Envelope, FakeClock, MalformedEntry, PermanentError, Reply, derived_id
 from bus._outcomes import encode_result, reply_envelope
+from saga.core.child_messages import CHILD
 from saga.core.decider import Decision, LocalCall, decide
 from saga.core.decider import start as decide_start
 from saga.core.migration import Migration, MigrationDecision, decide_migration
@@ -64,8 +65,9 @@ from saga.runtime.participant import CommandContext, Participant
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import StepFailed, to_event
 from saga.runtime.step_reply import reply_for
-from saga.store.commit import TimerTemplate, WatchRequest, changed_branches, command_envelope, encode_state
-from saga.store.keys import CHILD, Partition, partition_of
+from saga.store.codec import changed_branches, encode_state
+from saga.store.commit import TimerTemplate, WatchRequest, command_envelope
+from saga.store.keys import Partition, partition_of
 from saga.testing.fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
 from saga.testing.invariants import Summary, invariant_violations, replay, summarize
 from saga.testing.runner_children import RunnerChildren

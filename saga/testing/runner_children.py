@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 
 from bus import Envelope
+from saga.core.child_messages import CancelChild, StartChild
 from saga.core.model import CancelRequested, Event, NotifyParent, SagaState
-from saga.definition.composition import CancelChild, StartChild, child_output_type
+from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry
 from saga.errors import InvalidInput, SagaError, SagaExists, UnknownDefinition, VersionDrained
 from saga.runtime.children import child_definition, parent_reply

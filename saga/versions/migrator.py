@@ -20,7 +20,7 @@ from bus._errors import redis_errors
 from saga.core.migration import Migration, current_step, decide_migration
 from saga.core.model import HistoryEntry, SagaState
 from saga.errors import MigrationRefused
-from saga.store.commit import STEP_PREFIX, Loaded, decode_state, encode_state, expected, new_tag
+from saga.store.codec import STEP_PREFIX, Loaded, decode_state, encode_state, expected, new_tag
 from saga.store.keys import Partition
 from saga.versions.registry import IN_FLIGHT, Versions
 

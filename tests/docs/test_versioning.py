@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import bus
 from cli.main import app as cli
 from saga import IncompatibleChange, SagaClient, SagaWorker, Versions, run_migration
-from saga.versions.compatibility import rules_table
+from saga.versions.rules import rules_table
 from services_example import orders, orders_v2
 from services_example.contracts import Line, Order
 from tests.docs import versioning_example

@@ -18,7 +18,8 @@ from saga import (
     StepReplied,
     decide,
 )
-from saga.store.commit import CommitResult, commit_call, commit_result, decode_state
+from saga.store.codec import decode_state
+from saga.store.commit import CommitResult, commit_call, commit_result
 from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment

@@ -22,7 +22,7 @@ from saga import (
     migration,
     run_migration,
 )
-from saga.store.commit import decode_state
+from saga.store.codec import decode_state
 from saga.testing import FakeParticipant, SagaRunner, decode_history, replay
 from saga.versions.migrator import _commit
 from tests.saga.versioned import (

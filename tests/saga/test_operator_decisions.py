@@ -20,7 +20,8 @@ from saga import (
 )
 from saga.core.model import Dispatch, RedriveRequested, idempotency_key
 from saga.core.redrive import redrive_refusal
-from saga.store.commit import command_envelope, encode_state
+from saga.store.codec import encode_state
+from saga.store.commit import command_envelope
 from saga.store.keys import Partition
 from services_example.contracts import Line, Order
 from services_example.orders import order_fulfilment

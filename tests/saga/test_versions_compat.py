@@ -18,7 +18,7 @@ from saga import (
     shape_of,
 )
 from saga.definition.shape import decode_shape, encode_shape
-from saga.versions.registry import ContextSnapshot, RegistrySnapshot
+from saga.versions.records import ContextSnapshot, RegistrySnapshot
 from tests.saga.versioned import CONTEXT, STEPS, V1, build
 
 REGISTERED = shape_of(V1)

@@ -14,9 +14,9 @@ from bus import EPOCH_KEY, RedisCommandError, RedisPermissionDenied, Stream
 from bus._errors import translate
 from cli.main import app as cli
 from saga import AclUser, App, Context, DefinitionError, Participant, acl_rules
-from saga.core.tokens import secret_key
 from saga.ops.acl import _CONNECT, script_commands
 from saga.store.keys import CONTEXTS, ContextKeys, Partition
+from saga.store.token_keys import secret_key
 from services_example.all import app as demo
 from tests.saga import compose_sagas, time_sagas
 

@@ -8,7 +8,7 @@ from structlog.testing import capture_logs
 
 import bus
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
-from saga.core.tokens import secret_key
+from saga.store.token_keys import secret_key
 from tests.faults.servers import PrivateRedis
 from tests.helpers import eventually
 from tests.saga import time_sagas
