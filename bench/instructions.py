@@ -82,7 +82,7 @@ def child(kind: str, shape: str, sagas: int, url: str) -> None:
     sys.path.insert(0, str(HERE))
     import saga_throughput  # noqa: PLC0415 - only the child runs it (it patches redis-py)
 
-    from saga import tune_gc  # noqa: PLC0415 - importable once saga_throughput set the path
+    from saga.runtime.gc_tuning import tune_gc  # noqa: PLC0415 - importable once saga_throughput set the path
 
     tune_gc()  # as the throughput benchmark does
     runner = saga_throughput.run_floor if kind == "floor" else saga_throughput.run_redsaga

@@ -66,10 +66,10 @@ from saga import (
     SagaStatus,
     SagaWorker,
     command,
-    tune_gc,
 )
 from saga.ops.keyrings import issue_keyrings, new_master, reach_of
 from saga.runtime import orchestrator as orchestrator_module
+from saga.runtime.gc_tuning import tune_gc
 from saga.store.commit import commit_result
 from saga.store.keys import Partition
 from services_example.contracts import Line, Order

@@ -45,9 +45,10 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bus
-from saga import EngineConfig, Partition
+from saga import EngineConfig
 from saga.runtime.timer_firing import fire_round, run_scheduler
 from saga.store.commit import TimerTemplate
+from saga.store.keys import Partition
 
 CONTEXT = "bench"
 FLOOR_FIRE = """

@@ -10,8 +10,7 @@ run once per idempotency key.
 from bus._app import Bus, Route, Subscription
 from bus._auth import OFF as SIGNING_OFF
 from bus._auth import Authenticator, Keyring, principal
-from bus._backoff import Backoff
-from bus._client import MEMORY_URL, URL_ENV, Redis, connect, is_embedded, resolve_url
+from bus._client import MEMORY_URL, URL_ENV, Redis, connect, resolve_url
 from bus._clock import Clock, FakeClock, SystemClock
 from bus._config import BusConfig, ClientConfig
 from bus._dead_letters import DeadLetter, LetterFilter, Requeued, dead_letter_sizes, dead_letters
@@ -45,14 +44,13 @@ from bus._errors import (
     Unauthenticated,
     UnsafeRedisConfig,
 )
-from bus._outcomes import Reply, reply_to_command
+from bus._outcomes import Reply
 from bus._publisher import Publisher
-from bus._scripts import CommandCall, Script, ScriptCall, run_batch
 from bus._signals import serve
 from bus._stats import GroupStats, StreamStats, stream_stats
 from bus._worker import Worker
 from redsaga.ids import derived_id, message_type, uuid7
-from redsaga.streams import Stream, tagged_key
+from redsaga.streams import Stream
 
 __all__ = [
     "EPOCH_KEY",
@@ -61,13 +59,11 @@ __all__ = [
     "URL_ENV",
     "AuthError",
     "Authenticator",
-    "Backoff",
     "Bus",
     "BusConfig",
     "BusError",
     "ClientConfig",
     "Clock",
-    "CommandCall",
     "DeadLetter",
     "DefinitionError",
     "Delivery",
@@ -98,8 +94,6 @@ __all__ = [
     "Reply",
     "Requeued",
     "Route",
-    "Script",
-    "ScriptCall",
     "Stream",
     "StreamDeleted",
     "StreamStats",
@@ -115,18 +109,14 @@ __all__ = [
     "dead_letters",
     "decode_fields",
     "derived_id",
-    "is_embedded",
     "message_type",
     "new_envelope",
     "principal",
     "purge_dead_letters",
     "read_epoch",
-    "reply_to_command",
     "requeue_dead_letters",
     "resolve_url",
-    "run_batch",
     "serve",
     "stream_stats",
-    "tagged_key",
     "uuid7",
 ]

@@ -41,10 +41,11 @@ _hits: Counter[str] = Counter()
 
 
 def _unarmed(_name: str) -> None:
-    return
+    """Call at a named crash point; nothing happens (``$REDSAGA_CRASH_AT`` is not set)."""
 
 
 def _armed_point(name: str) -> None:
+    """Call at a named crash point; kills the process when ``$REDSAGA_CRASH_AT`` names it."""
     assert _armed is not None  # noqa: S101 - only installed when armed
     if name != _armed[0]:
         return

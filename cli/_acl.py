@@ -10,8 +10,7 @@ import typer
 
 from cli._common import CommandError, Json, UsageProblem, app_option, emit_json, emit_line
 from cli._load import load_app
-from saga import acl_rules
-from saga.ops.acl import as_json
+from saga.ops.acl import acl_rules, as_json
 
 LOCK_DEFAULT = "ACL SETUSER default off"
 """What locks Redis's built-in user: it can do anything, by default without a password."""

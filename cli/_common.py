@@ -28,7 +28,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 import bus
 import relay
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from cli._format import cell
 from saga import SagaError
 from saga.ops.text import printable

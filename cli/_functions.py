@@ -15,7 +15,7 @@ import msgspec
 import typer
 
 import bus
-from bus._scripts import Library, delete_library, library, load_libraries, loaded_libraries
+from bus.lowlevel import Library, delete_library, library, load_libraries, loaded_libraries
 from cli._common import (
     CommandError,
     Json,

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from bus._auth import encode_keyrings
+from bus.lowlevel import encode_keyrings
 from cli._common import Json, emit_json, emit_table, reporting_errors
 from cli._load import load_object
 from saga import App

@@ -16,7 +16,9 @@ from cli import _show
 from cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, emit_text
 from cli._format import duration_option
 from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
-from saga import ActionResult, SagaAdmin, SagaStatus, encode_trace
+from saga import SagaAdmin, SagaStatus
+from saga.ops.operator_actions import ActionResult
+from saga.ops.trace import encode_trace
 
 SagaId = Annotated[str, typer.Argument(help="The saga's id.", show_default=False)]
 Format = Annotated[Literal["mermaid", "dot"], typer.Option("--format", help="Diagram format for --graph.")]
@@ -269,7 +271,7 @@ def export(
     """Write a saga's trace as JSON, for replay in CI.
 
     The trace holds the definition version, the input data, every event with its outputs
-    and the final state; saga.replay_trace replays it against the current code. Always
+    and the final state; saga.testing.replay_trace replays it against the current code. Always
     JSON (--json is accepted).
     """
     del json

@@ -22,7 +22,7 @@ from cli._common import (
     run,
 )
 from cli._logging import ConsoleLogs, LogLevel, configure
-from relay._dsn import parse_dsn
+from relay import parse_dsn
 
 relay_app = typer.Typer(
     help="The outbox relay: publishes committed outbox rows to their streams, exactly once per row. "

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 import bus
-from bus._auth import VERIFY_ENV
-from bus._errors import redis_errors
+from bus.lowlevel import VERIFY_ENV, redis_errors
 from cli._common import (
     CommandError,
     Json,
@@ -25,8 +24,9 @@ from cli._common import (
 from cli._format import cell, status_colour
 from cli._load import load_app
 from cli._logging import ConsoleLogs, LogLevel, configure
-from saga import EngineConfig, SagaWorker, tune_gc
+from saga import EngineConfig, SagaWorker
 from saga.ops.text import printable
+from saga.runtime.gc_tuning import tune_gc
 
 if TYPE_CHECKING:
     from services_example.demo import DemoReport

@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 import typer
 
 import bus
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from cli._common import APP_ENV, CommandError, real_redis_url, run
 from cli._load import load_object
 from saga import App, Registry, SagaAdmin

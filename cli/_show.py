@@ -9,7 +9,12 @@ import typer
 from bus import DeadLetter, Requeued
 from cli._common import emit_line, emit_table
 from cli._format import ago, cell, clip, outcome_colour, status_colour, when
-from saga import ActionResult, Attempt, GroupState, Inspection, ReplayReport, SagaPage, SagaTally, Stats
+from saga.core.model import Attempt, GroupState
+from saga.core.replay import ReplayReport
+from saga.ops.inspect import Inspection
+from saga.ops.listing import SagaPage
+from saga.ops.operator_actions import ActionResult
+from saga.ops.stats import SagaTally, Stats
 
 _STATUS = {0: status_colour}
 

@@ -20,8 +20,9 @@ from cli._common import (
     with_redis,
 )
 from cli._load import load_app
-from saga import Registry, SagaClient, Schedule, ScheduleClient, ScheduleInfo, ScheduleState
-from saga.runtime.schedule_runner import BROKEN_RECHECK_MS
+from saga import Registry, SagaClient, Schedule, ScheduleClient
+from saga.definition.schedule import ScheduleState
+from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, ScheduleInfo
 
 AppRef = Annotated[
     str | None, app_option("module:attribute of the App, to check data against its definitions.")

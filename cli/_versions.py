@@ -1,6 +1,6 @@
 """``saga versions``: check shapes, snapshot the registry, list, drain, decommission, migrate.
 
-Thin shells over :class:`saga.Versions`, :func:`saga.check_registry` and
+Thin shells over :class:`saga.Versions`, :func:`saga.versions.records.check_registry` and
 :func:`saga.run_migration`; see docs/versioning.md for the rules and the CI recipe.
 """
 
@@ -27,15 +27,9 @@ from cli._common import (
     with_redis,
 )
 from cli._load import load_app
-from saga import (
-    Change,
-    RegistrySnapshot,
-    Versions,
-    VersionStatus,
-    check_registry,
-    run_migration,
-)
-from saga.versions.records import parse_key
+from saga import Versions, run_migration
+from saga.versions.compatibility import Change
+from saga.versions.records import RegistrySnapshot, VersionStatus, check_registry, parse_key
 from saga.versions.registry import IN_FLIGHT
 
 versions_app = typer.Typer(

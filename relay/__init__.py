@@ -23,10 +23,8 @@ Errors::
     └── RelayLocked             another relay serves this SQLite file
 """
 
-from bus._crash import AFTER_XADD_BEFORE_MARK_SENT
-from bus._crash import ENV as CRASH_ENV
 from relay._config import RelayConfig, Tables
-from relay._dsn import failed_rows, init_db, outbox_stats, redact, requeue_failed
+from relay._dsn import failed_rows, init_db, outbox_stats, parse_dsn, redact, requeue_failed
 from relay._errors import (
     DatabaseError,
     DatabaseUnavailable,
@@ -49,8 +47,6 @@ inbox = Inbox(outbox=outbox)
 """The inbox with the default table names: ``relay.inbox.receive(conn, consumer, envelope)``."""
 
 __all__ = [
-    "AFTER_XADD_BEFORE_MARK_SENT",
-    "CRASH_ENV",
     "Claimed",
     "DatabaseError",
     "DatabaseUnavailable",
@@ -77,6 +73,7 @@ __all__ = [
     "latest_version",
     "outbox",
     "outbox_stats",
+    "parse_dsn",
     "redact",
     "requeue_failed",
 ]

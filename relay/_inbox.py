@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, TypeVar, overload
 
 import msgspec
 
-from bus import Clock, Envelope, PayloadTooLarge, Stream, SystemClock, message_type, reply_to_command
+from bus import Clock, Envelope, PayloadTooLarge, Stream, SystemClock, message_type
+from bus.lowlevel import reply_to_command
 from relay._config import Tables
 from relay._drivers import Plan, PlanFactory, Query, run
 from relay._errors import RelayError

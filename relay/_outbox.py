@@ -6,7 +6,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, overload
 
 from bus import Authenticator, BusConfig, Clock, Envelope, Stream, SystemClock, new_envelope
-from bus._auth import stream_audience
+from bus.lowlevel import stream_audience
 from relay._codec import encode_envelope
 from relay._config import Tables
 from relay._drivers import Plan, PlanFactory, Query, run

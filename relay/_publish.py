@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bus import BusError, MalformedEntry, Redis, Script, ScriptCall, Stream, run_batch
-from bus._log import get_logger
+from bus import BusError, MalformedEntry, Redis, Stream
+from bus.lowlevel import Script, ScriptCall, get_logger, run_batch
 from relay._codec import decode_envelope
 from relay._config import RelayConfig
 

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from bus import Backoff, BusError, Clock, Redis, SystemClock
-from bus._crash import AFTER_CLAIM, AFTER_XADD_BEFORE_MARK_SENT, crash_point
-from bus._log import get_logger
+from bus import BusError, Clock, Redis, SystemClock
+from bus.lowlevel import AFTER_CLAIM, AFTER_XADD_BEFORE_MARK_SENT, Backoff, crash_point, get_logger
 from relay._config import RelayConfig
 from relay._dsn import open_store
 from relay._errors import DatabaseUnavailable, RelayError, RelayLocked

@@ -124,9 +124,10 @@ class InvalidToken(SagaError):
 class CodeRequired(UnknownDefinition):
     """The operation needs a definition's code (typed data, the decider); only its shape is known.
 
-    An admin client reading definitions from Redis (:class:`~saga.Catalogue`) reads and acts
-    without the code; starting, replaying, redriving and dry runs need the App defining
-    ``definition`` (``name@version``). ``operation`` names what was asked.
+    An admin client reading definitions from Redis
+    (:class:`~saga.versions.catalogue.Catalogue`) reads and acts without the code; starting,
+    replaying, redriving and dry runs need the App defining ``definition`` (``name@version``).
+    ``operation`` names what was asked.
     """
 
     def __init__(self, operation: str, definition: str) -> None:

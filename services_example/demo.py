@@ -25,7 +25,7 @@ import anyio
 import msgspec
 
 from bus import Redis, uuid7
-from bus._auth import KEYRING_ENV, encode_keyrings
+from bus.lowlevel import KEYRING_ENV, encode_keyrings
 from relay import Relay, RelayConfig
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.ops.keyrings import issue_keyrings, new_master, reach_of

@@ -34,6 +34,7 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 import bus
+from bus.lowlevel import is_embedded
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _GIVEN_REDIS_URL = os.environ.get("REDSAGA_TEST_REDIS_URL", "")
@@ -221,7 +222,7 @@ async def redis(request: pytest.FixtureRequest) -> AsyncIterator[bus.Redis]:
 @pytest.fixture
 def backend(redis: bus.Redis) -> str:
     """``fake`` or ``real``: lets a contract test state an honest difference explicitly."""
-    return "fake" if bus.is_embedded(redis) else "real"
+    return "fake" if is_embedded(redis) else "real"
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from saga import Saga, SagaStatus, TraceMismatch, decode_trace, replay_trace
+from saga import Saga, SagaStatus
+from saga.ops.trace import TraceMismatch, decode_trace, replay_trace
 from services_example.contracts import Order
 from services_example.orders import app
 from tests.ops import changed

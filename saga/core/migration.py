@@ -5,7 +5,7 @@ The user writes a function from an :class:`Instance` of the source version to a
 outputs); :func:`migration` declares it. ``saga/versions/migrator.py`` runs it over the in-flight
 instances in Redis; :class:`saga.testing.SagaRunner` runs it in-process. Both call
 :func:`plan_event` and :func:`migrate_state` here, and replay applies a recorded
-:class:`~saga.Migrated` entry with :func:`migrate_state` again, without the user's function.
+:class:`~saga.core.model.Migrated` entry with :func:`migrate_state` again, without the user's function.
 
 A migration re-labels an instance; it never runs a step itself. So an instance is refused
 (and left untouched) when the plan would leave it unable to go on: a step that has run
@@ -181,7 +181,7 @@ def decide_migration(
 def plan_event(
     migration: Migration, state: SagaState, plan: Plan, *, event_id: str, at_ms: int, by: str
 ) -> Migrated:
-    """The :class:`~saga.Migrated` record of ``plan`` for ``state`` (data and outputs encoded).
+    """The :class:`~saga.core.model.Migrated` record of ``plan`` for ``state`` (data and outputs encoded).
 
     Raises :class:`MigrationRefused` when the plan's data or outputs do not fit the target.
     """

@@ -2,7 +2,7 @@
 
 ``saga graph`` and the docs' state tables are generated from these tables; the decider
 moves a saga or a step only through :func:`move_saga` and :func:`move_step`, which raise
-:class:`~saga.IllegalTransition` for anything not listed here.
+:class:`~saga.errors.IllegalTransition` for anything not listed here.
 """
 
 from __future__ import annotations

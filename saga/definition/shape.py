@@ -4,8 +4,8 @@ A shape is plain data derived from a :class:`~saga.Saga`: its name, version and 
 the JSON schema of its data type, and its steps in order -- each with its kind, its
 compensation, its output type (wire name and JSON schema), what it waits for and its
 branches. Workers store shapes in Redis when they start (``saga/versions/registry.py``), and
-:func:`saga.compare_shapes` compares a registered shape with the code's by an explicit rule
-set (``saga/versions/compatibility.py``).
+:func:`~saga.versions.compatibility.compare_shapes` compares a registered shape with the
+code's by an explicit rule set (``saga/versions/rules.py``).
 
 What is left out on purpose: retry policies, timeouts and the code of builders and
 actions. Changing them is always safe for running instances (they are read when the next

@@ -1,6 +1,6 @@
 """What a waiting step waits for: a sleep, a signal, or another context's event.
 
-These are the ``wait`` of a :class:`~saga.Step` whose ``kind`` is ``"sleep"``, ``"signal"``
+These are the ``wait`` of a :class:`~saga.definition.saga.Step` whose ``kind`` is ``"sleep"``, ``"signal"``
 or ``"event"``; :meth:`Saga.sleep`, :meth:`Saga.wait_signal` and :meth:`Saga.wait_event`
 build them. The decider calls :meth:`Sleep.target` and :meth:`EventWait.key_of_data`;
 the orchestrator calls :meth:`EventWait.key_of_event` on every event of the stream.

@@ -50,8 +50,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final, Literal
 
-from bus import EPOCH_KEY, Stream, tagged_key
-from bus._scripts import shared_helpers
+from bus import EPOCH_KEY, Stream
+from bus.lowlevel import shared_helpers, tagged_key
 from saga.core.child_messages import CHILD
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.definition.waits import WAITS

@@ -13,12 +13,12 @@ Reads never change anything. Actions go through the saga's inbox and are decided
 orchestrator in order with the replies racing them (see ``saga/ops/operator_actions.py``): each is
 judged first by the same decider on the state just read, refused at once if it would not
 apply, sent with the revision it was judged on, and awaited for ``wait_s`` seconds. An
-action that loses a race is recorded and ignored, and raises :class:`~saga.ActionRefused`.
+action that loses a race is recorded and ignored, and raises :class:`~saga.errors.ActionRefused`.
 
 No code is needed to read or act: :meth:`SagaAdmin.from_redis` reads the definitions'
-registered shapes from Redis (a :class:`~saga.Catalogue`). Without the code an action is
+registered shapes from Redis (a :class:`~saga.versions.catalogue.Catalogue`). Without the code an action is
 judged on what the state shows and then by the orchestrator, which has it; starting,
-replay, redrive and dry runs raise :class:`~saga.CodeRequired`.
+replay, redrive and dry runs raise :class:`~saga.errors.CodeRequired`.
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ from bus import (
     dead_letters,
     purge_dead_letters,
     requeue_dead_letters,
-    tagged_key,
 )
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors, tagged_key
 from saga.core.decider import Decision
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, decode_entries, replay_history

@@ -31,8 +31,8 @@ from typing import Any
 
 import msgspec
 
-from bus import AuthError, Keyring
-from bus._auth import check_key_id, issue, principal, stream_audience
+from bus import AuthError, Keyring, principal
+from bus.lowlevel import check_key_id, issue, stream_audience
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
 from saga.store.trust import orchestrator_of, participant_named

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from saga.core.model import Wait
 from saga.core.states import SagaStatus
 from saga.store.keys import Partition

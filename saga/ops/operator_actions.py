@@ -11,7 +11,7 @@ the history and ignored ("the saga moved on"), never applied to a state nobody l
 The client then watches the saga's history for the request's entry (real time: it waits for
 another process) and reports what was decided, or that it is still queued.
 
-Without the definition's code (an admin client on a :class:`~saga.Catalogue`) the decider
+Without the definition's code (an admin client on a :class:`~saga.versions.catalogue.Catalogue`) the decider
 cannot run here: :func:`judge_by_state` refuses what the state alone shows would be ignored,
 and the orchestrator, which has the code, judges the rest against the revision sent.
 """
@@ -25,7 +25,7 @@ import anyio
 import msgspec
 
 from bus import Envelope, Publisher, uuid7
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from saga.core.decider import Decision, decide
 from saga.core.model import Dispatch, Event, HistoryEntry, SagaState, StepState
 from saga.core.replay import decode_entries

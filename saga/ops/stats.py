@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from bus import StreamStats, dead_letter_sizes, stream_stats
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from redsaga.streams import Stream
 from saga.core.states import SagaStatus
 from saga.ops.listing import count_idle

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from bus import Clock, Delivery, Envelope, PermanentError, Publisher, TransientError, derived_id, message_type
-from bus._log import get_logger
+from bus.lowlevel import get_logger
 from saga.core.child_messages import CancelChild, StartChild
 from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry

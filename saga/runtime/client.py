@@ -14,9 +14,7 @@ from typing import Any
 import msgspec
 
 from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, derived_id, uuid7
-from bus._batcher import Batcher
-from bus._errors import redis_errors
-from bus._scripts import acks_of
+from bus.lowlevel import Batcher, acks_of, redis_errors
 from saga.core.decider import start as decide_start
 from saga.core.model import ParentLink, SagaState, Started
 from saga.core.query import SagaQuery, describe, timer_ids

@@ -28,8 +28,8 @@ from typing import Any, Final
 
 import msgspec
 
-from bus import Envelope, Script, Stream, derived_id, tagged_key
-from bus._log import get_logger
+from bus import Envelope, Stream, derived_id
+from bus.lowlevel import Script, get_logger, tagged_key
 from saga.definition.saga import Saga
 from saga.definition.waits import EventWait
 from saga.runtime.protocol import EVENT, EventDelivery

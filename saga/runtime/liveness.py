@@ -17,8 +17,7 @@ from typing import Any, Final
 import anyio
 
 from bus import BusError, Clock
-from bus._errors import redis_errors
-from bus._log import get_logger
+from bus.lowlevel import get_logger, redis_errors
 
 HEALTH_FILE_ENV: Final = "REDSAGA_HEALTH_FILE"
 _log = get_logger("redsaga.saga")

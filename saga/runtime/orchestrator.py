@@ -31,21 +31,15 @@ from typing import Any
 
 import msgspec
 
-from bus import (
-    Bus,
-    Clock,
+from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, Publisher, Stream, TransientError
+from bus.lowlevel import (
+    AFTER_COMMIT_BEFORE_ACK,
+    BEFORE_COMMIT,
     CommandCall,
-    Delivery,
-    Envelope,
-    LeaseLost,
-    PermanentError,
-    Publisher,
     ScriptCall,
-    Stream,
-    TransientError,
+    crash_point,
+    get_logger,
 )
-from bus._crash import AFTER_COMMIT_BEFORE_ACK, BEFORE_COMMIT, crash_point
-from bus._log import get_logger
 from saga.core.child_messages import CHILD
 from saga.core.decider import Decision, LocalCall, decide
 from saga.core.decider import start as decide_start

@@ -44,9 +44,8 @@ from typing import Any, Final
 
 import msgspec
 
-from bus import Backoff, BusError, Clock, Script, SystemClock, tagged_key
-from bus._errors import redis_errors
-from bus._log import get_logger
+from bus import BusError, Clock, SystemClock
+from bus.lowlevel import Backoff, Script, get_logger, redis_errors, tagged_key
 from saga.core.states import SagaStatus
 from saga.definition.registry import Registry
 from saga.definition.saga import Context, Saga

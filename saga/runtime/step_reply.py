@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from bus import PermanentError, Reply
-from bus._log import get_logger
+from bus.lowlevel import get_logger
 from saga.runtime.protocol import StepFailed, StepSucceeded
 
 _log = get_logger("redsaga.saga")

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bus import Backoff, BusError, Clock, run_batch
-from bus._log import get_logger
+from bus import BusError, Clock
+from bus.lowlevel import Backoff, get_logger, run_batch
 from saga.runtime.config import EngineConfig
 from saga.store.commit import FIRE_TIMERS
 from saga.store.keys import Partition

@@ -1,7 +1,7 @@
 """The saga worker: one process running an app's orchestrators, timers and participants.
 
 Before anything runs, the worker registers its definitions' shapes in the version
-registry, and refuses to start (:class:`~saga.IncompatibleChange`, naming the saga, the
+registry, and refuses to start (:class:`~saga.errors.IncompatibleChange`, naming the saga, the
 version and each problem) when its code changed a registered version incompatibly while
 sagas are in flight on it. While it runs it renews its registration of what it serves and
 logs stranded sagas (in flight on versions no live worker serves) as errors.
@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 
-from bus import Backoff, Bus, BusError, Clock, RedisDataLost, SystemClock, Worker
-from bus._log import get_logger
+from bus import Bus, BusError, Clock, RedisDataLost, SystemClock, Worker
+from bus.lowlevel import Backoff, get_logger
 from saga.core.model import SagaState
 from saga.errors import PartitionMismatch
 from saga.runtime.app import App
@@ -101,10 +101,10 @@ class SagaWorker:
     async def register(self) -> Registration:
         """Register the app's definition shapes and what this worker serves (idempotent).
 
-        Raises :class:`~saga.IncompatibleChange` when the code changed a registered version's
+        Raises :class:`~saga.errors.IncompatibleChange` when the code changed a registered version's
         shape incompatibly while sagas are in flight on it; nothing is registered then.
         Records the participants it runs, per context, for operators' tools. Raises
-        :class:`~saga.PartitionMismatch` when a participant serves a context with
+        :class:`~saga.errors.PartitionMismatch` when a participant serves a context with
         fewer or more partitions than the context registered, and what
         :meth:`bus.Worker.preflight` raises: :class:`~bus.UnsafeRedisConfig` and
         :class:`~bus.RedisDataLost`.

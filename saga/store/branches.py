@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from saga.core.model import SagaState, StepState
 from saga.store.codec import Loaded, changed_branches, decode_state
 from saga.store.keys import Partition

@@ -19,7 +19,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from bus import Delivery, Envelope, Script, ScriptCall, derived_id
+from bus import Delivery, Envelope, derived_id
+from bus.lowlevel import Script, ScriptCall
 from saga.core.decider import Decision
 from saga.core.model import (
     CancelTimer,

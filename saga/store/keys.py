@@ -40,7 +40,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Final
 
-from bus import Stream, tagged_key
+from bus import Stream
+from bus.lowlevel import tagged_key
 from saga.errors import InvalidInput
 
 CONTEXTS: Final = tagged_key("redsaga", "contexts")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from bus import BusError, Clock, Script, run_batch, tagged_key
+from bus import BusError, Clock
+from bus.lowlevel import Script, run_batch, tagged_key
 from saga.store.keys import Partition
 
 PRUNE_ENDED: Final = Script.load("saga.store", "prune_ended")

@@ -16,7 +16,7 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bus import Authenticator
-from bus._errors import redis_errors
+from bus.lowlevel import redis_errors
 from redsaga.streams import tagged_key
 from saga.core.tokens import Signer, TokenVerifier, b64url, unb64url
 from saga.errors import InvalidToken, SagaError

@@ -31,8 +31,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bus import Authenticator, Envelope, Unauthenticated
-from bus._auth import role_of
-from bus._log import get_logger
+from bus.lowlevel import get_logger, role_of
 from saga.core.child_messages import CHILD
 from saga.core.model import (
     CancelRequested,

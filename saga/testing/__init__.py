@@ -2,7 +2,7 @@
 
 No Redis, no real timers, no sleeps: :class:`SagaRunner` keeps sagas in memory, delivers
 commands to participants and their replies to the decider (the same
-:func:`saga.decide` the orchestrator runs), and moves a virtual clock only when told::
+:func:`saga.core.decider.decide` the orchestrator runs), and moves a virtual clock only when told::
 
     from saga.testing import FakeParticipant, SagaRunner, fail, fail_transiently, succeed
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from bus import Delivery, Envelope, FakeClock, MalformedEntry, PermanentError, Reply, derived_id
-from bus._outcomes import encode_result, reply_envelope
+from bus.lowlevel import encode_result, reply_envelope
 from saga.core.child_messages import CHILD
 from saga.core.decider import Decision, LocalCall, decide
 from saga.core.decider import start as decide_start

@@ -15,8 +15,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from bus import Clock, Script, SystemClock, uuid7
-from bus._errors import redis_errors
+from bus import Clock, SystemClock, uuid7
+from bus.lowlevel import Script, redis_errors
 from saga.core.migration import Migration, current_step, decide_migration
 from saga.core.model import HistoryEntry, SagaState
 from saga.errors import MigrationRefused

@@ -28,8 +28,8 @@ from typing import Any, Final
 
 import msgspec
 
-from bus import Clock, Script, SystemClock
-from bus._errors import redis_errors
+from bus import Clock, SystemClock
+from bus.lowlevel import Script, redis_errors
 from saga.core.states import SagaStatus
 from saga.definition.registry import Registry
 from saga.definition.shape import Shape, decode_shape, encode_shape, shape_of

@@ -17,7 +17,8 @@ from typer.testing import CliRunner, Result
 
 import bus
 from cli.main import app as cli
-from saga import SagaStatus, replay_trace
+from saga import SagaStatus
+from saga.ops.trace import replay_trace
 from tests.ops.live import Live, live_system
 from tests.ops.scenario import FIXED, PARTITION
 from tests.ops.scenario import app as ops_app

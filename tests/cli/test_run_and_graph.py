@@ -60,7 +60,7 @@ def test_graph_prints_the_definition_as_mermaid_and_dot() -> None:
 
 
 def test_graph_of_the_lifecycle_lists_every_transition() -> None:
-    from saga import SAGA_TRANSITIONS
+    from saga.core.states import SAGA_TRANSITIONS
 
     result = runner.invoke(app, ["graph", "lifecycle"])
     edges = sum(len(t) for t in SAGA_TRANSITIONS.values())

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 import bus
 from cli.main import app as cli
-from saga import IncompatibleChange, SagaClient, SagaWorker, Versions, run_migration
+from saga import SagaClient, SagaWorker, Versions, run_migration
+from saga.errors import IncompatibleChange
 from saga.versions.rules import rules_table
 from services_example import orders, orders_v2
 from services_example.contracts import Line, Order

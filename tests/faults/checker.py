@@ -41,7 +41,8 @@ import msgspec
 import psycopg
 
 import bus
-from saga import HistoryEntry, SagaClient, SagaState, SagaStatus
+from saga import SagaClient, SagaState, SagaStatus
+from saga.core.model import HistoryEntry
 from saga.store.keys import Partition, partition_of
 
 END_STATES = frozenset({*(s for s in SagaStatus if s.terminal), SagaStatus.DEAD_LETTERED})

@@ -22,7 +22,7 @@ import anyio
 import psycopg
 
 import bus
-from bus._crash import ENV as CRASH_ENV
+from bus.lowlevel import CRASH_ENV
 from saga import Saga, SagaClient, SagaState, SagaStatus
 from tests.faults import app
 from tests.faults.checker import Checker

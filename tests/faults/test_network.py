@@ -30,19 +30,18 @@ from relay._publish import PUBLISH_ROWS
 from saga import (
     App,
     EngineConfig,
-    HistoryEntry,
-    Migrated,
-    Partition,
     SagaClient,
     SagaStatus,
     SagaWorker,
     Schedule,
     ScheduleClient,
-    ScheduleExists,
     run_migration,
 )
+from saga.core.model import HistoryEntry, Migrated
+from saga.errors import ScheduleExists
 from saga.runtime.schedule_runner import WRITE as SCHEDULE_WRITE
 from saga.store.commit import FIRE_TIMERS, TRANSITION
+from saga.store.keys import Partition
 from saga.testing import decode_history
 from saga.versions.migrator import MIGRATE
 from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies

@@ -14,8 +14,6 @@ import bus
 import relay
 from bus import FakeClock, LetterFilter
 from saga import (
-    ActionRefused,
-    ActionResult,
     App,
     EngineConfig,
     InvalidInput,
@@ -27,10 +25,11 @@ from saga import (
     SagaWorker,
     StartConflict,
     StepStatus,
-    UnknownDefinition,
-    replay_trace,
 )
 from saga.core.model import Dispatch, HistoryEntry, SagaState
+from saga.errors import ActionRefused, UnknownDefinition
+from saga.ops.operator_actions import ActionResult
+from saga.ops.trace import replay_trace
 from saga.store.commit import command_envelope
 from saga.store.keys import Partition
 from services_example.contracts import Line, Order

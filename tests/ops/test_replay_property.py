@@ -21,21 +21,10 @@ from hypothesis import strategies as st
 
 import bus
 from bus import FakeClock, PermanentError, TransientError, derived_id
-from saga import (
-    ActionRefused,
-    App,
-    CommandContext,
-    Participant,
-    SagaAdmin,
-    SagaClient,
-    SagaStatus,
-    SagaWorker,
-    TraceMismatch,
-    decode_trace,
-    encode_trace,
-    replay_trace,
-)
+from saga import App, CommandContext, Participant, SagaAdmin, SagaClient, SagaStatus, SagaWorker
 from saga.core.model import Dispatch
+from saga.errors import ActionRefused
+from saga.ops.trace import TraceMismatch, decode_trace, encode_trace, replay_trace
 from services_example.contracts import (
     ORDERS,
     ArrangeShipping,

@@ -1,4 +1,4 @@
-"""The relay package's public surface, its configuration and its published DDL."""
+"""The relay package's configuration and its published DDL (its names: tests/test_public_api.py)."""
 
 from __future__ import annotations
 
@@ -10,45 +10,6 @@ import pytest
 
 import relay
 from tests.relay.conftest import _drop_pg_tables
-
-
-def test_exported_members_are_pinned():
-    assert sorted(relay.__all__) == [
-        "AFTER_XADD_BEFORE_MARK_SENT",
-        "CRASH_ENV",
-        "Claimed",
-        "DatabaseError",
-        "DatabaseUnavailable",
-        "FailedRow",
-        "Inbox",
-        "InvalidDsn",
-        "Outbox",
-        "OutboxStats",
-        "Received",
-        "Relay",
-        "RelayConfig",
-        "RelayCounters",
-        "RelayError",
-        "RelayLocked",
-        "RelayStore",
-        "Round",
-        "SchemaMissing",
-        "Tables",
-        "UnsupportedConnection",
-        "ddl",
-        "failed_rows",
-        "inbox",
-        "init_db",
-        "latest_version",
-        "outbox",
-        "outbox_stats",
-        "redact",
-        "requeue_failed",
-    ]
-    for name in relay.__all__:
-        member = getattr(relay, name)
-        if callable(member) and not isinstance(member, str):
-            assert member.__doc__, f"relay.{name} has no docstring"
 
 
 @pytest.mark.parametrize(

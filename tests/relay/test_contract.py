@@ -6,6 +6,7 @@ import pytest
 
 import bus
 import relay
+from bus.lowlevel import AFTER_XADD_BEFORE_MARK_SENT
 from relay import _relay
 from tests.relay.conftest import OutboxDb
 from tests.relay.helpers import Charged, entries, orders
@@ -64,7 +65,7 @@ async def test_rows_published_before_a_crash_are_not_published_again(
     add(outbox_db, *(Charged(order=f"o{i}") for i in range(5)))
 
     def crash(name: str) -> None:
-        if name == relay.AFTER_XADD_BEFORE_MARK_SENT:
+        if name == AFTER_XADD_BEFORE_MARK_SENT:
             raise Crash
 
     monkeypatch.setattr(_relay, "crash_point", crash)

@@ -9,6 +9,7 @@ import pytest
 
 import bus
 import relay
+from bus.lowlevel import AFTER_XADD_BEFORE_MARK_SENT
 from tests.faults.servers import PrivatePostgres, PrivateRedis
 from tests.relay.conftest import OutboxDb, in_thread
 from tests.relay.helpers import Charged, entries, wait_for
@@ -52,7 +53,7 @@ async def test_sigkill_between_xadd_and_mark_sent_adds_no_duplicate_on_restart(
         real_redis_url,
         tmp_path / "relay.log",
         "--drain",
-        crash_at=relay.AFTER_XADD_BEFORE_MARK_SENT,
+        crash_at=AFTER_XADD_BEFORE_MARK_SENT,
         tables=_tables_arg(outbox_db),
     )
     assert crashed.wait() == -signal.SIGKILL

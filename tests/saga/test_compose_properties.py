@@ -33,18 +33,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from bus import TransientError
-from saga import (
-    Command,
-    CommandContext,
-    Retry,
-    Saga,
-    SagaStatus,
-    StepReplied,
-    TimerFired,
-    command,
-    decide,
-)
-from saga.core.model import Dispatch
+from saga import Command, CommandContext, Retry, Saga, SagaStatus, command
+from saga.core.decider import decide
+from saga.core.model import Dispatch, StepReplied, TimerFired
 from saga.testing import (
     Behaviour,
     FakeParticipant,

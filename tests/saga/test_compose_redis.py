@@ -17,7 +17,8 @@ import msgspec
 import pytest
 
 import bus
-from bus import CommandCall, FakeClock, ScriptCall
+from bus import FakeClock
+from bus.lowlevel import CommandCall, ScriptCall
 from saga import (
     App,
     Command,

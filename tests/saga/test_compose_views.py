@@ -9,22 +9,14 @@ import pytest
 
 import bus
 from bus import FakeClock
-from saga import (
-    ActionRefused,
-    App,
-    Command,
-    Saga,
-    SagaAdmin,
-    SagaClient,
-    SagaWorker,
-    command,
-    compare_shapes,
-    shape_of,
-)
+from saga import App, Command, Saga, SagaAdmin, SagaClient, SagaWorker, command
+from saga.definition.shape import shape_of
+from saga.errors import ActionRefused
 from saga.ops.graph import definition_graph, path_graph
 from saga.ops.inspect import build_inspection
 from saga.testing import Behaviour, FakeParticipant, SagaRunner
 from saga.testing.fakes import Response
+from saga.versions.compatibility import compare_shapes
 from tests.saga.compose_sagas import DEFINITIONS, Plan, Services, Work, Worked, fan, parent, seats
 
 

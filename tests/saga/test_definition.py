@@ -24,9 +24,9 @@ from saga import (
     Retry,
     Saga,
     StepContext,
-    UnknownDefinition,
     command,
 )
+from saga.errors import UnknownDefinition
 from saga.testing import SagaRunner
 
 

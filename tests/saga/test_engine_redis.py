@@ -9,15 +9,10 @@ import pytest
 
 import bus
 from bus import FakeClock
-from saga import (
-    EngineConfig,
-    InvalidInput,
-    SagaClient,
-    SagaStatus,
-    SagaWorker,
-    StepReplied,
-    decide,
-)
+from bus.lowlevel import CommandCall, ScriptCall
+from saga import EngineConfig, InvalidInput, SagaClient, SagaStatus, SagaWorker
+from saga.core.decider import decide
+from saga.core.model import StepReplied
 from saga.store.codec import decode_state
 from saga.store.commit import CommitResult, commit_call, commit_result
 from saga.store.keys import Partition
@@ -161,7 +156,7 @@ async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis
     assert (await pending(redis, PARTITION.inbox, "orchestrator"))[0]["consumer"] == "new"
 
 
-Calls = list[bus.ScriptCall | bus.CommandCall]
+Calls = list[ScriptCall | CommandCall]
 
 
 async def cancel_request(
@@ -207,7 +202,7 @@ async def test_the_orchestrator_drops_an_entry_whose_lease_moved_on(redis: bus.R
     assert (await client.get("s1")).revision == 1
     assert (await pending(redis, PARTITION.inbox, "orchestrator"))[0]["consumer"] == "new"
     assert not delivery.acked_by_handler
-    commits = [call for call in sent if isinstance(call, bus.ScriptCall)]
+    commits = [call for call in sent if isinstance(call, ScriptCall)]
     assert len(commits) == (0 if noticed else 1)
 
 

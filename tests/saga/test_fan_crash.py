@@ -16,7 +16,8 @@ import msgspec
 import pytest
 
 import bus
-from saga import HistoryEntry, SagaClient, SagaState, SagaStatus
+from saga import SagaClient, SagaState, SagaStatus
+from saga.core.model import HistoryEntry
 from tests.faults.procs import Procs, owned
 from tests.helpers import eventually
 from tests.saga.fan_crash_app import URL_ENV, FanJob, app, fan_crash

@@ -12,8 +12,6 @@ from bus import FakeClock
 from saga import (
     EngineConfig,
     Instance,
-    Migrated,
-    MigrationRefused,
     Plan,
     SagaClient,
     SagaStatus,
@@ -22,6 +20,8 @@ from saga import (
     migration,
     run_migration,
 )
+from saga.core.model import Migrated
+from saga.errors import MigrationRefused
 from saga.store.codec import decode_state
 from saga.testing import FakeParticipant, SagaRunner, decode_history, replay
 from saga.versions.migrator import _commit

@@ -5,20 +5,19 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from saga import (
+from saga import SagaState, SagaStatus, StepStatus
+from saga.core.decider import decide, start
+from saga.core.model import (
     CancelRequested,
+    Dispatch,
     ForceCompleted,
+    RedriveRequested,
     RetryRequested,
-    SagaState,
-    SagaStatus,
     Started,
     StepReplied,
-    StepStatus,
     TimerFired,
-    decide,
-    start,
+    idempotency_key,
 )
-from saga.core.model import Dispatch, RedriveRequested, idempotency_key
 from saga.core.redrive import redrive_refusal
 from saga.store.codec import encode_state
 from saga.store.commit import command_envelope

@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from bus import TransientError
-from saga import Command, Retry, Saga, SagaStatus, StepContext, StepReplied, TimerFired, command, decide
+from saga import Command, Retry, Saga, SagaStatus, StepContext, command
+from saga.core.decider import decide
+from saga.core.model import StepReplied, TimerFired
 from saga.testing import (
     Behaviour,
     FakeParticipant,

@@ -18,7 +18,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from saga import EventReceived, RedriveRequested, SagaStatus, decide
+from saga import SagaStatus
+from saga.core.decider import decide
+from saga.core.model import EventReceived, RedriveRequested
 from saga.testing import SagaRunner
 from tests.saga.time_sagas import NOON, TREASURY_EVENTS, Approval, AskApproval, FundsReady, Loan, fakes, loan
 

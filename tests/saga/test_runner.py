@@ -18,7 +18,6 @@ import pytest
 from bus import PermanentError, TransientError
 from saga import (
     Command,
-    IllegalTransition,
     InvalidInput,
     Participant,
     Retry,
@@ -26,12 +25,13 @@ from saga import (
     SagaExists,
     SagaNotFound,
     SagaStatus,
-    StepReplied,
     StepStatus,
     command,
-    decide,
 )
+from saga.core.decider import decide
+from saga.core.model import StepReplied
 from saga.core.states import move_saga, move_step
+from saga.errors import IllegalTransition
 from saga.testing import (
     FakeParticipant,
     ReplayMismatch,

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from saga import CalendarError, Schedule, ScheduleState
-from saga.definition.schedule import first_state, plan, saga_id_for
+from saga import Schedule
+from saga.definition.calendar import CalendarError
+from saga.definition.schedule import ScheduleState, first_state, plan, saga_id_for
 
 MINUTE = 60_000
 T0 = int(datetime(2026, 3, 2, 0, 0, tzinfo=UTC).timestamp() * 1000)  # Monday 00:00 UTC

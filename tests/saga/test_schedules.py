@@ -27,10 +27,8 @@ from saga import (
     SagaWorker,
     Schedule,
     ScheduleClient,
-    ScheduleExists,
-    ScheduleNotFound,
-    UnknownDefinition,
 )
+from saga.errors import ScheduleExists, ScheduleNotFound, UnknownDefinition
 from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, Scheduler
 from saga.testing import SagaRunner
 from tests.saga.report_sagas import MIDNIGHT, REPORTS, Report, every_minute, late_report, report

@@ -23,17 +23,9 @@ import pytest
 
 import bus
 from bus import FakeClock, SystemClock
-from saga import (
-    App,
-    EngineConfig,
-    HistoryEntry,
-    Partition,
-    SagaClient,
-    SagaStatus,
-    SagaWorker,
-    TimerFired,
-    partition_of,
-)
+from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga.core.model import HistoryEntry, TimerFired
+from saga.store.keys import Partition, partition_of
 from tests.faults.servers import PrivateRedis
 from tests.saga.nap_sagas import NAPS, Nap, nap, recorder
 

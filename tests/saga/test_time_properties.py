@@ -20,7 +20,8 @@ import msgspec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from saga import Command, Retry, Saga, SagaStatus, StepContext, command, decide
+from saga import Command, Retry, Saga, SagaStatus, StepContext, command
+from saga.core.decider import decide
 from saga.testing import FakeParticipant, SagaRunner, sequence
 from tests.saga.test_properties import KINDS, Do, Done, Undo, Undone, behaviour
 

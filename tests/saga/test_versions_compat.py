@@ -7,18 +7,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from saga import (
-    COMPATIBILITY_RULES,
-    Context,
-    Retry,
-    Shape,
-    StepShape,
-    check_registry,
-    compare_shapes,
-    shape_of,
-)
-from saga.definition.shape import decode_shape, encode_shape
-from saga.versions.records import ContextSnapshot, RegistrySnapshot
+from saga import Context, Retry
+from saga.definition.shape import Shape, StepShape, decode_shape, encode_shape, shape_of
+from saga.versions.compatibility import compare_shapes
+from saga.versions.records import ContextSnapshot, RegistrySnapshot, check_registry
+from saga.versions.rules import RULES as COMPATIBILITY_RULES
 from tests.saga.versioned import CONTEXT, STEPS, V1, build
 
 REGISTERED = shape_of(V1)

@@ -15,23 +15,19 @@ from saga import (
     App,
     Context,
     EngineConfig,
-    IncompatibleChange,
     InvalidInput,
     Registry,
-    RegistrySnapshot,
     SagaClient,
     SagaStatus,
     SagaWorker,
-    VersionDrained,
-    VersionError,
-    VersionInUse,
     Versions,
-    check_registry,
-    shape_of,
-    stranded_instances,
 )
+from saga.definition.shape import shape_of
+from saga.errors import IncompatibleChange, VersionDrained, VersionError, VersionInUse
 from saga.store.keys import CONTEXTS, ContextKeys, Partition
 from saga.testing import decode_history, replay
+from saga.versions.records import RegistrySnapshot, check_registry
+from saga.versions.registry import stranded_instances
 from tests.saga.versioned import (
     V1,
     V1_APPENDED,
@@ -389,7 +385,7 @@ async def test_registration_waits_out_a_redis_outage(fake_redis: bus.Redis) -> N
 async def test_a_participant_that_knows_fewer_partitions_than_registered_refuses_to_start(
     redis: bus.Redis,
 ) -> None:
-    from saga import PartitionMismatch
+    from saga.errors import PartitionMismatch
     from tests.saga.nap_sagas import NAPS, nap, recorder
 
     clock = FakeClock()

@@ -7,17 +7,9 @@ from typing import Any
 
 import pytest
 
-from saga import (
-    DefinitionError,
-    EngineConfig,
-    InvalidInput,
-    InvalidToken,
-    Saga,
-    SagaStatus,
-    SignalReceived,
-    StepStatus,
-    decide,
-)
+from saga import DefinitionError, EngineConfig, InvalidInput, InvalidToken, Saga, SagaStatus, StepStatus
+from saga.core.decider import decide
+from saga.core.model import SignalReceived
 from saga.testing import SagaRunner, no_reply
 from tests.saga.time_sagas import (
     NOON,

@@ -22,11 +22,10 @@ from saga import (
     SagaClient,
     SagaStatus,
     SagaWorker,
-    SignalReceived,
-    Signer,
-    TimerFired,
     WaitEnded,
 )
+from saga.core.model import SignalReceived, TimerFired
+from saga.core.tokens import Signer
 from saga.runtime.protocol import SIGNAL, SignalDelivery
 from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations, replay

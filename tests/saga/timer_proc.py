@@ -10,8 +10,9 @@ import os
 import anyio
 
 import bus
-from saga import EngineConfig, Partition
+from saga import EngineConfig
 from saga.runtime.timer_firing import run_scheduler
+from saga.store.keys import Partition
 from tests.saga.nap_sagas import nap
 
 

@@ -30,8 +30,8 @@ from saga import (
     SagaStatus,
     SagaWorker,
     Versions,
-    acl_rules,
 )
+from saga.ops.acl import acl_rules
 from saga.ops.keyrings import issue_keyrings
 from saga.store.commit import TRANSITION
 from saga.store.keys import Partition

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from bus import EPOCH_KEY, RedisCommandError, RedisPermissionDenied, Stream
 from bus._errors import translate
 from cli.main import app as cli
-from saga import AclUser, App, Context, DefinitionError, Participant, acl_rules
-from saga.ops.acl import _CONNECT, script_commands
+from saga import App, Context, DefinitionError, Participant
+from saga.ops.acl import _CONNECT, AclUser, acl_rules, script_commands
 from saga.store.keys import CONTEXTS, ContextKeys, Partition
 from saga.store.token_keys import secret_key
 from services_example.all import app as demo

@@ -13,7 +13,8 @@ from pathlib import Path
 import anyio
 
 import bus
-from saga import SagaAdmin, SagaStatus, SagaWorker, encode_trace
+from saga import SagaAdmin, SagaStatus, SagaWorker
+from saga.ops.trace import encode_trace
 from services_example.all import app as demo_app
 from services_example.demo import run_demo
 from tests.ops import scenario
