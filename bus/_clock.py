@@ -79,8 +79,3 @@ class FakeClock:
         self._now_ms = now_ms
         while self._sleepers and self._sleepers[0][0] <= now_ms:
             heapq.heappop(self._sleepers)[2].set()
-
-    @property
-    def sleepers(self) -> int:
-        """How many tasks are waiting on this clock (lets a test wait for a loop to park)."""
-        return len(self._sleepers)

@@ -74,21 +74,21 @@ def statements(tables: Tables, dialect: Dialect) -> Statements:
         claim = (
             f"WITH batch AS ("
             f" SELECT id, message_id, stream, ordering_key, envelope FROM {t.outbox}"
-            f" WHERE status = 0 ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED)"
+            f" WHERE status = {PENDING} ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED)"
             f" SELECT b.id, b.message_id, b.stream, b.ordering_key, b.envelope,"
             f" b.ordering_key IS NOT NULL AND EXISTS ("
-            f"  SELECT 1 FROM {t.outbox} o WHERE o.status = 0 AND o.ordering_key = b.ordering_key"
+            f"  SELECT 1 FROM {t.outbox} o WHERE o.status = {PENDING} AND o.ordering_key = b.ordering_key"
             f"  AND o.id < b.id AND o.id NOT IN (SELECT id FROM batch)) AS held_back"
             f" FROM batch b"
             f" ORDER BY b.id"
         )
         # One statement marks a whole batch: ids and entry ids (or reasons) as two arrays.
         mark_sent = (
-            f"UPDATE {t.outbox} AS o SET status = 1, sent_at_ms = ?, entry_id = u.entry_id "
+            f"UPDATE {t.outbox} AS o SET status = {SENT}, sent_at_ms = ?, entry_id = u.entry_id "
             f"FROM unnest(?::bigint[], ?::text[]) AS u(id, entry_id) WHERE o.id = u.id"
         )
         mark_failed = (
-            f"UPDATE {t.outbox} AS o SET status = 2, sent_at_ms = ?, error = u.error "
+            f"UPDATE {t.outbox} AS o SET status = {FAILED}, sent_at_ms = ?, error = u.error "
             f"FROM unnest(?::bigint[], ?::text[]) AS u(id, error) WHERE o.id = u.id"
         )
         purge_inbox = (
@@ -97,25 +97,25 @@ def statements(tables: Tables, dialect: Dialect) -> Statements:
         )
         archive = (
             f"WITH moved AS (DELETE FROM {t.outbox} WHERE id IN "
-            f"(SELECT id FROM {t.outbox} WHERE status = 1 AND sent_at_ms < ? ORDER BY id LIMIT ?) "
+            f"(SELECT id FROM {t.outbox} WHERE status = {SENT} AND sent_at_ms < ? ORDER BY id LIMIT ?) "
             f"RETURNING *) INSERT INTO {t.archive} SELECT * FROM moved"
         )
     else:
         keyed = insert  # SQLite has one writer at a time: ids are handed out in commit order.
         claim = (
             f"SELECT id, message_id, stream, ordering_key, envelope, 0 FROM {t.outbox} "
-            f"WHERE status = 0 ORDER BY id LIMIT ?"
+            f"WHERE status = {PENDING} ORDER BY id LIMIT ?"
         )
         # Run with executemany, one parameter tuple per row.
-        mark_sent = f"UPDATE {t.outbox} SET status = 1, sent_at_ms = ?, entry_id = ? WHERE id = ?"
-        mark_failed = f"UPDATE {t.outbox} SET status = 2, sent_at_ms = ?, error = ? WHERE id = ?"
+        mark_sent = f"UPDATE {t.outbox} SET status = {SENT}, sent_at_ms = ?, entry_id = ? WHERE id = ?"
+        mark_failed = f"UPDATE {t.outbox} SET status = {FAILED}, sent_at_ms = ?, error = ? WHERE id = ?"
         purge_inbox = (
             f"DELETE FROM {t.inbox} WHERE rowid IN "
             f"(SELECT rowid FROM {t.inbox} WHERE received_at_ms < ? LIMIT ?)"
         )
         archive = (
             f"INSERT INTO {t.archive} SELECT * FROM {t.outbox} WHERE id IN "
-            f"(SELECT id FROM {t.outbox} WHERE status = 1 AND sent_at_ms < ? ORDER BY id LIMIT ?)"
+            f"(SELECT id FROM {t.outbox} WHERE status = {SENT} AND sent_at_ms < ? ORDER BY id LIMIT ?)"
         )
     sql = Statements(
         insert_outbox=insert,
@@ -135,19 +135,20 @@ def statements(tables: Tables, dialect: Dialect) -> Statements:
         mark_sent=mark_sent,
         mark_failed=mark_failed,
         schema_version=f"SELECT max(version) FROM {t.versions}",
-        pending_exists=f"SELECT EXISTS (SELECT 1 FROM {t.outbox} WHERE status = 0)",
-        stats=f"SELECT count(*), min(created_at_ms) FROM {t.outbox} WHERE status = 0",
-        failed_count=f"SELECT count(*) FROM {t.outbox} WHERE status = 2",
+        pending_exists=f"SELECT EXISTS (SELECT 1 FROM {t.outbox} WHERE status = {PENDING})",
+        stats=f"SELECT count(*), min(created_at_ms) FROM {t.outbox} WHERE status = {PENDING}",
+        failed_count=f"SELECT count(*) FROM {t.outbox} WHERE status = {FAILED}",
         list_failed=(
             f"SELECT id, message_id, stream, type, error, sent_at_ms FROM {t.outbox} "
-            f"WHERE status = 2 ORDER BY id LIMIT ?"
+            f"WHERE status = {FAILED} ORDER BY id LIMIT ?"
         ),
         requeue=(
-            f"UPDATE {t.outbox} SET status = 0, error = NULL, sent_at_ms = NULL WHERE status = 2 AND id = ?"
+            f"UPDATE {t.outbox} SET status = {PENDING}, error = NULL, sent_at_ms = NULL"
+            f" WHERE status = {FAILED} AND id = ?"
         ),
         purge_sent=(
             f"DELETE FROM {t.outbox} WHERE id IN "
-            f"(SELECT id FROM {t.outbox} WHERE status = 1 AND sent_at_ms < ? ORDER BY id LIMIT ?)"
+            f"(SELECT id FROM {t.outbox} WHERE status = {SENT} AND sent_at_ms < ? ORDER BY id LIMIT ?)"
         ),
         archive_sent=archive,
         purge_inbox=purge_inbox,

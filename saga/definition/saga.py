@@ -19,7 +19,6 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from redsaga.ids import message_type
 from redsaga.streams import Stream
 from saga.definition.composition import ChildSpec, Composition, Group, GroupSpec, TccSpec
 from saga.definition.retry import NO_RETRY, Retry
@@ -708,11 +707,6 @@ class Saga(Composition[D]):
 
     def __repr__(self) -> str:
         return f"Saga({self.key}, context={self.context.name}, steps={[s.name for s in self.steps]})"
-
-
-def reply_type_name(message_class: type[Any]) -> str:
-    """The wire type name a participant's reply of this class carries."""
-    return message_type(message_class)
 
 
 def _no_builder(data: object) -> None:

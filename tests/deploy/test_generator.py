@@ -22,6 +22,23 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class ParkingClock(bus.FakeClock):
+    """A fake clock that counts the sleeps not yet due, so a test can wait for a loop to park."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._deadlines: list[int] = []
+
+    @property
+    def parked(self) -> int:
+        return sum(1 for deadline in self._deadlines if deadline > self.now_ms())
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._deadlines.append(self.now_ms() + int(seconds * 1000))
+        await super().sleep(seconds)
+
+
 async def saga_ids(redis: bus.Redis) -> set[str]:
     """The ids of every order-fulfilment saga in Redis (from their state hashes)."""
     keys = [key.decode() async for key in redis.scan_iter(match="rs:{orders:*}:saga:*")]
@@ -29,17 +46,17 @@ async def saga_ids(redis: bus.Redis) -> set[str]:
 
 
 async def test_one_order_per_tick_until_stopped(redis: bus.Redis) -> None:
-    clock = bus.FakeClock()
+    clock = ParkingClock()
     generator = OrderGenerator(SagaClient(redis, orders_app.registry), every_s=5, seed=1, clock=clock)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(generator.run)
         await eventually(lambda: generator.started == 1, 5, "the first order starts at once")
         for expected in (2, 3):
-            await eventually(lambda: clock.sleepers == 1, 5, "the generator waits for its next tick")
+            await eventually(lambda: clock.parked == 1, 5, "the generator waits for its next tick")
             assert generator.started == expected - 1  # nothing more until the clock moves
             clock.advance(5)
             await eventually(lambda e=expected: generator.started == e, 5, f"order {expected} starts")
-        await eventually(lambda: clock.sleepers == 1, 5, "the generator waits again")
+        await eventually(lambda: clock.parked == 1, 5, "the generator waits again")
         generator.stop()  # during the pause: it ends without waiting for the tick
     assert generator.started == 3
     ids = await saga_ids(redis)
@@ -59,7 +76,7 @@ async def test_a_start_that_failed_for_now_is_tried_again_with_the_same_order(re
         return await real_start(definition, data, saga_id=saga_id)  # type: ignore[arg-type]
 
     client.start = flaky_start  # type: ignore[method-assign]
-    clock = bus.FakeClock()
+    clock = ParkingClock()
     generator = OrderGenerator(client, every_s=1, limit=2, clock=clock)
     done = anyio.Event()
 
@@ -70,7 +87,7 @@ async def test_a_start_that_failed_for_now_is_tried_again_with_the_same_order(re
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(run)
         while not done.is_set():
-            await eventually(lambda: clock.sleepers == 1 or done.is_set(), 5, "the generator waits or ends")
+            await eventually(lambda: clock.parked == 1 or done.is_set(), 5, "the generator waits or ends")
             clock.advance(1)
     assert tried[0] == tried[1]  # the failed order again, under the same id
     assert generator.started == 2
