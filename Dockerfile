@@ -7,6 +7,7 @@ COPY bus bus
 COPY relay relay
 COPY cli cli
 COPY services_example services_example
+COPY redsaga redsaga
 RUN pip install --no-cache-dir .
 USER nobody
 ENTRYPOINT []

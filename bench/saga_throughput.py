@@ -54,6 +54,9 @@ import msgspec
 import bus
 from bus._auth import KEYRING_ENV, encode_keyrings, load_keyrings
 from bus._connection import FastConnection
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import inventory, payments, shipping
 from saga import (
     App,
     Command,
@@ -72,9 +75,6 @@ from saga.runtime import orchestrator as orchestrator_module
 from saga.runtime.gc_tuning import tune_gc
 from saga.store.commit import commit_result
 from saga.store.keys import Partition
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
-from services_example.stateless import inventory, payments, shipping
 
 # -- counting top-level commands in the client ---------------------------------------------
 

@@ -1,5 +1,5 @@
-"""``python -m cli``: the same as the ``saga`` command."""
+"""``python -m redsaga.cli``: the same as the ``saga`` command."""
 
-from cli.main import main
+from redsaga.cli.main import main
 
 main()

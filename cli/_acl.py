@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from cli._common import CommandError, Json, UsageProblem, app_option, emit_json, emit_line
-from cli._load import load_app
+from redsaga.cli._common import CommandError, Json, UsageProblem, app_option, emit_json, emit_line
+from redsaga.cli._load import load_app
 from saga.ops.acl import acl_rules, as_json
 
 LOCK_DEFAULT = "ACL SETUSER default off"

@@ -3,7 +3,7 @@
 Commands are thin shells over the public Python clients: they parse options, call one
 client method, and print a table (or JSON with ``--json``). Every line a human reads goes
 through :func:`emit_line` or :func:`emit_table`, which escape control characters in the
-values (see :func:`cli._format.printable`). Errors are one line on stderr, never a
+values (see :func:`redsaga.cli._format.printable`). Errors are one line on stderr, never a
 traceback: exit code 1 when the command failed or was refused, 2 for bad usage (an unknown
 option, a value that does not parse, no Redis URL).
 """
@@ -29,7 +29,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 import bus
 import relay
 from bus.lowlevel import redis_errors
-from cli._format import cell
+from redsaga.cli._format import cell
 from saga import SagaError
 from saga.ops.text import printable
 
@@ -228,7 +228,7 @@ def emit_table(
     *,
     colours: Mapping[int, Callable[[str], str | None]] | None = None,
 ) -> None:
-    """Print a table with bold headers, each value escaped (see :func:`cli._format.cell`).
+    """Print a table with bold headers, each value escaped (see :func:`redsaga.cli._format.cell`).
 
     On a terminal the table fits its width: the widest columns wrap, short ones (times,
     statuses, counts) stay whole, and when even that is too wide the lines are left for

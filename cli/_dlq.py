@@ -7,9 +7,9 @@ from typing import Annotated
 import typer
 
 from bus import LetterFilter
-from cli import _show
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, reporting_errors
-from cli._session import AppRef, ContextName, with_admin
+from redsaga.cli import _show
+from redsaga.cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, reporting_errors
+from redsaga.cli._session import AppRef, ContextName, with_admin
 
 dlq_app = typer.Typer(
     help="Dead letters: entries the bus gave up on (malformed, poison, over the delivery limit), "

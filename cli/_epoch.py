@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import bus
-from cli._common import Json, RedisUrl, emit_json, emit_line, reporting_errors, with_redis
+from redsaga.cli._common import Json, RedisUrl, emit_json, emit_line, reporting_errors, with_redis
 
 epoch_app = typer.Typer(
     help="The deployment's epoch (rs:epoch): workers stop when it vanishes (Redis restarted "

@@ -16,7 +16,7 @@ import typer
 
 import bus
 from bus.lowlevel import Library, delete_library, library, load_libraries, loaded_libraries
-from cli._common import (
+from redsaga.cli._common import (
     CommandError,
     Json,
     emit_json,

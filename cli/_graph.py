@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from cli._load import load_object
+from redsaga.cli._load import load_object
 from saga import Saga
 from saga.ops.graph import definition_graph, lifecycle_graph, lifecycle_table
 

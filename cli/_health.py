@@ -21,8 +21,8 @@ import msgspec
 import typer
 
 import relay
-from cli._common import CommandError, Json, emit_json, reporting_errors, run
-from cli._relay import Dsn, Prefix
+from redsaga.cli._common import CommandError, Json, emit_json, reporting_errors, run
+from redsaga.cli._relay import Dsn, Prefix
 from saga.runtime.liveness import HEALTH_FILE_ENV, health_file_age_ms
 
 DEFAULT_MAX_AGE_S = 30.0

@@ -1,7 +1,7 @@
 """``saga keda``: the KEDA ScaledObject that scales one App's workers on their streams' lag.
 
 Its triggers are the consumer groups a ``saga worker --app`` process reads
-(:func:`cli._topology.worker_reads`), one ``redis-streams`` trigger per stream and group,
+(:func:`redsaga.cli._topology.worker_reads`), one ``redis-streams`` trigger per stream and group,
 in lag mode (``XINFO GROUPS``, Redis 7+). A context's partitions are separate streams, so an
 App reads one stream per partition; KEDA would scale on the busiest single trigger, so the
 triggers are summed by a scaling-modifier formula and the target applies to the total lag
@@ -16,8 +16,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from cli._common import Json, emit_json
-from cli._topology import Read, load_app, worker_reads
+from redsaga.cli._common import Json, emit_json
+from redsaga.cli._topology import Read, load_app, worker_reads
 
 
 def trigger_name(read: Read) -> str:

@@ -15,8 +15,8 @@ from typing import Annotated
 import typer
 
 from bus.lowlevel import encode_keyrings
-from cli._common import Json, emit_json, emit_table, reporting_errors
-from cli._load import load_object
+from redsaga.cli._common import Json, emit_json, emit_table, reporting_errors
+from redsaga.cli._load import load_object
 from saga import App
 from saga.ops.keyrings import (
     describe,

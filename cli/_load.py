@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli._common import CommandError
+from redsaga.cli._common import CommandError
 from saga import App
 
 
@@ -15,7 +15,7 @@ def load_object(reference: str) -> Any:
     """Import ``module:attribute`` (the current directory is importable, like ``python -m``)."""
     module_name, _, attribute = reference.partition(":")
     if not module_name or not attribute:
-        raise CommandError(f"{reference!r} is not 'module:attribute' (e.g. services_example.all:app)")
+        raise CommandError(f"{reference!r} is not 'module:attribute' (e.g. redsaga.examples.all:app)")
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)

@@ -12,10 +12,10 @@ from typing import Annotated, Literal
 
 import typer
 
-from cli import _show
-from cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, emit_text
-from cli._format import duration_option
-from cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
+from redsaga.cli import _show
+from redsaga.cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, emit_text
+from redsaga.cli._format import duration_option
+from redsaga.cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
 from saga import SagaAdmin, SagaStatus
 from saga.ops.operator_actions import ActionResult
 from saga.ops.trace import encode_trace

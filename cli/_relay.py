@@ -10,7 +10,7 @@ import typer
 
 import bus
 import relay
-from cli._common import (
+from redsaga.cli._common import (
     Json,
     RedisUrl,
     UsageProblem,
@@ -21,7 +21,7 @@ from cli._common import (
     reporting_errors,
     run,
 )
-from cli._logging import ConsoleLogs, LogLevel, configure
+from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
 from relay import parse_dsn
 
 relay_app = typer.Typer(

@@ -10,7 +10,7 @@ import typer
 
 import bus
 from bus.lowlevel import VERIFY_ENV, redis_errors
-from cli._common import (
+from redsaga.cli._common import (
     CommandError,
     Json,
     RedisUrl,
@@ -21,15 +21,15 @@ from cli._common import (
     real_redis_url,
     run,
 )
-from cli._format import cell, status_colour
-from cli._load import load_app
-from cli._logging import ConsoleLogs, LogLevel, configure
+from redsaga.cli._format import cell, status_colour
+from redsaga.cli._load import load_app
+from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
 from saga import EngineConfig, SagaWorker
 from saga.ops.text import printable
 from saga.runtime.gc_tuning import tune_gc
 
 if TYPE_CHECKING:
-    from services_example.demo import DemoReport
+    from redsaga.examples.demo import DemoReport
 
 _DEFAULTS = bus.BusConfig()
 
@@ -122,7 +122,7 @@ def demo(
     on stderr counts the sagas per status.
     """
     configure(json_logs=True, level="error")
-    from services_example.demo import run_demo  # noqa: PLC0415 - the example loads only for the demo
+    from redsaga.examples.demo import run_demo  # noqa: PLC0415 - the example loads only for the demo
 
     embedded = bus.resolve_url(redis_url).startswith(bus.MEMORY_URL)
     progress = None if json_output or not sys.stderr.isatty() else _show_progress

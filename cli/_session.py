@@ -15,8 +15,8 @@ import typer
 
 import bus
 from bus.lowlevel import redis_errors
-from cli._common import APP_ENV, CommandError, real_redis_url, run
-from cli._load import load_object
+from redsaga.cli._common import APP_ENV, CommandError, real_redis_url, run
+from redsaga.cli._load import load_object
 from saga import App, Registry, SagaAdmin
 
 T = TypeVar("T")

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import typer
 
 from bus import DeadLetter, Requeued
-from cli._common import emit_line, emit_table
-from cli._format import ago, cell, clip, outcome_colour, status_colour, when
+from redsaga.cli._common import emit_line, emit_table
+from redsaga.cli._format import ago, cell, clip, outcome_colour, status_colour, when
 from saga.core.model import Attempt, GroupState
 from saga.core.replay import ReplayReport
 from saga.ops.inspect import Inspection

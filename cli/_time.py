@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from cli._common import (
+from redsaga.cli._common import (
     CommandError,
     Json,
     RedisUrl,
@@ -19,7 +19,7 @@ from cli._common import (
     reporting_errors,
     with_redis,
 )
-from cli._load import load_app
+from redsaga.cli._load import load_app
 from saga import Registry, SagaClient, Schedule, ScheduleClient
 from saga.definition.schedule import ScheduleState
 from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, ScheduleInfo

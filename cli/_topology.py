@@ -11,8 +11,8 @@ from __future__ import annotations
 import msgspec
 
 import bus
-from cli._common import CommandError
-from cli._load import load_object
+from redsaga.cli._common import CommandError
+from redsaga.cli._load import load_object
 from saga import App, EngineConfig, SagaWorker
 
 

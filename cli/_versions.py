@@ -15,7 +15,7 @@ import msgspec
 import typer
 
 import bus
-from cli._common import (
+from redsaga.cli._common import (
     CommandError,
     Json,
     RedisUrl,
@@ -26,7 +26,7 @@ from cli._common import (
     reporting_errors,
     with_redis,
 )
-from cli._load import load_app
+from redsaga.cli._load import load_app
 from saga import Versions, run_migration
 from saga.versions.compatibility import Change
 from saga.versions.records import RegistrySnapshot, VersionStatus, check_registry, parse_key

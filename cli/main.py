@@ -8,15 +8,15 @@ from typing import Annotated
 
 import typer
 
-from cli import _acl, _graph, _keda, _ops, _run, _time
-from cli._common import CommandGroup, emit_line, reporting_errors
-from cli._dlq import dlq_app
-from cli._epoch import epoch_app
-from cli._functions import functions_app
-from cli._health import health_app
-from cli._keys import keys_app
-from cli._relay import relay_app
-from cli._versions import versions_app
+from redsaga.cli import _acl, _graph, _keda, _ops, _run, _time
+from redsaga.cli._common import CommandGroup, emit_line, reporting_errors
+from redsaga.cli._dlq import dlq_app
+from redsaga.cli._epoch import epoch_app
+from redsaga.cli._functions import functions_app
+from redsaga.cli._health import health_app
+from redsaga.cli._keys import keys_app
+from redsaga.cli._relay import relay_app
+from redsaga.cli._versions import versions_app
 
 app = typer.Typer(
     name="saga",

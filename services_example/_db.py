@@ -27,12 +27,13 @@ class Transaction:
         """Run one statement; return its rows (if it returns any)."""
         if isinstance(self._conn, sqlite3.Connection):
             return self._conn.execute(sql, params).fetchall()
-        cursor = await self._conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+        cursor = await self._conn.execute(sql.replace("?", "%s"), params)
         return await cursor.fetchall() if cursor.description else []
 
     async def receive(self, consumer: str, envelope: Envelope) -> relay.Received:
         """Record the command in the inbox (or find it was received before)."""
-        return await _maybe(relay.inbox.receive(self._conn, consumer, envelope))
+        received: relay.Received = await _maybe(relay.inbox.receive(self._conn, consumer, envelope))
+        return received
 
     async def reply(self, received: relay.Received, message: object) -> None:
         """Record the reply and add it to the outbox."""
@@ -62,7 +63,7 @@ class Database:
         else:
             self._pg = await psycopg.AsyncConnection.connect(self.dsn, autocommit=False)
             async with self._pg.transaction():
-                await self._pg.execute(self._schema)  # type: ignore[arg-type]
+                await self._pg.execute(self._schema)
 
     async def close(self) -> None:
         """Close the connection."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from redsaga.examples.inventory import inventory, stock
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.payments import ledger, payments
+from redsaga.examples.shipping import shipping
 from saga import App
-from services_example.inventory import inventory, stock
-from services_example.orders import order_fulfilment
-from services_example.payments import ledger, payments
-from services_example.shipping import shipping
 
 app = App(
     "demo",

@@ -26,14 +26,14 @@ import msgspec
 
 from bus import Redis, uuid7
 from bus.lowlevel import KEYRING_ENV, encode_keyrings
+from redsaga.examples.all import app
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.inventory import reserved_orders, stock
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.payments import balances, ledger
 from relay import Relay, RelayConfig
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.ops.keyrings import issue_keyrings, new_master, reach_of
-from services_example.all import app
-from services_example.contracts import Line, Order
-from services_example.inventory import reserved_orders, stock
-from services_example.orders import order_fulfilment
-from services_example.payments import balances, ledger
 
 
 class Outcome(msgspec.Struct, kw_only=True):

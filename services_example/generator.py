@@ -1,6 +1,6 @@
 """The order generator: starts one order-fulfilment saga every few seconds, until stopped.
 
-``python -m services_example.generator --every 2`` keeps the example system busy (the
+``python -m redsaga.examples.generator --every 2`` keeps the example system busy (the
 compose file's ``generator`` service). Orders are drawn like the demo's (declined cards,
 unserved regions, flaky participants), each with a new id. SIGTERM or SIGINT stops it
 cleanly: a start in flight finishes, no new one begins, and it exits 0 after logging how
@@ -20,11 +20,11 @@ import typer
 
 import bus
 from bus import BusError, Clock, SystemClock, uuid7
+from redsaga.examples.contracts import Order
+from redsaga.examples.demo import draw_order
+from redsaga.examples.orders import app as orders_app
+from redsaga.examples.orders import order_fulfilment
 from saga import SagaClient, SagaError
-from services_example.contracts import Order
-from services_example.demo import draw_order
-from services_example.orders import app as orders_app
-from services_example.orders import order_fulfilment
 
 _log = structlog.get_logger("redsaga.generator")
 
@@ -108,7 +108,7 @@ def main(
     Logs one JSON line per order on stderr. Exit codes: 0 stopped cleanly (or --count
     reached), 1 no Redis URL, or an error that retrying will not fix, 2 bad usage.
     """
-    from cli._logging import configure  # noqa: PLC0415 - the CLI's JSON logs, as the workers log
+    from redsaga.cli._logging import configure  # noqa: PLC0415 - the CLI's JSON logs, as the workers log
 
     configure(json_logs=True)
     url = bus.resolve_url(redis_url)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 from bus import derived_id
+from redsaga.examples._db import Database
+from redsaga.examples._flaky import Flakiness
+from redsaga.examples.contracts import ORDERS, ReleaseStock, ReserveStock, StockReleased, StockReserved
 from saga import App, CommandContext, Participant
-from services_example._db import Database
-from services_example._flaky import Flakiness
-from services_example.contracts import ORDERS, ReleaseStock, ReserveStock, StockReleased, StockReserved
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reservations (

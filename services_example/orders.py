@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from saga import App, Command, Retry, Saga, StepContext, command
-from services_example.contracts import (
+from redsaga.examples.contracts import (
     ORDERS,
     ArrangeShipping,
     CardCharged,
@@ -15,6 +14,7 @@ from services_example.contracts import (
     ShipmentArranged,
     StockReserved,
 )
+from saga import App, Command, Retry, Saga, StepContext, command
 
 RETRY = Retry(attempts=5, initial=0.05, backoff=2.0, max_delay=1.0)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from bus import PermanentError
-from saga import App, Command, Instance, Plan, Saga, StepContext, command, migration
-from services_example.contracts import (
+from redsaga.examples.contracts import (
     ORDERS,
     ArrangeShipping,
     CardCharged,
@@ -24,7 +23,8 @@ from services_example.contracts import (
     ShipmentArranged,
     StockReserved,
 )
-from services_example.orders import RETRY, order_fulfilment
+from redsaga.examples.orders import RETRY, order_fulfilment
+from saga import App, Command, Instance, Plan, Saga, StepContext, command, migration
 
 FRAUD_LIMIT_CENTS = 500_000
 

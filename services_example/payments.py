@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 from bus import PermanentError, derived_id
+from redsaga.examples._db import Database
+from redsaga.examples._flaky import Flakiness
+from redsaga.examples.contracts import ORDERS, CardCharged, CardRefunded, ChargeCard, RefundCard
 from saga import App, CommandContext, Participant
-from services_example._db import Database
-from services_example._flaky import Flakiness
-from services_example.contracts import ORDERS, CardCharged, CardRefunded, ChargeCard, RefundCard
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger (

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bus import PermanentError, derived_id
+from redsaga.examples._flaky import Flakiness
+from redsaga.examples.contracts import ORDERS, ArrangeShipping, ShipmentArranged
 from saga import App, CommandContext, Participant
-from services_example._flaky import Flakiness
-from services_example.contracts import ORDERS, ArrangeShipping, ShipmentArranged
 
 shipping = Participant("shipping", serves=[ORDERS])
 _flaky = Flakiness()

@@ -7,8 +7,7 @@ participants whose only state is the bus's idempotency record.
 from __future__ import annotations
 
 from bus import PermanentError, derived_id
-from saga import App, CommandContext, Participant
-from services_example.contracts import (
+from redsaga.examples.contracts import (
     ORDERS,
     ArrangeShipping,
     CardCharged,
@@ -21,7 +20,8 @@ from services_example.contracts import (
     StockReleased,
     StockReserved,
 )
-from services_example.orders import order_fulfilment
+from redsaga.examples.orders import order_fulfilment
+from saga import App, CommandContext, Participant
 
 inventory = Participant("inventory", serves=[ORDERS])
 payments = Participant("payments", serves=[ORDERS])

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("redsaga", "bus", "relay", "saga", "cli", "services_example")
+FOLDERS = {"redsaga": "redsaga", "bus": "bus", "relay": "relay", "saga": "saga"}
+FOLDERS |= {"cli": "redsaga.cli", "services_example": "redsaga.examples"}
+"""Each source folder and the import name it ships as (redsaga/cli and redsaga/examples link
+to cli/ and services_example/)."""
+BARE = ("cli", "services_example")
+"""The folders' own names: importable in a checkout only, never in an installed wheel."""
 
 PURE = ("saga.errors", "saga.definition", "redsaga")
 """What the pure layers build on: no I/O, no transport."""
@@ -41,20 +46,23 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "saga.testing": ("saga", "bus"),
     "saga.templates": (*PURE, "saga.templates", "bus"),
     "saga": ("saga", "bus"),  # saga/__init__.py and saga/_api.py: the public names
-    "cli": ("cli", "saga", "bus", "relay", "redsaga", "services_example"),  # saga demo runs the example
-    "services_example": ("services_example", "saga", "bus", "relay", "cli"),
+    "redsaga.cli": ("redsaga.cli", "redsaga.examples", "saga", "bus", "relay"),  # saga demo runs the example
+    "redsaga.examples": ("redsaga.examples", "redsaga.cli", "saga", "bus", "relay"),
 }
 """Each layer (the longest matching prefix) and the modules it may import (prefixes)."""
-SHARED_PRIVATE = {("services_example", "cli")}
+SHARED_PRIVATE = {("redsaga.examples", "redsaga.cli")}
 """(importer, package): the example's order generator logs as the CLI does (cli/_logging.py)."""
 
 
 def modules() -> list[tuple[str, Path]]:
     found = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            found.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
+    for folder, name in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if any(p.is_symlink() for p in path.parents):
+                continue  # redsaga/cli and redsaga/examples: seen under cli/ and services_example/
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            found.append((".".join((name, *parts)), path))
     return found
 
 
@@ -88,7 +96,12 @@ def under(module: str, prefix: str) -> bool:
 
 
 def ours(module: str) -> bool:
-    return any(under(module, p) for p in (*PACKAGES, "redis"))
+    return any(under(module, p) for p in (*FOLDERS, "redis"))
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``bus``, ``relay``, ``saga``, ``redsaga.cli``, ..."""
+    return max((n for n in (*FOLDERS.values(), *BARE) if under(module, n)), key=len)
 
 
 def test_every_layer_imports_only_what_it_may() -> None:
@@ -104,15 +117,30 @@ def test_every_layer_imports_only_what_it_may() -> None:
 def test_no_package_imports_another_packages_private_modules() -> None:
     broken = []
     for name, path in modules():
-        top = name.split(".")[0]
+        importer = package_of(name)
         for line, target in runtime_imports(path):
-            parts = target.split(".")
-            private = next((i for i, part in enumerate(parts[:-1]) if part.startswith("_")), None)
-            shared = (top, parts[0]) in SHARED_PRIVATE
-            if private is not None and parts[0] in PACKAGES and parts[0] not in (top, "saga") and not shared:
+            if not ours(target) or under(target, "redis"):
+                continue
+            package = package_of(target)
+            inner = target.split(".")[len(package.split(".")) : -1]
+            private = any(part.startswith("_") for part in inner)
+            if private and package != importer and (importer, package) not in SHARED_PRIVATE:
                 broken.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
-            if parts[0] == "saga" and top != "saga" and private is not None:
-                broken.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+    assert broken == []
+
+
+def test_nothing_imports_the_folders_by_their_bare_names() -> None:
+    """``cli`` and ``services_example`` exist only in a checkout: the wheel ships redsaga.*."""
+    broken = []
+    for folder in ("saga", "bus", "relay", "redsaga", *BARE, "tests", "bench", "docs", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if any(p.is_symlink() for p in path.parents):
+                continue
+            broken += [
+                f"{path.relative_to(ROOT)}:{line}: imports {target}"
+                for line, target in runtime_imports(path)
+                if any(under(target, bare) for bare in BARE)
+            ]
     assert broken == []
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from redsaga.examples.contracts import Order
+from redsaga.examples.orders import app
 from saga import Saga, SagaStatus
 from saga.ops.trace import TraceMismatch, decode_trace, replay_trace
-from services_example.contracts import Order
-from services_example.orders import app
 from tests.ops import changed
 
 TRACES = sorted((Path(__file__).parent / "traces").glob("*.json"))

@@ -29,7 +29,7 @@ import structlog
 
 import bus
 from bus import Bus, BusConfig, ClientConfig, Delivery, Stream, Worker
-from cli._logging import configure
+from redsaga.cli._logging import configure
 
 COMMANDS = Stream("shop:0", "cmd:payments")
 REPLIES = Stream("shop:0", "inbox")

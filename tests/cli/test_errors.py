@@ -17,8 +17,8 @@ import typer
 from psycopg import conninfo
 from typer.testing import CliRunner, Result
 
-from cli._common import reporting_errors
-from cli.main import app
+from redsaga.cli._common import reporting_errors
+from redsaga.cli.main import app
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_redis_down(command: list[str]) -> None:
 
 def test_the_demo_reports_redis_down_at_once_instead_of_waiting() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cli", "demo", "--orders", "5", "--redis-url", CLOSED_REDIS],
+        [sys.executable, "-m", "redsaga.cli", "demo", "--orders", "5", "--redis-url", CLOSED_REDIS],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -143,7 +143,7 @@ NEEDS_REDIS = [
     ["epoch", "accept", "--yes"],
     ["epoch", "show"],
     ["signal", "rs1.x.y"],
-    ["worker", "--app", "services_example.orders:app"],
+    ["worker", "--app", "redsaga.examples.orders:app"],
     ["relay", "--dsn", "sqlite:///unused.db"],
     ["versions", "list"],
     ["list", "--app", "tests.ops.scenario:app"],
@@ -165,8 +165,8 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         (["list", "--stuck-for", "10x"], "Invalid value for '--stuck-for': '10x' is not a duration"),
         (["stats", "--stuck-for", "soon"], "Invalid value for '--stuck-for': 'soon' is not a duration"),
         (["signal", "rs1.x.y", "--data", "[1,"], "Invalid value for '--data': not JSON"),
-        (["worker", "--app", "services_example.orders:app", "--log-level", "loud"], "'--log-level'"),
-        (["acl", "--app", "services_example.all:app"], "give exactly one of --password-env VAR and --nopass"),
+        (["worker", "--app", "redsaga.examples.orders:app", "--log-level", "loud"], "'--log-level'"),
+        (["acl", "--app", "redsaga.examples.all:app"], "give exactly one of --password-env VAR and --nopass"),
         (["relay", "--dsn", "sqlite:///x.db", "--batch-size", "0"], "Invalid value for '--batch-size'"),
         (["relay", "--dsn", "sqlite:///x.db", "--poll-interval", "0"], "poll_interval_s must be positive"),
         (["relay", "requeue", "--dsn", "sqlite:///x.db"], "give the ids of failed rows, or --all"),
@@ -261,7 +261,7 @@ def test_every_app_option_reads_redsaga_app() -> None:
 
 
 def test_redsaga_app_stands_in_for_app() -> None:
-    result = runner.invoke(app, ["acl", "--nopass"], env={"REDSAGA_APP": "services_example.all:app"})
+    result = runner.invoke(app, ["acl", "--nopass"], env={"REDSAGA_APP": "redsaga.examples.all:app"})
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("ACL SETUSER")
 

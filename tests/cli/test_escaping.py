@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 import bus
 import relay
 from bus import FakeClock
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
+from redsaga.examples.orders import order_fulfilment
 from saga import SagaClient, SagaStatus, SagaWorker
 from saga.ops.text import printable
 from saga.store.keys import Partition
-from services_example.orders import order_fulfilment
 from tests.ops.live import APP_REF, flush
 from tests.ops.scenario import CONFIG, app, order
 from tests.relay.helpers import Charged

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 import bus
 from bus._scripts import Library, load_libraries, loaded_libraries
-from cli._functions import libraries
-from cli.main import app
+from redsaga.cli._functions import libraries
+from redsaga.cli.main import app
 from tests.faults.servers import PrivateRedis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

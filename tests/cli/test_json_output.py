@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import bus
 import relay
 from bus import FakeClock
-from cli.main import app
+from redsaga.cli.main import app
 from saga import App, SagaClient, SagaWorker
 from tests.ops.live import APP_REF, Live, live_system
 from tests.relay.helpers import Charged
@@ -187,7 +187,7 @@ def _run(world: World, path: tuple[str, ...], args: list[str]) -> tuple[int, str
     command = [*path, *args, "--json"]
     if path in SUBPROCESS:
         done = subprocess.run(
-            [sys.executable, "-m", "cli", *command],
+            [sys.executable, "-m", "redsaga.cli", *command],
             env={**world.live.env, **SUBPROCESS[path]},
             cwd=REPO,
             capture_output=True,
@@ -217,7 +217,7 @@ def test_the_relay_subcommands_print_only_json_as_fresh_processes(tmp_path: Path
     dsn = _outbox_with_a_failed_row(tmp_path / "outbox.db")
     for command in (["failed", "--json"], ["requeue", "--all", "--json"]):
         done = subprocess.run(
-            [sys.executable, "-m", "cli", "relay", *command, "--dsn", dsn],
+            [sys.executable, "-m", "redsaga.cli", "relay", *command, "--dsn", dsn],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 import bus
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 from saga import SagaStatus
 from saga.ops.trace import replay_trace
 from tests.ops.live import Live, live_system
@@ -386,7 +386,7 @@ def test_unreachable_redis_and_missing_options(tmp_path: Path) -> None:
     )
     assert no_url.exit_code == 2
     assert "error: no Redis to use: pass --redis-url URL or set REDSAGA_REDIS_URL" in no_url.stderr
-    not_app = runner.invoke(cli, ["list", "--app", "services_example.orders:order_fulfilment"], env=env)
+    not_app = runner.invoke(cli, ["list", "--app", "redsaga.examples.orders:order_fulfilment"], env=env)
     assert "is a Saga, not a saga.App or saga.Registry" in not_app.stderr
 
 
@@ -437,7 +437,7 @@ SUBPROCESS_GROUP_B = [
 def test_every_command_as_a_subprocess(live: Live, cases: list[tuple[list[str], int, str]]) -> None:
     for args, code, expected in cases:
         done = subprocess.run(
-            [sys.executable, "-m", "cli", *args],
+            [sys.executable, "-m", "redsaga.cli", *args],
             env=live.env,
             cwd=REPO,
             capture_output=True,

@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 import bus
-from cli.main import app
+from redsaga.cli.main import app
 from saga import EngineConfig
 from saga.runtime.gc_tuning import YOUNG_THRESHOLD
 
@@ -39,7 +39,7 @@ def test_demo_on_embedded_redis_ends_every_saga_and_balances_the_books() -> None
 @pytest.mark.redis
 def test_demo_on_real_redis_as_a_subprocess(real_redis_url: str) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "cli", "demo", "--orders", "30", "--redis-url", real_redis_url],
+        [sys.executable, "-m", "redsaga.cli", "demo", "--orders", "30", "--redis-url", real_redis_url],
         capture_output=True,
         text=True,
         timeout=120,
@@ -51,11 +51,11 @@ def test_demo_on_real_redis_as_a_subprocess(real_redis_url: str) -> None:
 
 
 def test_graph_prints_the_definition_as_mermaid_and_dot() -> None:
-    mermaid = runner.invoke(app, ["graph", "services_example.orders:order_fulfilment"])
+    mermaid = runner.invoke(app, ["graph", "redsaga.examples.orders:order_fulfilment"])
     assert mermaid.exit_code == 0
     assert "reserve_stock -.->|compensate| undo_reserve_stock" in mermaid.stdout
     assert "undo_charge_payment -.->|then| undo_reserve_stock" in mermaid.stdout
-    dot = runner.invoke(app, ["graph", "services_example.orders:order_fulfilment", "--format", "dot"])
+    dot = runner.invoke(app, ["graph", "redsaga.examples.orders:order_fulfilment", "--format", "dot"])
     assert dot.stdout.startswith('digraph "order_fulfilment@1"')
 
 
@@ -71,8 +71,8 @@ def test_graph_of_the_lifecycle_lists_every_transition() -> None:
     ("args", "message"),
     [
         (["graph", "nope:x"], "cannot import 'nope'"),
-        (["graph", "services_example.orders"], "is not 'module:attribute'"),
-        (["graph", "services_example.orders:missing"], "has no attribute 'missing'"),
+        (["graph", "redsaga.examples.orders"], "is not 'module:attribute'"),
+        (["graph", "redsaga.examples.orders:missing"], "has no attribute 'missing'"),
         (["worker", "--app", "nope:x", "--redis-url", "redis://127.0.0.1:1/0"], "cannot import 'nope'"),
     ],
 )
@@ -97,7 +97,7 @@ def test_bad_references_are_one_line_errors(args: list[str], message: str) -> No
     ids=["no-keyring", "log-without-keyring", "missing-file", "bad-keyring"],
 )
 def test_a_worker_without_a_usable_keyring_refuses_to_start(env: dict[str, str], message: str) -> None:
-    args = ["worker", "--app", "services_example.all:app", "--redis-url", "redis://127.0.0.1:1/0"]
+    args = ["worker", "--app", "redsaga.examples.all:app", "--redis-url", "redis://127.0.0.1:1/0"]
     result = runner.invoke(app, args, env={"REDSAGA_KEYRING": "", "REDSAGA_VERIFY": "", **env})
     assert result.exit_code == 1, result.output
     assert message in result.stderr
@@ -105,7 +105,7 @@ def test_a_worker_without_a_usable_keyring_refuses_to_start(env: dict[str, str],
 
 
 def test_known_errors_from_a_task_group_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    from cli._common import reporting_errors
+    from redsaga.cli._common import reporting_errors
 
     @reporting_errors
     def worker() -> None:
@@ -132,11 +132,11 @@ def test_the_worker_tunes_the_collector_before_it_runs(monkeypatch: pytest.Monke
     def run(_main: object) -> None:
         seen.append((gc.get_freeze_count(), gc.get_threshold()))
 
-    monkeypatch.setattr("cli._run.run", run)
+    monkeypatch.setattr("redsaga.cli._run.run", run)
     gc.unfreeze()
     threshold = gc.get_threshold()
     try:
-        args = ["worker", "--app", "services_example.orders:app", "--redis-url", UNUSED]
+        args = ["worker", "--app", "redsaga.examples.orders:app", "--redis-url", UNUSED]
         result = runner.invoke(app, args, env={"REDSAGA_VERIFY": "off"})
     finally:
         gc.unfreeze()
@@ -156,13 +156,13 @@ def test_the_worker_runs_with_the_librarys_defaults_unless_told(monkeypatch: pyt
         seen.append(bus)
         return EngineConfig(bus=bus, auth=auth)
 
-    monkeypatch.setattr("cli._run.EngineConfig", config)
-    monkeypatch.setattr("cli._run.run", lambda _main: None)
-    monkeypatch.setattr("cli._run.tune_gc", lambda: None)
+    monkeypatch.setattr("redsaga.cli._run.EngineConfig", config)
+    monkeypatch.setattr("redsaga.cli._run.run", lambda _main: None)
+    monkeypatch.setattr("redsaga.cli._run.tune_gc", lambda: None)
     for args in ([], ["--concurrency", "8", "--lease-ms", "5000"]):
         result = runner.invoke(
             app,
-            ["worker", "--app", "services_example.orders:app", "--redis-url", UNUSED, *args],
+            ["worker", "--app", "redsaga.examples.orders:app", "--redis-url", UNUSED, *args],
             env={"REDSAGA_VERIFY": "off"},
         )
         assert result.exit_code == 0, result.output

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli._common import emit_table, fit_columns
-from cli._format import cell
-from cli.main import app
+from redsaga.cli._common import emit_table, fit_columns
+from redsaga.cli._format import cell
+from redsaga.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -137,7 +137,7 @@ def test_the_demo_draws_its_progress_line_on_a_terminal() -> None:
     reader.start()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "cli", "demo", "--orders", "10"],
+            [sys.executable, "-m", "redsaga.cli", "demo", "--orders", "10"],
             cwd=REPO,
             env={**os.environ, "REDSAGA_REDIS_URL": ""},
             stdout=subprocess.PIPE,
@@ -158,7 +158,7 @@ def test_the_demo_draws_its_progress_line_on_a_terminal() -> None:
 
 def test_a_dead_letter_missing_its_counts_shows_dashes(capsys: pytest.CaptureFixture[str]) -> None:
     from bus import DeadLetter
-    from cli import _show
+    from redsaga.cli import _show
 
     _show.letter(DeadLetter(dlq="rs:{orders:0}:dlq", id="1-0"))
     shown = capsys.readouterr().out

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import bus
 from bus import FakeClock
-from cli.main import app
+from redsaga.cli.main import app
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
 from tests.saga.report_sagas import report
 from tests.saga.time_sagas import Loan, loan, participants

@@ -19,7 +19,7 @@ runner = CliRunner()
 
 async def saga(*args: str, url: str | None = None, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run ``saga versions ...`` (on a thread: the command runs its own event loop)."""
-    from cli.main import app
+    from redsaga.cli.main import app
 
     options = ["--redis-url", url] if url else []
     result = await anyio.to_thread.run_sync(
@@ -71,7 +71,7 @@ async def test_check_from_a_snapshot_needs_no_redis(registered: str, tmp_path: P
 
 
 def test_check_without_a_registry_refuses_to_pass_vacuously() -> None:
-    from cli.main import app
+    from redsaga.cli.main import app
 
     result = runner.invoke(
         app, ["versions", "check", "--app", "tests.saga.versioned:app_v1"], env={bus.URL_ENV: ""}

@@ -26,8 +26,8 @@ import bus
 import relay
 from bus._auth import load_keyrings
 from bus._epoch import join_epoch
-from cli._load import load_object
-from cli.main import app as cli
+from redsaga.cli._load import load_object
+from redsaga.cli.main import app as cli
 from saga import App, EngineConfig, SagaWorker
 from tests.helpers import eventually
 
@@ -77,7 +77,7 @@ def test_the_system_has_its_workers_relays_and_generator() -> None:
     assert set(WORKERS) == {"orders", "payments", "inventory", "shipping"}
     assert set(RELAYS) == {"payments-relay", "inventory-relay"}
     generator = SERVICES["generator"]
-    assert command(generator)[:3] == ["python", "-m", "services_example.generator"]
+    assert command(generator)[:3] == ["python", "-m", "redsaga.examples.generator"]
     assert generator["depends_on"]["orders"]["condition"] == "service_healthy"
 
 
@@ -204,7 +204,7 @@ def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path
     a second run keeps the master and issues the same keys."""
     keys = SERVICES["keys"]
     [script] = keys["command"]
-    local = script.replace("/keys", str(tmp_path)).replace("saga ", f"{sys.executable} -m cli ")
+    local = script.replace("/keys", str(tmp_path)).replace("saga ", f"{sys.executable} -m redsaga.cli ")
     subprocess.run(["sh", "-c", local], check=True, capture_output=True, timeout=120, cwd=ROOT)
     first = {p.name: p.read_bytes() for p in tmp_path.glob("*.keyring.json")}
     signing = {name: s for name, s in APP_IMAGE.items() if name not in RELAYS}

@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 import bus
+from redsaga.examples.generator import OrderGenerator
+from redsaga.examples.orders import app as orders_app
 from saga import SagaClient
-from services_example.generator import OrderGenerator
-from services_example.orders import app as orders_app
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
@@ -105,7 +105,7 @@ async def test_the_process_starts_orders_until_sigterm_and_exits_cleanly(
 ) -> None:
     env = {**os.environ, bus.URL_ENV: real_redis_url}
     process = subprocess.Popen(
-        [sys.executable, "-m", "services_example.generator", "--every", "0.05"],
+        [sys.executable, "-m", "redsaga.examples.generator", "--every", "0.05"],
         cwd=ROOT,
         env=env,
         stderr=subprocess.PIPE,
@@ -134,7 +134,7 @@ async def test_the_process_starts_orders_until_sigterm_and_exits_cleanly(
 def test_without_a_redis_url_it_refuses_with_one_line() -> None:
     env = {k: v for k, v in os.environ.items() if k != bus.URL_ENV}
     done = subprocess.run(
-        [sys.executable, "-m", "services_example.generator"],
+        [sys.executable, "-m", "redsaga.examples.generator"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 import bus
 import relay
 from bus._epoch import join_epoch
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 from saga import EngineConfig, SagaWorker
 from saga.runtime.liveness import HEALTH_FILE_ENV
 from tests.helpers import eventually
@@ -38,7 +38,7 @@ def worker_process(app: str, redis_url: str, health_file: Path) -> Iterator[subp
     """``saga worker --app APP`` as a process of its own with a health file, stopped at the end."""
     env = {**os.environ, bus.URL_ENV: redis_url, HEALTH_FILE_ENV: str(health_file), "REDSAGA_VERIFY": "off"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "worker", "--app", app],
+        [sys.executable, "-m", "redsaga.cli", "worker", "--app", app],
         cwd=ROOT,
         env=env,
         stderr=subprocess.DEVNULL,
@@ -76,7 +76,7 @@ async def test_the_saga_worker_keeps_its_health_file_while_it_runs(
     )
     health_file.write_text("1000")  # an earlier run's file, long stale
     assert (await saga("health", "worker", env=env)).exit_code == 1
-    with worker_process("services_example.orders:app", real_redis_url, health_file) as process:
+    with worker_process("redsaga.examples.orders:app", real_redis_url, health_file) as process:
         await eventually(exits(0, "health", "worker", env=env), 60, "the worker renewed its health file")
         found = json.loads((await saga("health", "worker", "--json", env=env)).stdout)
         assert found["healthy"] is True
@@ -91,7 +91,7 @@ async def test_the_saga_worker_keeps_its_health_file_while_it_runs(
 async def test_the_health_file_goes_stale_while_redis_does_not_answer(
     real_redis: bus.Redis, real_redis_url: str, tmp_path: Path
 ) -> None:
-    from services_example.shipping import app as shipping_app
+    from redsaga.examples.shipping import app as shipping_app
     from tests.faults.proxy import FaultProxy, Mode
 
     health_file = tmp_path / "health"

@@ -17,8 +17,8 @@ import yaml
 from typer.testing import CliRunner
 
 import bus
-from cli._load import load_object
-from cli.main import app as cli
+from redsaga.cli._load import load_object
+from redsaga.cli.main import app as cli
 from saga import App, SagaClient, SagaWorker
 
 ROOT = Path(__file__).resolve().parents[2]

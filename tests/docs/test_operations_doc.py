@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 from tests.ops.live import Live, live_system
 from tests.ops.scenario import FIXED
 

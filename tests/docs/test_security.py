@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bus import BusConfig
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "security.md"

@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 import bus
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
+from redsaga.examples import orders, orders_v2
+from redsaga.examples.contracts import Line, Order
 from saga import SagaClient, SagaWorker, Versions, run_migration
 from saga.errors import IncompatibleChange
 from saga.versions.rules import rules_table
-from services_example import orders, orders_v2
-from services_example.contracts import Line, Order
 from tests.docs import versioning_example
 
 ROOT = Path(__file__).parents[2]
@@ -58,7 +58,7 @@ async def test_the_worked_example_runs_as_the_doc_shows(production: bus.Redis, t
     ]
     assert edited.stdout.strip() in DOC
     v2 = runner.invoke(
-        cli, ["versions", "check", "--app", "services_example.orders_v2:app", "--snapshot", str(snapshot)]
+        cli, ["versions", "check", "--app", "redsaga.examples.orders_v2:app", "--snapshot", str(snapshot)]
     )
     assert v2.exit_code == 0, v2.output
     assert v2.stdout == ""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from redsaga.examples.contracts import ORDERS, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.orders_v2 import order_fulfilment_v2
 from saga import App, Saga
-from services_example.contracts import ORDERS, Order
-from services_example.orders import order_fulfilment
-from services_example.orders_v2 import order_fulfilment_v2
 
 edited_in_place = Saga("order_fulfilment", version=1, context=ORDERS, data=Order)
 for step in order_fulfilment_v2.steps:  # v2's steps, fraud check included, under version 1

@@ -33,7 +33,7 @@ import psycopg
 import structlog
 
 import bus
-from cli._logging import configure
+from redsaga.cli._logging import configure
 from saga import (
     App,
     Command,

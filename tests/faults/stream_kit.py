@@ -2,7 +2,7 @@
 ``run_until_idle`` and a fake clock (no real time passes), with participants that count
 their effects and one that can be held mid-handler.
 
-The saga is ``services_example.orders.order_fulfilment`` (reserve stock -> charge ->
+The saga is ``redsaga.examples.orders.order_fulfilment`` (reserve stock -> charge ->
 ship, 30 s step timeouts, retries): a lost command or reply ends in a step timeout, which
 its retry policy re-dispatches.
 """
@@ -16,9 +16,7 @@ import anyio
 
 import bus
 from bus import Bus, FakeClock, Stream
-from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaState, SagaWorker
-from saga.store.keys import Partition
-from services_example.contracts import (
+from redsaga.examples.contracts import (
     ORDERS,
     Line,
     Order,
@@ -27,8 +25,10 @@ from services_example.contracts import (
     StockReleased,
     StockReserved,
 )
-from services_example.orders import order_fulfilment
-from services_example.stateless import payments, shipping
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import payments, shipping
+from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaState, SagaWorker
+from saga.store.keys import Partition
 
 PARTITION = Partition(ORDERS.name, 0)
 INBOX = PARTITION.inbox

@@ -22,9 +22,9 @@ import pytest
 import bus
 import relay
 from bus import PayloadTooLarge, Publisher
+from redsaga.examples.contracts import Order
+from redsaga.examples.orders import order_fulfilment
 from saga import SagaStatus
-from services_example.contracts import Order
-from services_example.orders import order_fulfilment
 from tests.bus.test_contract import COMMANDS, Charge, publish_charge
 from tests.faults.stream_kit import CONFIG, INBOX, INVENTORY, PARTITION, Rig, letters, order
 from tests.helpers import dead_letters

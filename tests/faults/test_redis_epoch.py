@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import bus
 from bus import Bus, BusConfig, Envelope, Stream, Worker
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 from saga.store.keys import Partition
 from tests.faults.app import CONTEXT, Order
 from tests.faults.scenario import open_scenario

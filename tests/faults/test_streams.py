@@ -19,8 +19,8 @@ import structlog
 import bus
 from bus import BusConfig, Worker
 from bus._maintenance import trim_stream
+from redsaga.examples.orders import RETRY, order_fulfilment
 from saga import EngineConfig, SagaStatus
-from services_example.orders import RETRY, order_fulfilment
 from tests.bus.test_contract import payments_app, publish_charge
 from tests.bus.test_faults import eventually
 from tests.faults.stream_kit import (

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from redsaga.examples import orders
+from redsaga.examples.contracts import ORDERS, ChargeCard, Order
 from saga import Command, Saga, StepContext, command
-from services_example import orders
-from services_example.contracts import ORDERS, ChargeCard, Order
 
 
 def _base(*, extra_step: bool = False) -> Saga[Order]:

@@ -24,9 +24,7 @@ import msgspec
 
 import bus
 from bus import FakeClock, PermanentError, TransientError, derived_id
-from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker
-from saga.store.keys import Partition
-from services_example.contracts import (
+from redsaga.examples.contracts import (
     ORDERS,
     ArrangeShipping,
     CardCharged,
@@ -41,7 +39,9 @@ from services_example.contracts import (
     StockReleased,
     StockReserved,
 )
-from services_example.orders import order_fulfilment
+from redsaga.examples.orders import order_fulfilment
+from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker
+from saga.store.keys import Partition
 
 PARTITION = Partition("orders", 0)
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))

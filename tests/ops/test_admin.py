@@ -13,6 +13,8 @@ import pytest
 import bus
 import relay
 from bus import FakeClock, LetterFilter
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
 from saga import (
     App,
     EngineConfig,
@@ -32,8 +34,6 @@ from saga.ops.operator_actions import ActionResult
 from saga.ops.trace import replay_trace
 from saga.store.commit import command_envelope
 from saga.store.keys import Partition
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
 from tests.helpers import eventually, while_deciding
 from tests.ops.live import LIVE_CONFIG
 from tests.ops.scenario import CONFIG, FIXED, PARTITION, Scenario, app, drive
@@ -576,9 +576,9 @@ async def test_a_start_with_other_data_is_refused(admin: SagaAdmin, real_redis: 
 
 
 async def test_inspect_names_who_replied_through_the_outbox(real_redis: bus.Redis, tmp_path: Path) -> None:
-    from services_example import inventory as inventory_service
-    from services_example import payments as payments_service
-    from services_example.all import app as demo
+    from redsaga.examples import inventory as inventory_service
+    from redsaga.examples import payments as payments_service
+    from redsaga.examples.all import app as demo
 
     payments_service.ledger.dsn = f"sqlite:///{tmp_path / 'payments.db'}"
     inventory_service.stock.dsn = f"sqlite:///{tmp_path / 'inventory.db'}"

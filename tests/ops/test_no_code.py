@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 import bus
 from bus import FakeClock
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 from saga import SagaAdmin, SagaClient, SagaWorker
 from saga.store.keys import Partition, partition_of
 from tests.helpers import eventually

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import bus
 from bus import Publisher
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
 from saga import SagaClient, SagaStatus
 from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations

@@ -21,11 +21,7 @@ from hypothesis import strategies as st
 
 import bus
 from bus import FakeClock, PermanentError, TransientError, derived_id
-from saga import App, CommandContext, Participant, SagaAdmin, SagaClient, SagaStatus, SagaWorker
-from saga.core.model import Dispatch
-from saga.errors import ActionRefused
-from saga.ops.trace import TraceMismatch, decode_trace, encode_trace, replay_trace
-from services_example.contracts import (
+from redsaga.examples.contracts import (
     ORDERS,
     ArrangeShipping,
     CardCharged,
@@ -40,7 +36,11 @@ from services_example.contracts import (
     StockReleased,
     StockReserved,
 )
-from services_example.orders import order_fulfilment
+from redsaga.examples.orders import order_fulfilment
+from saga import App, CommandContext, Participant, SagaAdmin, SagaClient, SagaStatus, SagaWorker
+from saga.core.model import Dispatch
+from saga.errors import ActionRefused
+from saga.ops.trace import TraceMismatch, decode_trace, encode_trace, replay_trace
 from tests.ops import changed
 from tests.ops.scenario import CONFIG, PARTITION
 

@@ -142,7 +142,7 @@ async def test_the_admin_client_inspects_branches_from_the_branch_hash(redis: bu
 
 
 def test_saga_inspect_prints_the_branches_and_the_groups_progress(capsys: pytest.CaptureFixture[str]) -> None:
-    from cli._show import inspection
+    from redsaga.cli._show import inspection
 
     runner = running_fan()
     found = build_inspection(

@@ -10,15 +10,15 @@ import pytest
 import bus
 from bus import FakeClock
 from bus.lowlevel import CommandCall, ScriptCall
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import app
 from saga import EngineConfig, InvalidInput, SagaClient, SagaStatus, SagaWorker
 from saga.core.decider import decide
 from saga.core.model import StepReplied
 from saga.store.codec import decode_state
 from saga.store.commit import CommitResult, commit_call, commit_result
 from saga.store.keys import Partition
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
-from services_example.stateless import app
 from tests.helpers import dead_letters, pending
 
 pytestmark = pytest.mark.anyio

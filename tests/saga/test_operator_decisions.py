@@ -5,6 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
 from saga import SagaState, SagaStatus, StepStatus
 from saga.core.decider import decide, start
 from saga.core.model import (
@@ -22,8 +24,6 @@ from saga.core.redrive import redrive_refusal
 from saga.store.codec import encode_state
 from saga.store.commit import command_envelope
 from saga.store.keys import Partition
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
 
 ORDER = Order(id="o1", customer="c1", lines=[Line(sku="s", quantity=1)], total_cents=100)
 OUTPUTS = {

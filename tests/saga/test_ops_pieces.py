@@ -6,13 +6,13 @@ import msgspec
 import pytest
 
 import saga
-from cli._format import parse_duration
+from redsaga.cli._format import parse_duration
+from redsaga.examples.orders import order_fulfilment
 from saga import SagaStatus
 from saga.core.decider import decide, start
 from saga.core.model import HistoryEntry, Started, StepReplied
 from saga.core.replay import replay_history
 from saga.ops.graph import path_graph
-from services_example.orders import order_fulfilment
 from tests.ops import changed
 from tests.saga.test_operator_decisions import began, dead_lettered_at_shipping, reply
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 import bus
+from redsaga.examples import payments as payments_service
+from redsaga.examples.all import app
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
 from relay import Relay
 from saga import SagaClient, SagaStatus, SagaWorker
-from services_example import payments as payments_service
-from services_example.all import app
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
 
 pytestmark = pytest.mark.anyio
 
@@ -21,7 +21,7 @@ async def test_a_redelivered_charge_charges_once_and_resends_the_first_reply(
     redis: bus.Redis, tmp_path: Path
 ) -> None:
     payments_service.ledger.dsn = f"sqlite:///{tmp_path / 'payments.db'}"
-    from services_example import inventory as inventory_service
+    from redsaga.examples import inventory as inventory_service
 
     inventory_service.stock.dsn = f"sqlite:///{tmp_path / 'inventory.db'}"
     for hook in app.on_start:

@@ -6,11 +6,11 @@ import pytest
 
 import bus
 from bus import FakeClock
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import app
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.store.keys import Partition
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
-from services_example.stateless import app
 
 pytestmark = pytest.mark.anyio
 PARTITION = Partition("orders", 0)

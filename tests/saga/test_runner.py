@@ -972,9 +972,9 @@ def test_the_decider_does_not_modify_the_state_it_is_given() -> None:
 
 
 def test_real_participants_plug_in_and_can_be_wrapped_with_faults() -> None:
-    from services_example.contracts import ChargeCard, Line, Order
-    from services_example.orders import order_fulfilment
-    from services_example.stateless import inventory, payments, shipping
+    from redsaga.examples.contracts import ChargeCard, Line, Order
+    from redsaga.examples.orders import order_fulfilment
+    from redsaga.examples.stateless import inventory, payments, shipping
 
     flaky_payments = FakeParticipant.of(payments).on(ChargeCard, fail_transiently(times=2))
     runner = SagaRunner(order_fulfilment, participants=[inventory, flaky_payments, shipping])

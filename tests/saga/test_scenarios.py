@@ -1,6 +1,6 @@
 """One table of order-fulfilment scenarios, run on the in-process runner and on Redis.
 
-Each scenario runs the example saga (``services_example.orders``) against fresh
+Each scenario runs the example saga (``redsaga.examples.orders``) against fresh
 participants built from the same code for every backend, with faults driven by the order
 (declined card, unserved region, flaky participants) and by per-scenario knobs (a refund
 service that is down, a release that is flaky, a fraud check that cancels mid-flight, a
@@ -29,6 +29,22 @@ import pytest
 
 import bus
 from bus import FakeClock, PermanentError, TransientError, derived_id
+from redsaga.examples.contracts import (
+    ORDERS,
+    ArrangeShipping,
+    CardCharged,
+    CardRefunded,
+    ChargeCard,
+    Line,
+    Order,
+    RefundCard,
+    ReleaseStock,
+    ReserveStock,
+    ShipmentArranged,
+    StockReleased,
+    StockReserved,
+)
+from redsaga.examples.orders import RETRY, order_fulfilment
 from saga import (
     App,
     Command,
@@ -46,22 +62,6 @@ from saga.runtime.protocol import FORCE, OperatorRequest
 from saga.runtime.protocol import RETRY as RETRY_REQUEST
 from saga.store.keys import Partition
 from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
-from services_example.contracts import (
-    ORDERS,
-    ArrangeShipping,
-    CardCharged,
-    CardRefunded,
-    ChargeCard,
-    Line,
-    Order,
-    RefundCard,
-    ReleaseStock,
-    ReserveStock,
-    ShipmentArranged,
-    StockReleased,
-    StockReserved,
-)
-from services_example.orders import RETRY, order_fulfilment
 
 pytestmark = pytest.mark.anyio
 
@@ -552,7 +552,7 @@ async def test_a_batch_of_demo_orders_ends_alike_on_the_runner_and_redis(redis: 
     # Many sagas in flight at once, two orchestrator workers racing for one inbox and every
     # worker running concurrently: interleaved replies and timers, commit conflicts, the
     # orchestrators' caches. Each saga's records must still match the runner's exactly.
-    from services_example.demo import make_orders
+    from redsaga.examples.demo import make_orders
 
     orders = make_orders(40, seed=11)
     knobs = Knobs(release_flaky=1)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import bus
 from bus._epoch import join_epoch
 from bus._scripts import load_libraries
-from cli._functions import libraries
+from redsaga.cli._functions import libraries
 from saga import App, EngineConfig
 from saga.ops.acl import AclUser, acl_rules
 from saga.ops.keyrings import MasterFile, Reach, issue_keyrings, new_master, reach_of

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import bus
 from bus import Authenticator, FakeClock, Publisher
 from bus._auth import Mode
+from redsaga.examples import stateless
+from redsaga.examples.orders import order_fulfilment
 from saga import App, EngineConfig, SagaClient, SagaWorker
 from saga.ops.keyrings import MasterFile, issue_keyrings, new_master, reach_of
 from saga.store.keys import Partition
-from services_example import stateless
-from services_example.orders import order_fulfilment
 
 ORDERS = App(
     "orders",

@@ -19,6 +19,13 @@ import bus
 from bus._auth import KEYRING_ENV, encode_keyrings, issue, stream_audience
 from bus._lua import RECORD
 from bus._scripts import Library
+from redsaga.examples import stateless
+from redsaga.examples.all import app as demo
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.inventory import inventory, stock
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.payments import ledger, payments
+from redsaga.examples.shipping import shipping
 from relay import Relay, RelayConfig
 from saga import (
     App,
@@ -35,13 +42,6 @@ from saga.ops.acl import acl_rules
 from saga.ops.keyrings import issue_keyrings
 from saga.store.commit import TRANSITION
 from saga.store.keys import Partition
-from services_example import stateless
-from services_example.all import app as demo
-from services_example.contracts import Line, Order
-from services_example.inventory import inventory, stock
-from services_example.orders import order_fulfilment
-from services_example.payments import ledger, payments
-from services_example.shipping import shipping
 from tests.faults.servers import PrivateRedis, require_binary
 from tests.helpers import eventually
 from tests.saga import compose_sagas, time_sagas
@@ -366,7 +366,7 @@ async def test_operator_writes_run_as_the_orchestrator_user(users: Users) -> Non
 async def test_the_printed_lines_pipe_into_redis_cli(private_redis_server: PrivateRedis) -> None:
     """What docs/security.md shows: ``saga acl … | redis-cli`` creates the users."""
     saga = subprocess.run(
-        [sys.executable, "-m", "cli", "acl", "--app", "services_example.all:app", "--nopass"],
+        [sys.executable, "-m", "redsaga.cli", "acl", "--app", "redsaga.examples.all:app", "--nopass"],
         capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
     cli = [str(require_binary("redis-cli")), "-p", str(private_redis_server.port)]
@@ -388,9 +388,13 @@ async def test_lock_default_leaves_only_the_generated_users_and_yours(
     admin = bus.connect(private_redis_server.url)
     try:
         await admin.execute_command("ACL", "SETUSER", "root", "on", ">root-pw", "~*", "&*", "+@all")
-        command = ["acl", "--app", "services_example.all:app", "--nopass", "--lock-default"]
+        command = ["acl", "--app", "redsaga.examples.all:app", "--nopass", "--lock-default"]
         lines = subprocess.run(
-            [sys.executable, "-m", "cli", *command], capture_output=True, text=True, check=True, timeout=60
+            [sys.executable, "-m", "redsaga.cli", *command],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
         ).stdout
         assert lines.splitlines()[-1] == "ACL SETUSER default off"
         cli = [str(require_binary("redis-cli")), "-p", str(private_redis_server.port), "--user", "root"]

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from bus import EPOCH_KEY, RedisCommandError, RedisPermissionDenied, Stream
 from bus._errors import translate
-from cli.main import app as cli
+from redsaga.cli.main import app as cli
+from redsaga.examples.all import app as demo
 from saga import App, Context, DefinitionError, Participant
 from saga.ops.acl import _CONNECT, AclUser, acl_rules, script_commands
 from saga.store.keys import CONTEXTS, ContextKeys, Partition
 from saga.store.token_keys import secret_key
-from services_example.all import app as demo
 from tests.saga import compose_sagas, time_sagas
 
 runner = CliRunner()
@@ -217,7 +217,7 @@ def test_a_password_is_stored_only_as_its_sha256() -> None:
 
 
 def test_the_cli_prints_one_line_per_user_and_reads_passwords_from_the_environment() -> None:
-    result = runner.invoke(cli, ["acl", "--app", "services_example.all:app", "--nopass"])
+    result = runner.invoke(cli, ["acl", "--app", "redsaga.examples.all:app", "--nopass"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert [line.split()[:3] for line in lines] == [["ACL", "SETUSER", name] for name in users_of(demo)]
@@ -226,7 +226,7 @@ def test_the_cli_prints_one_line_per_user_and_reads_passwords_from_the_environme
     names = list(users_of(demo))
     env = {f"PW_{n.upper().replace('.', '_')}": f"pw-{n}" for n in names}
     result = runner.invoke(
-        cli, ["acl", "--app", "services_example.all:app", "--password-env", "PW", "--json"], env=env
+        cli, ["acl", "--app", "redsaga.examples.all:app", "--password-env", "PW", "--json"], env=env
     )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
@@ -244,7 +244,7 @@ def test_the_cli_prints_one_line_per_user_and_reads_passwords_from_the_environme
     ],
 )
 def test_the_cli_refuses_an_unclear_password_choice(args: list[str], code: int, message: str) -> None:
-    result = runner.invoke(cli, ["acl", "--app", "services_example.all:app", *args])
+    result = runner.invoke(cli, ["acl", "--app", "redsaga.examples.all:app", *args])
     assert result.exit_code == code
     assert message in result.stderr
     assert len(result.stderr.splitlines()) == 1

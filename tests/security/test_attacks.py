@@ -17,13 +17,13 @@ from redis import exceptions as rx
 
 import bus
 from bus import Envelope
+from redsaga.examples import stateless
+from redsaga.examples.contracts import Line, Order, StockReserved
+from redsaga.examples.orders import order_fulfilment
 from saga import App, DefinitionError, InvalidInput, Participant, SagaState, SagaStatus, SagaWorker
 from saga.core.model import NULL
 from saga.runtime.protocol import CANCEL, FORCE, SIGNAL, OperatorRequest, SignalDelivery
 from saga.store.keys import Partition
-from services_example import stateless
-from services_example.contracts import Line, Order, StockReserved
-from services_example.orders import order_fulfilment
 from tests.faults.servers import PrivateRedis
 from tests.helpers import dead_letters
 from tests.security.acl_users import Users, applied

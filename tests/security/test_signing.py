@@ -10,13 +10,13 @@ import pytest
 
 import bus
 from bus import Envelope, derived_id
+from redsaga.examples.contracts import Line, Order, StockReserved
+from redsaga.examples.orders import order_fulfilment
 from saga import App, InvalidToken, SagaError, SagaStatus
 from saga.core.tokens import Signer
 from saga.runtime.protocol import CANCEL, FORCE, SIGNAL, OperatorRequest, SignalDelivery
 from saga.store.keys import Partition
 from saga.testing import decode_history
-from services_example.contracts import Line, Order, StockReserved
-from services_example.orders import order_fulfilment
 from tests.helpers import dead_letters
 from tests.saga.time_sagas import LENDING, Approval, Loan, loan, participants
 from tests.security.signed_world import SignedWorld

@@ -11,10 +11,10 @@ import anyio
 import pytest
 
 import bus
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import app
 from saga import SagaClient, SagaStatus, SagaWorker
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
-from services_example.stateless import app
 from tests.faults.servers import PrivateRedis, free_port, require_binary
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

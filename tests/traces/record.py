@@ -13,10 +13,10 @@ from pathlib import Path
 import anyio
 
 import bus
+from redsaga.examples.all import app as demo_app
+from redsaga.examples.demo import run_demo
 from saga import SagaAdmin, SagaStatus, SagaWorker
 from saga.ops.trace import encode_trace
-from services_example.all import app as demo_app
-from services_example.demo import run_demo
 from tests.ops import scenario
 
 HERE = Path(__file__).parent
