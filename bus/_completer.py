@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from bus._clock import Clock
 from bus._errors import BusError, RedisUnavailable
 from bus._log import get_logger
 from bus._scripts import BatchPart, CommandCall, ScriptCall, merge, run_batch
+from bus._tally import Buckets
 
 Callback = Callable[[Any], None]
 Call = ScriptCall | CommandCall | BatchPart
@@ -46,6 +48,8 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._sending = asyncio.Lock()
+        self.round_trips: Buckets | None = None
+        """Set (by ``bus/_metrics.py``) to time every pipeline's round trip."""
 
     def submit(self, call: Call, callback: Callback, *, retry: bool = True) -> None:
         """Queue ``call``; ``callback`` receives its result (or its :class:`BusError`).
@@ -113,6 +117,7 @@ class Completer:
         while self._queue:
             batch, self._queue = self._queue, []
             calls, members = _plan(batch)
+            sent = time.perf_counter()
             try:
                 replies = await run_batch(self._redis, calls)
             except RedisUnavailable as error:
@@ -125,6 +130,8 @@ class Completer:
                 continue
             except BusError as error:
                 replies = [error] * len(calls)
+            if self.round_trips is not None:
+                self.round_trips.observe(time.perf_counter() - sent)
             results: list[Any] = [None] * len(batch)
             for reply, (merged, indexes) in zip(replies, members, strict=True):
                 if not merged or isinstance(reply, BusError):

@@ -103,6 +103,10 @@ class GroupConsumer:
         # Entries delivered to this worker again while its earlier delivery still runs (a
         # group recreated from 0, our own reclaim): each keeps its slot until that one ends.
         self._parked: dict[str, tuple[HandlerPool, Entry]] = {}
+        self.delivered = 0
+        """Entries read or taken over so far (metrics: ``bus/_metrics.py``)."""
+        self.redelivered = 0
+        """Of those, entries taken over after their lease expired."""
         self.log = _log.bind(stream=subscription.stream.key, group=subscription.group)
 
     @property
@@ -156,6 +160,7 @@ class GroupConsumer:
             self.rt.slots.release(wanted)
             raise
         self.rt.slots.release(wanted - len(entries))
+        self.delivered += len(entries)
         await self._process(handlers, entries)
         return len(entries)
 
@@ -201,6 +206,8 @@ class GroupConsumer:
             for entry_id in deleted:
                 await self._report_lost(entry_id.decode())
             entries = [(i.decode(), f, counts.get(i.decode(), 1)) for i, f in claimed]
+            self.delivered += len(entries)
+            self.redelivered += len(entries)
             await self._process(handlers, entries)
             total += len(entries)
             cursor = cursor_raw.decode()

@@ -65,7 +65,10 @@ _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
 """Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
 _SCRIPTS: Final = ("fcall",)
 """redsaga's Lua runs as functions an admin loaded (``bus/_scripts.py``)."""
-_CONSUME: Final = ("xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers")
+_CONSUME: Final = (
+    "xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers",
+    "exists", "xinfo|groups",  # the worker's metrics and /readyz: its groups' pending and lag
+)  # fmt: skip
 _READ: Final = (
     "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
     "smembers", "sismember", "zrange", "zrangebyscore", "zscore", "zmscore", "zcount", "zcard",

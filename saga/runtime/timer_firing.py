@@ -17,7 +17,7 @@ of timers is fired in batches) and at most ``timer_poll_ms`` (to see timers star
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,13 @@ class Round:
     fired: int
     wait_ms: int | None
     """Time until the soonest pending timer, by the timer clock (``None``: none pending)."""
+    lags_ms: tuple[int, ...] = ()
+    """How late each fired timer fired, by the timer clock (the timer-lag metric)."""
 
 
 async def fire_round(redis: Any, partitions: Sequence[Partition], clock: Clock, batch: int) -> Round:
     """Fire every timer of ``partitions`` that is due now, in pipelined batches."""
-    fired, soonest = 0, None
+    fired, soonest, lags = 0, None, []
     pending = list(partitions)
     while pending:
         now = clock.script_now_ms()
@@ -50,15 +52,16 @@ async def fire_round(redis: Any, partitions: Sequence[Partition], clock: Clock, 
         for partition, result in zip(pending, await run_batch(redis, calls), strict=True):
             if isinstance(result, BusError):
                 raise result
-            count, script_now, next_due = (int(x) for x in result)
+            count, script_now, next_due, *late = (int(x) for x in result)
             fired += count
+            lags.extend(late)
             if count >= batch:
                 full.append(partition)
             elif next_due >= 0:
                 wait = max(0, next_due - script_now)
                 soonest = wait if soonest is None else min(soonest, wait)
         pending = full
-    return Round(fired, soonest)
+    return Round(fired, soonest, tuple(lags))
 
 
 async def fire_due(redis: Any, partition: Partition, clock: Clock, batch: int) -> int:
@@ -66,13 +69,24 @@ async def fire_due(redis: Any, partition: Partition, clock: Clock, batch: int) -
     return (await fire_round(redis, [partition], clock, batch)).fired
 
 
-async def run_scheduler(redis: Any, partitions: list[Partition], clock: Clock, config: EngineConfig) -> None:
-    """Fire due timers of ``partitions`` until cancelled, waking for the soonest next timer."""
+async def run_scheduler(
+    redis: Any,
+    partitions: list[Partition],
+    clock: Clock,
+    config: EngineConfig,
+    observe: Callable[[Round], None] | None = None,
+) -> None:
+    """Fire due timers of ``partitions`` until cancelled, waking for the soonest next timer.
+
+    ``observe`` is called with every round that fired something (metrics).
+    """
     backoff = Backoff(clock)
     while True:
         try:
             result = await fire_round(redis, partitions, clock, config.timer_batch)
             backoff.reset()
+            if observe is not None and result.fired:
+                observe(result)
         except BusError as error:
             _log.warning("timer scheduler failed; backing off", error=str(error))
             await backoff.wait()

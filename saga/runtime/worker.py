@@ -23,7 +23,7 @@ from saga.runtime.config import EngineConfig
 from saga.runtime.liveness import keep_health_file, remove_health_file
 from saga.runtime.orchestrator import Orchestrator
 from saga.runtime.schedule_runner import Scheduler, run_schedules
-from saga.runtime.timer_firing import fire_round, run_scheduler
+from saga.runtime.timer_firing import Round, fire_round, run_scheduler
 from saga.store.pruning import prune_ended
 from saga.versions.records import Registration, Stranded, worker_info
 from saga.versions.registry import Versions
@@ -75,6 +75,8 @@ class SagaWorker:
             epoch_writer=bool(self.orchestrators),  # a participant's ACL user only reads rs:epoch
         )
         self._stopping = anyio.Event()
+        self.timer_observers: list[Callable[[Round], None]] = []
+        """Called with every round of the timer scheduler that fired timers (metrics)."""
         self.versions = Versions(redis, clock=self.clock)
         self._started_ms = self.clock.now_ms()
 
@@ -194,7 +196,9 @@ class SagaWorker:
                         self.bus_worker.started,
                     )
                 if self.orchestrators:
-                    tg.start_soon(run_scheduler, self.redis, self.partitions, self.clock, self.config)
+                    tg.start_soon(
+                        run_scheduler, self.redis, self.partitions, self.clock, self.config, self._fired
+                    )
                     tg.start_soon(self._every, self.config.heartbeat_ms, "heartbeat", self.heartbeat)
                     tg.start_soon(
                         self._every, self.config.stranded_check_ms, "stranded check", self.check_stranded
@@ -221,6 +225,10 @@ class SagaWorker:
             except BusError as error:
                 _log.warning("periodic job failed; trying again later", job=name, error=str(error))
 
+    def _fired(self, timers: Round) -> None:
+        for observer in self.timer_observers:
+            observer(timers)
+
     async def _leave(self) -> None:
         """Withdraw this worker's registration (best effort: it expires anyway)."""
         with anyio.CancelScope(shield=True):
@@ -233,7 +241,10 @@ class SagaWorker:
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
         """Handle everything due now (entries, timers, schedules), then return: for tests and demos."""
         for _ in range(max_rounds):
-            fired = (await fire_round(self.redis, self.partitions, self.clock, self.config.timer_batch)).fired
+            timers = await fire_round(self.redis, self.partitions, self.clock, self.config.timer_batch)
+            if timers.fired:
+                self._fired(timers)
+            fired = timers.fired
             for scheduler in self.schedulers:
                 fired += await scheduler.tick()
             await self.bus_worker.run_until_idle()

@@ -10,11 +10,15 @@
 -- that is no longer current (by timer id). "Due" is judged here, by one clock (Redis TIME,
 -- or the fake clock a test passes in), never by a worker's clock.
 --
--- Returns {fired, now, next due time or -1}: the scheduler sleeps until the next due time
--- (measured on this same clock) instead of polling blindly.
+-- Returns {fired, now, next due time or -1, lag of each fired timer...}: the scheduler
+-- sleeps until the next due time (measured on this same clock) instead of polling blindly;
+-- a lag is how late (ms, on this clock) a timer fired, for the timer-lag metric.
 local now = clock_ms(ARGV[1])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-for _, timer_id in ipairs(due) do
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local result = {#due / 2, now, -1}
+for i = 1, #due, 2 do
+  local timer_id = due[i]
+  result[#result + 1] = now - tonumber(due[i + 1])
   local stored = redis.call('HGET', KEYS[2], timer_id)
   if stored then
     local saga_id, data, auth
@@ -45,4 +49,5 @@ for _, timer_id in ipairs(due) do
   redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {#due, now, next_due[2] or -1}
+result[3] = next_due[2] or -1
+return result

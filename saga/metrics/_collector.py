@@ -1,0 +1,149 @@
+"""The saga metrics of one worker: its transitions' counts, and its contexts' figures in Redis.
+
+What the orchestrators counted comes from :class:`~saga.metrics._transitions.SagaTallies`;
+sagas in flight (per definition, version and status: the partitions' counters), stuck
+sagas (not moved for ``stuck_for_ms`` and not waiting within a wait's deadline, as
+``saga stats`` counts them) and timers due are read from Redis at scrape time, a few
+commands per partition (``bus/_metrics.py`` says why and how).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bus import Clock
+from bus._errors import redis_errors
+from bus._metrics import Figures, MetricSpec, ScrapeCollector
+from saga._keys import Partition
+from saga._listing import count_idle
+from saga._stats import saga_counts
+from saga.metrics._transitions import SagaTallies
+
+_SAGA = ("context", "definition", "version")
+_STEP = ("context", "definition", "step", "kind", "outcome")
+
+SAGAS_STARTED = MetricSpec("redsaga_sagas_started_total", "counter", "Sagas this worker started.", _SAGA)
+SAGAS_ENDED = MetricSpec(
+    "redsaga_sagas_ended_total",
+    "counter",
+    "Sagas this worker ended, by end status: completed, failed, compensated, cancelled.",
+    (*_SAGA, "status"),
+)
+SAGAS_DEAD_LETTERED = MetricSpec(
+    "redsaga_sagas_dead_lettered_total",
+    "counter",
+    "Sagas this worker parked for an operator (a step or a compensation ran out of retries).",
+    _SAGA,
+)
+STEP_DURATION = MetricSpec(
+    "redsaga_step_duration_seconds",
+    "histogram",
+    "Step attempts from dispatch to outcome; kind is do, undo (compensation) or confirm; outcome "
+    "ok, transient, permanent, timeout, cancelled or forced.",
+    _STEP,
+)
+STEP_ATTEMPTS = MetricSpec(
+    "redsaga_step_attempts_total", "counter", "Step attempts that ended, by kind and outcome.", _STEP
+)
+COMPENSATIONS = MetricSpec(
+    "redsaga_compensations_total",
+    "counter",
+    "Compensations that finished: outcome compensated (undone) or failed (the saga was dead-lettered).",
+    ("context", "definition", "step", "outcome"),
+)
+TIMER_LAG = MetricSpec(
+    "redsaga_timer_lag_seconds",
+    "histogram",
+    "How late durable timers fired (retries, timeouts, sleeps, deadlines), by the timer clock.",
+)
+SAGAS_IN_FLIGHT = MetricSpec(
+    "redsaga_sagas_in_flight",
+    "gauge",
+    "Sagas not ended: running, suspended, compensating or dead_lettered (the partitions' counters).",
+    (*_SAGA, "status"),
+    from_redis=True,
+)
+SAGAS_STUCK = MetricSpec(
+    "redsaga_sagas_stuck",
+    "gauge",
+    "Sagas in flight that have not moved for the stuck threshold (10 minutes unless configured), "
+    "waiting ones left out, as saga stats counts them.",
+    ("context",),
+    from_redis=True,
+)
+TIMERS_DUE = MetricSpec(
+    "redsaga_timers_due", "gauge", "Durable timers due now and not yet fired.", ("context",), from_redis=True
+)
+SAGA_METRICS = (
+    SAGAS_STARTED,
+    SAGAS_ENDED,
+    SAGAS_DEAD_LETTERED,
+    STEP_DURATION,
+    STEP_ATTEMPTS,
+    COMPENSATIONS,
+    TIMER_LAG,
+    SAGAS_IN_FLIGHT,
+    SAGAS_STUCK,
+    TIMERS_DUE,
+)
+"""Every metric an orchestrating worker exports beside the bus's."""
+
+
+class SagaMetrics(ScrapeCollector):
+    """The saga metrics of the contexts ``partitions`` belong to (see the module docstring)."""
+
+    specs = SAGA_METRICS
+
+    def __init__(
+        self,
+        redis: Any,
+        partitions: Sequence[Partition],
+        clock: Clock,
+        *,
+        stuck_for_ms: int,
+        timeout_s: float = 5.0,
+    ) -> None:
+        super().__init__(timeout_s=timeout_s)
+        self.redis = redis
+        self.clock = clock
+        self.stuck_for_ms = stuck_for_ms
+        self.tallies = SagaTallies()
+        self._contexts: dict[str, list[Partition]] = {}
+        for partition in partitions:
+            self._contexts.setdefault(partition.context, []).append(partition)
+
+    def count(self, figures: Figures) -> None:
+        """Copy what the transitions counted."""
+        tallies = self.tallies
+        for spec, counts in (
+            (SAGAS_STARTED, tallies.started),
+            (SAGAS_ENDED, tallies.ended),
+            (SAGAS_DEAD_LETTERED, tallies.dead_lettered),
+            (STEP_ATTEMPTS, tallies.attempts),
+            (COMPENSATIONS, tallies.compensations),
+        ):
+            for labels, count in counts.items():
+                figures.set(spec, labels, count)
+        for labels, buckets in tallies.durations.items():
+            figures.set(STEP_DURATION, labels, buckets.copy())
+        figures.set(TIMER_LAG, (), tallies.timer_lag.copy())
+
+    async def read(self, figures: Figures) -> None:
+        """Sagas in flight, stuck sagas and due timers, per context."""
+        now_ms = self.clock.now_ms()
+        timer_now = self.clock.script_now_ms()
+        if timer_now < 0:  # the timer clock is Redis's
+            with redis_errors():
+                seconds, micros = await self.redis.time()
+            timer_now = int(seconds) * 1000 + int(micros) // 1000
+        for context, partitions in self._contexts.items():
+            for row in await saga_counts(self.redis, partitions):
+                if not row.status.terminal:
+                    labels = (context, row.definition, str(row.version), row.status.value)
+                    figures.set(SAGAS_IN_FLIGHT, labels, row.count)
+            stuck, _ = await count_idle(self.redis, partitions, now_ms=now_ms, idle_ms=self.stuck_for_ms)
+            figures.set(SAGAS_STUCK, (context,), stuck)
+            with redis_errors():
+                due = [int(await self.redis.zcount(p.timers, "-inf", timer_now)) for p in partitions]
+            figures.set(TIMERS_DUE, (context,), sum(due))
