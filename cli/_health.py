@@ -1,4 +1,8 @@
-"""``saga health worker|relay``: container health checks for processes that serve no HTTP.
+"""``saga health ready|worker|relay``: container health checks.
+
+- **ready**: a worker started with ``--metrics-port`` answers ``/readyz`` on that port with
+  200 (connected to Redis, epoch verified, its consumer groups present); anything else, or
+  nothing answering, is unhealthy (``bus/_metrics.py``).
 
 - **worker**: its health file. A worker started with ``$REDSAGA_HEALTH_FILE`` (or
   ``EngineConfig.health_file``) rewrites that file every ``heartbeat_ms`` (10 s) from its
@@ -15,7 +19,9 @@ Exit codes: 0 healthy, 1 unhealthy (one line on stderr saying why), 2 bad usage.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+import urllib.error
+import urllib.request
+from typing import Annotated, Final
 
 import msgspec
 import typer
@@ -25,6 +31,8 @@ from redsaga.cli._common import CommandError, Json, emit_json, reporting_errors,
 from redsaga.cli._relay import Dsn, Prefix
 from saga.runtime.liveness import HEALTH_FILE_ENV, health_file_age_ms
 
+METRICS_PORT_ENV: Final = "REDSAGA_METRICS_PORT"
+"""Where ``saga worker`` serves its metrics and health (``--metrics-port``)."""
 DEFAULT_MAX_AGE_S = 30.0
 """Three renewals at the default ``EngineConfig.heartbeat_ms`` (10 s)."""
 
@@ -60,6 +68,23 @@ class WorkerHealth(msgspec.Struct, kw_only=True):
     file: str
     age_ms: int | None
     max_age_s: float
+    problems: list[str]
+
+
+class ReadyHealth(msgspec.Struct, kw_only=True):
+    """The readiness check's findings (``saga health ready --json``).
+
+    Attributes:
+        healthy: Whether ``/readyz`` answered 200.
+        url: What was asked.
+        status: The HTTP status it answered (``None``: nothing answered).
+        problems: Why it is unhealthy (empty when healthy): the worker's own reasons.
+
+    """
+
+    healthy: bool
+    url: str
+    status: int | None
     problems: list[str]
 
 
@@ -120,6 +145,52 @@ def check_relay(stats: relay.OutboxStats, *, max_age_s: float) -> RelayHealth:
     )
 
 
+def check_ready(url: str, *, timeout_s: float) -> ReadyHealth:
+    """Ask a worker's ``/readyz`` (module docstring)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http only
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, body = error.code, error.read()
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        return ReadyHealth(
+            healthy=False, url=url, status=None, problems=[f"nothing answers at {url}: {reason}"]
+        )
+    problems = [] if status == 200 else body.decode("utf-8", "replace").splitlines() or [f"HTTP {status}"]
+    return ReadyHealth(healthy=not problems, url=url, status=status, problems=problems)
+
+
+@health_app.command("ready")
+@reporting_errors
+def ready_command(
+    port: Annotated[
+        int | None,
+        typer.Option(
+            envvar=METRICS_PORT_ENV,
+            min=1,
+            max=65535,
+            help=f"The worker's --metrics-port (env {METRICS_PORT_ENV}).",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Where the worker listens.")] = "127.0.0.1",
+    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds to wait for the answer.")] = 5.0,
+    json: Json = False,
+) -> None:
+    """Check that the worker serving /readyz on --port is ready: Redis answers, epoch, groups.
+
+    Run it where the worker runs (a container's health check). Exit 0 ready, 1 not ready or
+    nothing answering (the worker's reasons on stderr), 2 bad usage. --json prints healthy,
+    url, status, problems.
+    """
+    if port is None:
+        raise CommandError(f"no port given: pass --port (or set {METRICS_PORT_ENV})")
+    bracketed = f"[{host}]" if ":" in host else host
+    found = check_ready(f"http://{bracketed}:{port}/readyz", timeout_s=timeout)
+    _report(found, found.problems, f"ready: {found.url} answered {found.status}", json=json)
+
+
 @health_app.command("worker")
 @reporting_errors
 def worker_command(
@@ -178,7 +249,9 @@ def relay_command(
     )
 
 
-def _report(found: WorkerHealth | RelayHealth, problems: list[str], healthy_line: str, *, json: bool) -> None:
+def _report(
+    found: WorkerHealth | RelayHealth | ReadyHealth, problems: list[str], healthy_line: str, *, json: bool
+) -> None:
     if json:
         emit_json(found)
     elif not problems:

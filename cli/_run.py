@@ -6,9 +6,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Annotated
 
+import anyio
 import typer
 
 import bus
+from bus._http import DEFAULT_HOST
 from bus.lowlevel import VERIFY_ENV, redis_errors
 from redsaga.cli._common import (
     CommandError,
@@ -21,10 +23,12 @@ from redsaga.cli._common import (
     real_redis_url,
     run,
 )
-from redsaga.cli._format import cell, status_colour
+from redsaga.cli._format import cell, duration_option, status_colour
+from redsaga.cli._health import METRICS_PORT_ENV
 from redsaga.cli._load import load_app
 from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
 from saga import EngineConfig, SagaWorker
+from saga.metrics import DEFAULT_STUCK_FOR_MS, WorkerMetrics
 from saga.ops.text import printable
 from saga.runtime.gc_tuning import tune_gc
 
@@ -54,6 +58,31 @@ def worker(
     lease_ms: Annotated[
         int, typer.Option(help="Lease on an entry; a silent worker loses it after this.")
     ] = _DEFAULTS.lease_ms,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            envvar=METRICS_PORT_ENV,
+            min=0,
+            max=65535,
+            help="Serve /metrics (Prometheus), /healthz and /readyz on this port "
+            f"(env {METRICS_PORT_ENV}; default: no port).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            envvar="REDSAGA_METRICS_HOST", help="The address the metrics port binds (0.0.0.0: every one)."
+        ),
+    ] = DEFAULT_HOST,
+    metrics_stuck_for: Annotated[
+        int,
+        typer.Option(
+            parser=duration_option,
+            metavar="DURATION",
+            help="redsaga_sagas_stuck counts sagas that have not moved for this long (10m, 2h).",
+        ),
+    ] = DEFAULT_STUCK_FOR_MS,
     log_level: LogLevel = "info",
     console_logs: ConsoleLogs = False,
 ) -> None:
@@ -69,6 +98,10 @@ def worker(
     process, from `saga keys issue`; REDSAGA_VERIFY=log reports instead of refusing while
     signing is rolled out). Without a keyring the worker refuses to start unless
     REDSAGA_VERIFY=off says to run unauthenticated.
+
+    With --metrics-port the worker serves Prometheus metrics on /metrics, /healthz (the
+    process runs) and /readyz (Redis answers, the epoch is the one it joined, its consumer
+    groups exist); `saga health ready` asks /readyz (docs/operations.md lists the metrics).
     """
     url = real_redis_url(redis_url)
     configure(json_logs=not console_logs, level=log_level)
@@ -87,10 +120,21 @@ def worker(
         redis = bus.connect(url)
         try:
             saga_worker = SagaWorker(redis, app, config=config)
-            # A refusal (an incompatible change to a version with sagas in flight) is reported
-            # as one error before anything runs; run() registers again, which is idempotent.
-            await saga_worker.register()
-            await bus.serve(saga_worker)  # SIGTERM/SIGINT drain it; a second signal stops at once
+            async with anyio.create_task_group() as tasks:
+                if metrics_port is not None:  # open first: /healthz answers while it registers
+                    metrics = WorkerMetrics(saga_worker, stuck_for_ms=metrics_stuck_for)
+                    server = metrics.server(host=metrics_host, port=metrics_port)
+                    try:
+                        await tasks.start(server.serve)
+                    except OSError as error:
+                        raise CommandError(
+                            f"cannot serve metrics on {metrics_host}:{metrics_port}: {error.strerror}"
+                        ) from error
+                # A refusal (an incompatible change to a version with sagas in flight) is reported
+                # as one error before anything runs; run() registers again, which is idempotent.
+                await saga_worker.register()
+                await bus.serve(saga_worker)  # SIGTERM/SIGINT drain it; a second signal stops at once
+                tasks.cancel_scope.cancel()
         finally:
             await redis.aclose()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -151,6 +152,7 @@ def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
         ("functions", "prune"): ["--yes"],
         ("health", "relay"): ["--dsn", dsn],
         ("health", "worker"): ["--file", _fresh_health_file(keys / "health")],
+        ("health", "ready"): ["--port", str(_ready_port())],
         ("epoch", "show"): [],
         ("epoch", "accept"): ["--yes"],  # last: workers that see a new epoch stop
     }  # fmt: skip
@@ -163,6 +165,29 @@ def _fresh_health_file(path: Path) -> str:
     """A health file as a worker that just saw its Redis answer leaves it (the time, in ms)."""
     path.write_text(str(time.time_ns() // 1_000_000))
     return str(path)
+
+
+def _ready_port() -> int:
+    """The port of a metrics server whose worker is ready (on a loop of its own thread)."""
+    from bus._http import MetricsServer
+
+    ready: list[int] = []
+    bound = threading.Event()
+
+    async def nothing_wrong() -> list[str]:
+        return []
+
+    async def metrics() -> bytes:
+        return b""
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            ready.append(await tg.start(MetricsServer(metrics, nothing_wrong).serve))
+            bound.set()
+
+    threading.Thread(target=anyio.run, args=(serve,), daemon=True).start()
+    assert bound.wait(10)
+    return ready[0]
 
 
 def _first_letter(world: World) -> str:
