@@ -9,6 +9,10 @@ then the floor (lines named ``….floor``): the same 3-step saga written by hand
 asyncio with consumer groups, COUNT 100 batched reads, and one EVALSHA per step, pipelined
 per batch. Compare ratios, not absolute numbers: the machine is shared and noisy.
 
+``--metrics off,on`` runs redsaga a second time with the worker's Prometheus metrics
+installed (``saga.metrics.WorkerMetrics``: transition hooks, delivery counts, round-trip
+timing; lines named ``….metrics``), scraped once at the end, to price the hot path's part.
+
 ``--signing off,on`` runs redsaga a second time with every entry signed and checked
 (lines named ``….signed``; every principal's keyring issued from one master for the run,
 the child process holding only the participants'), to price signing beside the same floor.
@@ -70,6 +74,7 @@ from saga import (
     SagaWorker,
     command,
 )
+from saga.metrics import WorkerMetrics
 from saga.ops.keyrings import issue_keyrings, new_master, reach_of
 from saga.runtime import orchestrator as orchestrator_module
 from saga.runtime.gc_tuning import tune_gc
@@ -176,7 +181,7 @@ async def one_saga(start: Start, n: int) -> None:
 
 
 async def run_redsaga(
-    url: str, shape: str, count: int, procs: int, tag: str, *, signed: bool = False
+    url: str, shape: str, count: int, procs: int, tag: str, *, signed: bool = False, metrics: bool = False
 ) -> dict[str, object]:
     redis = bus.connect(url)
     await redis.flushdb()
@@ -192,6 +197,7 @@ async def run_redsaga(
             tracker.done(state.id)
 
     worker.observe(observe)
+    scrape = WorkerMetrics(worker) if metrics else None
     client = SagaClient(redis, ORCHESTRATOR_APP.registry, config=config)  # writes sagas, as the orchestrator
 
     async def start(n: int) -> anyio.Event:
@@ -210,6 +216,8 @@ async def run_redsaga(
         if child is not None:
             await wait_for_ready(child)
         result = await measure(redis, shape, count, start, tracker)
+        if scrape is not None:  # once, outside the measured run: what a scrape reads is not hot-path cost
+            result["metrics_bytes"] = len(await scrape.exposition())
         worker.stop()
     return finish(result, child, redis_memory=await used_memory(redis), count=count)
 
@@ -604,6 +612,7 @@ def main() -> None:
     parser.add_argument("--branches", type=int, default=1000, help="branches of the fan-out saga")
     parser.add_argument("--fanout-concurrency", type=int, default=50)
     parser.add_argument("--signing", default="off", help="off, on, or off,on (both, signed lines '.signed')")
+    parser.add_argument("--metrics", default="off", help="off, on, or off,on (lines '.metrics' with them on)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tune_gc()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
@@ -622,10 +631,11 @@ def main() -> None:
                 continue
             count = args.serial if shape == "serial" else args.sagas
             for signing in args.signing.split(","):
-                run = functools.partial(run_redsaga, signed=signing == "on")
-                result = anyio.run(run, args.redis_url, shape, count, procs, f"{shape}-")
-                name = f"saga.{shape}.{procs}proc{'.signed' if signing == 'on' else ''}"
-                print(json.dumps({"name": name, **result}), flush=True)
+                for metrics in args.metrics.split(","):
+                    run = functools.partial(run_redsaga, signed=signing == "on", metrics=metrics == "on")
+                    result = anyio.run(run, args.redis_url, shape, count, procs, f"{shape}-")
+                    suffix = f"{'.signed' if signing == 'on' else ''}{'.metrics' if metrics == 'on' else ''}"
+                    print(json.dumps({"name": f"saga.{shape}.{procs}proc{suffix}", **result}), flush=True)
             result = anyio.run(run_floor, args.redis_url, shape, count, procs, f"{shape}-")
             print(json.dumps({"name": f"saga.{shape}.{procs}proc.floor", **result}), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)

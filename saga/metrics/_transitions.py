@@ -13,15 +13,13 @@ change here (see ``bus/_tally.py``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Sequence
 
 from bus._tally import Buckets
 from saga._decider import Decision
 from saga._model import Attempt, SagaState, StepState
 from saga._states import SagaStatus, StepStatus
 from saga._timers import Round
-
-_COMPENSATION_ENDS = {StepStatus.COMPENSATED: "compensated", StepStatus.COMPENSATION_FAILED: "failed"}
 
 
 class SagaTallies:
@@ -48,17 +46,20 @@ class SagaTallies:
         if decision.ignored:
             return
         after = decision.state
-        saga = (after.context, after.name, str(after.version))
         if before is None:
-            self.started[saga] += 1
-        was = None if before is None else before.status
-        if after.status != was:
+            self.started[after.context, after.name, str(after.version)] += 1
+        if before is None or after.status != before.status:
             if after.status.terminal:
-                self.ended[(*saga, after.status.value)] += 1
+                self.ended[after.context, after.name, str(after.version), after.status.value] += 1
             elif after.status == SagaStatus.DEAD_LETTERED:
-                self.dead_lettered[saga] += 1
+                self.dead_lettered[after.context, after.name, str(after.version)] += 1
+        steps = None if before is None else before.steps
         for name, step in after.steps.items():
-            self._step(after, name, None if before is None else before.steps.get(name), step)
+            old = None if steps is None else steps.get(name)
+            if old is None or old.status is not step.status or len(old.attempts) != len(step.attempts):
+                self._step(after, name, old, step)
+            elif step.attempts and step.attempts[-1].outcome != old.attempts[-1].outcome:
+                self._step(after, name, old, step)  # (unseen: an attempt ends as its step moves)
         for key in decision.touched:
             branch = after.branches.get(key)
             if branch is not None:
@@ -79,22 +80,32 @@ class SagaTallies:
                 if buckets is None:
                     buckets = self.durations[labels] = Buckets()
                 buckets.observe(max(0, attempt.ended_ms - attempt.dispatched_ms) / 1000)
-        outcome = _COMPENSATION_ENDS.get(after.status)
-        if outcome is not None and (before is None or before.status != after.status):
-            self.compensations[(saga.context, saga.name, name, outcome)] += 1
+        status = after.status  # compared by identity: an enum's hash is a Python call
+        if (status is StepStatus.COMPENSATED or status is StepStatus.COMPENSATION_FAILED) and (
+            before is None or before.status is not status
+        ):
+            outcome = "compensated" if status is StepStatus.COMPENSATED else "failed"
+            self.compensations[saga.context, saga.name, name, outcome] += 1
 
 
-def _ended(before: StepState | None, after: StepState) -> Iterator[Attempt]:
-    """The attempts of ``after`` that have an outcome they did not have in ``before``."""
-    known = before.attempts if before is not None else []
-    aligned = all(
-        a.command_id == b.command_id and a.kind == b.kind and a.n == b.n
-        for a, b in zip(known, after.attempts, strict=False)
-    )
-    if not aligned:  # a record begun anew (a group run again): match attempts by identity
-        done = {(a.kind, a.n, a.command_id) for a in known if a.outcome is not None}
-        yield from (a for a in after.attempts if a.outcome and (a.kind, a.n, a.command_id) not in done)
-        return
-    for index, attempt in enumerate(after.attempts):
-        if attempt.outcome is not None and (index >= len(known) or known[index].outcome is None):
-            yield attempt
+def _ended(before: StepState | None, after: StepState) -> Sequence[Attempt]:
+    """The attempts of ``after`` that have an outcome they did not have in ``before``.
+
+    A step's attempts only grow, and each begins after the one before it ended (a retry, a
+    compensation, a redrive that cancels the attempt in flight), so only ``before``'s last
+    attempt and the ones appended since can have ended now: O(1) per step, whatever its
+    history. A record begun anew (a group run again) is read as new.
+    """
+    attempts = after.attempts
+    known = before.attempts if before is not None else ()
+    count = len(known)
+    if count > len(attempts) or (count and attempts[count - 1].command_id != known[-1].command_id):
+        count = 0
+    elif count == len(attempts):  # nothing appended: the common case
+        if count and known[-1].outcome is None and attempts[-1].outcome is not None:
+            return (attempts[-1],)
+        return ()
+    ended = [a for a in attempts[count:] if a.outcome is not None]
+    if count and known[-1].outcome is None and attempts[count - 1].outcome is not None:
+        ended.insert(0, attempts[count - 1])
+    return ended
