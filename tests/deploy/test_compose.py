@@ -29,6 +29,7 @@ from bus._epoch import join_epoch
 from redsaga.cli._load import load_object
 from redsaga.cli.main import app as cli
 from saga import App, EngineConfig, SagaWorker
+from saga.metrics import WorkerMetrics
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,8 +95,9 @@ def test_every_container_of_the_image_names_the_app_operations_need() -> None:
 
 def test_every_worker_and_relay_has_a_health_check_of_its_own_kind() -> None:
     for name, service in WORKERS.items():
-        assert health_args(service)[:2] == ["health", "worker"], name
-        assert env(service).get("REDSAGA_HEALTH_FILE"), f"{name} renews no health file"
+        assert health_args(service) == ["health", "ready"], name  # /readyz of its metrics port
+        assert env(service)["REDSAGA_METRICS_PORT"] == "9464", name
+        assert env(service)["REDSAGA_METRICS_HOST"] == "0.0.0.0", name  # noqa: S104 - Prometheus scrapes it
     for name, service in RELAYS.items():
         assert health_args(service)[:2] == ["health", "relay"], name
     for name, service in SERVICES.items():
@@ -161,20 +163,19 @@ async def saga(args: list[str], environment: dict[str, str]) -> Result:
 
 @pytest.mark.anyio
 @pytest.mark.redis
-async def test_the_worker_health_check_of_the_compose_file_exits_0_while_the_worker_runs(
-    real_redis: bus.Redis, tmp_path: Path
+async def test_the_worker_health_check_of_the_compose_file_exits_0_while_the_worker_is_ready(
+    real_redis: bus.Redis,
 ) -> None:
     service = WORKERS["shipping"]
     args = health_args(service)
-    health_file = str(tmp_path / "health")
     await join_epoch(real_redis)  # as the orders worker would: a participant's only reads it
-    environment = {**env(service), "REDSAGA_HEALTH_FILE": health_file}
-    refused = await saga(args, environment)
-    assert refused.exit_code == 1, refused.output  # no worker yet
-    assert refused.stderr.startswith("unhealthy: no health file")
-    config = EngineConfig(health_file=health_file, auth=bus.SIGNING_OFF)
-    worker = SagaWorker(real_redis, app_of(service), config=config)
+    worker = SagaWorker(real_redis, app_of(service), config=EngineConfig(auth=bus.SIGNING_OFF))
     async with anyio.create_task_group() as tasks:
+        port = await tasks.start(WorkerMetrics(worker).server().serve)  # a free port, not 9464
+        environment = {**env(service), "REDSAGA_METRICS_PORT": str(port)}
+        refused = await saga(args, environment)
+        assert refused.exit_code == 1, refused.output  # the port answers, the worker is not reading
+        assert refused.stderr == "unhealthy: the worker is not reading its streams yet\n"
         tasks.start_soon(worker.run)
 
         async def healthy() -> bool:
@@ -182,7 +183,29 @@ async def test_the_worker_health_check_of_the_compose_file_exits_0_while_the_wor
 
         await eventually(healthy, 30, "the compose health check passes")
         worker.stop()
-    assert (await saga(args, environment)).exit_code == 1  # stopped: unhealthy again
+        tasks.cancel_scope.cancel()
+    assert (await saga(args, environment)).exit_code == 1  # nothing answers: unhealthy
+
+
+def test_prometheus_scrapes_every_worker_and_grafana_shows_the_dashboard_over_it() -> None:
+    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    [job] = config["scrape_configs"]
+    [targets] = job["static_configs"]
+    assert sorted(targets["targets"]) == sorted(f"{name}:9464" for name in WORKERS)
+    prometheus, grafana = SERVICES["prometheus"], SERVICES["grafana"]
+    assert "./deploy/prometheus:/etc/prometheus:ro" in prometheus["volumes"]
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    assert "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro" in grafana["volumes"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (ROOT / "deploy/grafana/dashboards" / Path(home).name).is_file()
+    sources = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/prometheus.yaml").read_text())
+    [source] = sources["datasources"]
+    assert source["url"] == "http://prometheus:9090"
+    assert source["uid"] == "prometheus"  # what every panel of the dashboard names
+    for name in ("prometheus", "grafana"):
+        assert all(port.startswith("127.0.0.1:") for port in SERVICES[name]["ports"]), name
 
 
 @pytest.mark.anyio
