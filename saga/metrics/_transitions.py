@@ -97,7 +97,7 @@ def _ended(before: StepState | None, after: StepState) -> Sequence[Attempt]:
     history. A record begun anew (a group run again) is read as new.
     """
     attempts = after.attempts
-    known = before.attempts if before is not None else ()
+    known: Sequence[Attempt] = before.attempts if before is not None else ()
     count = len(known)
     if count > len(attempts) or (count and attempts[count - 1].command_id != known[-1].command_id):
         count = 0
