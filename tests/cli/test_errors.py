@@ -219,6 +219,7 @@ REDIS_FREE = {
     ("health",),
     ("health", "worker"),
     ("health", "relay"),
+    ("health", "ready"),  # it asks the worker's port, not Redis
     ("keys", "generate"),
     ("keys", "rotate"),
     ("keys", "retire"),
