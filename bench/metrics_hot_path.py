@@ -25,13 +25,13 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bus
-from bus._tally import Buckets
+from bus.metrics import Buckets
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import app
 from saga import EngineConfig, SagaClient, SagaState, SagaWorker
-from saga._decider import Decision
+from saga.core.decider import Decision
 from saga.metrics._transitions import SagaTallies
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
-from services_example.stateless import app
 
 CONFIG = EngineConfig(auth=bus.SIGNING_OFF)
 

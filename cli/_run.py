@@ -10,8 +10,8 @@ import anyio
 import typer
 
 import bus
-from bus._http import DEFAULT_HOST
 from bus.lowlevel import VERIFY_ENV, redis_errors
+from bus.metrics import DEFAULT_HOST
 from redsaga.cli._common import (
     CommandError,
     Json,

@@ -43,6 +43,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "bus",
         "relay",
     ),
+    "saga.metrics": (*PURE, "saga.core", "saga.store", "saga.runtime", "saga.ops", "saga.metrics", "bus"),
     "saga.testing": ("saga", "bus"),
     "saga.templates": (*PURE, "saga.templates", "bus"),
     "saga": ("saga", "bus"),  # saga/__init__.py and saga/_api.py: the public names

@@ -9,8 +9,7 @@ bus worker's consumers) and reads Redis at scrape time; nothing in the engine im
 checked against.
 """
 
-from bus._http import MetricsServer
-from bus._metrics import BUS_METRICS, MetricSpec
+from bus.metrics import BUS_METRICS, MetricSpec, MetricsServer
 from saga.metrics._collector import SAGA_METRICS, SagaMetrics
 from saga.metrics._worker import DEFAULT_STUCK_FOR_MS, WorkerMetrics
 

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from bus import Clock
-from bus._errors import redis_errors
-from bus._metrics import Figures, MetricSpec, ScrapeCollector
-from saga._keys import Partition
-from saga._listing import count_idle
-from saga._stats import saga_counts
+from bus.lowlevel import redis_errors
+from bus.metrics import Figures, MetricSpec, ScrapeCollector
 from saga.metrics._transitions import SagaTallies
+from saga.ops.listing import count_idle
+from saga.ops.stats import saga_counts
+from saga.store.keys import Partition
 
 _SAGA = ("context", "definition", "version")
 _STEP = ("context", "definition", "step", "kind", "outcome")

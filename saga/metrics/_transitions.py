@@ -6,7 +6,7 @@ that started, ended or was parked for an operator; every attempt that ended in t
 decision (its outcome was unset before), with its duration; every compensation that
 finished. Labels name contexts, definitions, versions, steps, kinds and outcomes only,
 never a saga id; a group step's branches count under the group step's name, so a map over
-ten thousand items is one label value. Only plain ints and :class:`~bus._tally.Buckets`
+ten thousand items is one label value. Only plain ints and :class:`~bus.metrics.Buckets`
 change here (see ``bus/_tally.py``).
 """
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from bus._tally import Buckets
-from saga._decider import Decision
-from saga._model import Attempt, SagaState, StepState
-from saga._states import SagaStatus, StepStatus
-from saga._timers import Round
+from bus.metrics import Buckets
+from saga.core.decider import Decision
+from saga.core.model import Attempt, SagaState, StepState
+from saga.core.states import SagaStatus, StepStatus
+from saga.runtime.timer_firing import Round
 
 
 class SagaTallies:

@@ -6,10 +6,9 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from bus._http import DEFAULT_HOST, MetricsServer
-from bus._metrics import BusMetrics, ScrapeCollector, readiness
-from saga._worker import SagaWorker
+from bus.metrics import DEFAULT_HOST, BusMetrics, MetricsServer, ScrapeCollector, readiness
 from saga.metrics._collector import SagaMetrics
+from saga.runtime.worker import SagaWorker
 
 DEFAULT_STUCK_FOR_MS: Final = 10 * 60_000
 """What ``redsaga_sagas_stuck`` counts by default: no move for 10 minutes (as ``saga stats``)."""

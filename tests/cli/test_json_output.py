@@ -169,7 +169,7 @@ def _fresh_health_file(path: Path) -> str:
 
 def _ready_port() -> int:
     """The port of a metrics server whose worker is ready (on a loop of its own thread)."""
-    from bus._http import MetricsServer
+    from bus.metrics import MetricsServer
 
     ready: list[int] = []
     bound = threading.Event()

@@ -7,12 +7,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import bus
-from bus._http import MetricsServer
+from bus.metrics import MetricsServer
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.stateless import app
 from saga import EngineConfig, SagaClient, SagaWorker
 from saga.metrics import METRICS, WorkerMetrics
-from services_example.contracts import Line, Order
-from services_example.orders import order_fulfilment
-from services_example.stateless import app
 from tests.metrics.scrape import parse, value
 
 pytestmark = pytest.mark.anyio

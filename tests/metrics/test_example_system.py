@@ -21,17 +21,17 @@ import pytest
 import bus
 import relay
 from bus._auth import KEYRING_ENV, encode_keyrings, load_keyrings
+from redsaga.examples import inventory as inventory_service
+from redsaga.examples import payments as payments_service
+from redsaga.examples.all import app as every_service
+from redsaga.examples.contracts import Line, Order
+from redsaga.examples.orders import app as orders_app
+from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.shipping import shipping
 from relay import Relay, RelayConfig
 from saga import App, EngineConfig, SagaClient, SagaNotFound, SagaStatus, SagaWorker
-from saga._keyring import issue_keyrings, new_master, reach_of
 from saga.metrics import WorkerMetrics
-from services_example import inventory as inventory_service
-from services_example import payments as payments_service
-from services_example.all import app as every_service
-from services_example.contracts import Line, Order
-from services_example.orders import app as orders_app
-from services_example.orders import order_fulfilment
-from services_example.shipping import shipping
+from saga.ops.keyrings import issue_keyrings, new_master, reach_of
 from tests.helpers import eventually
 from tests.metrics.scrape import get, scrape, value
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import bus
 from bus._epoch import join_epoch
-from cli.main import app
+from redsaga.cli.main import app
 from tests.helpers import eventually
 from tests.metrics.scrape import get, scrape, value
 
@@ -44,7 +44,7 @@ async def test_a_worker_serves_metrics_health_and_readiness_on_its_port(
     assert said.startswith(f"unhealthy: nothing answers at http://127.0.0.1:{port}/readyz")
     env = {**os.environ, "REDSAGA_REDIS_URL": real_redis_url, "REDSAGA_VERIFY": "off"}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "cli", "worker", "--app", "services_example.shipping:app"],
+        [sys.executable, "-m", "redsaga.cli", "worker", "--app", "redsaga.examples.shipping:app"],
         env={**env, "REDSAGA_METRICS_PORT": str(port)},
         cwd=REPO,
         stdout=subprocess.DEVNULL,
@@ -67,7 +67,7 @@ async def test_a_worker_serves_metrics_health_and_readiness_on_its_port(
 
         # a second worker cannot take the same port: one line, exit 1
         taken = subprocess.run(
-            [sys.executable, "-m", "cli", "worker", "--app", "services_example.shipping:app"],
+            [sys.executable, "-m", "redsaga.cli", "worker", "--app", "redsaga.examples.shipping:app"],
             env={**env, "REDSAGA_METRICS_PORT": str(port)},
             cwd=REPO,
             capture_output=True,
