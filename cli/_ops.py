@@ -53,7 +53,7 @@ def inspect(
     its attempts (input, output or error, timings, worker), pending timers, the last error
     with its chain, dead letters naming the saga, and the history timeline. Unknown id:
     exit code 1. --json prints the inspection (history_omitted is true unless --history;
-    graph holds the diagram with --graph). --graph needs --app.
+    graph holds the diagram with --graph).
     """
     found = with_admin(
         redis_url,

@@ -198,10 +198,15 @@ class SagaAdmin:
         """The saga explained: where it is, what it waits for, every attempt, timers, errors.
 
         ``history`` adds the full history entries (the timeline summarises them anyway);
-        ``graph`` draws the saga's path over its definition's diagram (needs the code).
+        ``graph`` draws the saga's path over its definition's diagram (from the code, or
+        else from the shape registered in Redis).
         """
         partition, state, entries = await self._read(saga_id, context)
-        diagram = path_graph(self._definition(state, "a graph"), state, graph) if graph else None
+        shape = self.catalogue.shape_or_none(state.name, state.version)
+        drawn = self._code(state) or shape
+        if graph and drawn is None:
+            raise CodeRequired("a graph", f"{state.name}@{state.version}")
+        diagram = path_graph(drawn, state, graph) if graph and drawn is not None else None
         now = await self.now_ms()
         letters = await dead_letters(
             self.redis, [tagged_key(partition.tag, "dlq")], LetterFilter(correlation_id=saga_id), limit=20
@@ -212,7 +217,7 @@ class SagaAdmin:
             await self._timers(partition, state, now),
             letters,
             now_ms=now,
-            shape=self.catalogue.shape_or_none(state.name, state.version),
+            shape=shape,
             full_history=history,
         )
         found.graph = diagram

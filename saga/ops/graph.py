@@ -9,15 +9,21 @@ A ``parallel`` or ``first_of`` group is drawn as a box (a Mermaid subgraph, a DO
 around its branches, with one node for undoing its completed branches, newest first; a map
 is one node (it runs its branch step once per item); a child step names the saga it runs;
 a TCC step's confirmation is drawn between the last step and ``completed``.
+
+Both draw from the definition's code or, without it, from its shape as registered in Redis
+(``saga/definition/shape.py``): the same nodes and edges, with what only the code knows (a group's
+concurrency, a map's limit, a reservation's lifetime) left out of the labels.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from saga.core.model import SagaState
 from saga.core.states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
 from saga.definition.saga import Saga, Step
+from saga.definition.shape import Shape, StepShape
 from saga.definition.waits import EventWait
 from saga.ops.text import printable
 
@@ -64,6 +70,8 @@ _UNDO_STYLE = {
     StepStatus.COMPENSATED: "done",
     StepStatus.COMPENSATION_FAILED: "failed",
 }
+_BOXES = {"parallel": "all of", "first_of": "first of"}
+"""The kinds of the groups drawn as boxes, and their boxes' labels."""
 
 
 def _what(step: Step[Any, Any]) -> str:  # noqa: PLR0911 - one line per kind of step
@@ -96,23 +104,121 @@ def _node_id(step: Step[Any, Any]) -> str:
     return f"{step.within}__{step.name}" if step.within else step.name
 
 
-def definition_graph(definition: Saga[Any], fmt: Format = "mermaid") -> str:
-    """The steps in order, each step's compensation, and the failure path through them."""
-    nodes, edges, clusters = _definition_shape(definition)
+@dataclass(frozen=True, slots=True)
+class _Drawn:
+    """One step (or branch) as the diagram draws it, read from code or from a shape.
+
+    ``what`` is its label's second line, ``undo`` its undo node's label (``None``: nothing
+    of it is undone), ``box`` the label of a fixed group's box around its ``branches``,
+    ``confirm`` a TCC step's confirmation. A branch has the ``node`` id
+    ``<group>__<name>`` and the state ``key`` ``<group>#<position>``.
+    """
+
+    name: str
+    node: str
+    key: str
+    what: str
+    undo: str | None
+    branches: tuple[_Drawn, ...] | None = None
+    box: str = ""
+    confirm: str | None = None
+
+
+def _drawn_step(step: Step[Any, Any]) -> _Drawn:
+    group = step.group if step.group is not None and not step.group.dynamic else None
+    box = ""
+    if group is not None:
+        at_once = f", {group.concurrency} at a time" if group.concurrency else ""
+        box = f"{_BOXES[step.kind]} {len(group.branches)}{at_once}"
+    return _Drawn(
+        name=step.name,
+        node=_node_id(step),
+        key=f"{step.within}#{step.position}" if step.within else step.name,
+        what=_what(step),
+        undo=_undoes(step),
+        branches=tuple(_drawn_step(b) for b in group.branches) if group is not None else None,
+        box=box,
+        confirm=step.tcc.confirm if step.tcc is not None else None,
+    )
+
+
+def _drawn_shape(step: StepShape, within: str = "", position: int = 0) -> _Drawn:
+    """A step of a registered shape, drawn without the code (see the module docstring)."""
+    fixed: list[tuple[int, StepShape]] = []
+    if step.kind in _BOXES:  # branches keyed '<index>:<name>'
+        fixed = sorted(((int(k.partition(":")[0]), b[0]) for k, b in step.branches.items()), key=_first)
+    each = step.branches.get("each", ()) if step.kind == "map" else ()
+    grouped = [b for _, b in fixed] or list(each)
+    return _Drawn(
+        name=step.name,
+        node=f"{within}__{step.name}" if within else step.name,
+        key=f"{within}#{position}" if within else step.name,
+        what=_shape_what(step),
+        undo=_undo_label(
+            step.compensation.name if step.compensation else None,
+            [b.compensation.name for b in grouped if b.compensation],
+            grouped=bool(grouped),
+            per_item=bool(each),
+        ),
+        branches=tuple(_drawn_shape(b, step.name, i) for i, b in fixed) if fixed else None,
+        box=f"{_BOXES[step.kind]} {len(fixed)}" if fixed else "",
+        confirm=next((w.removeprefix("confirm ") for w in step.waits if w.startswith("confirm ")), None),
+    )
+
+
+def _first(pair: tuple[int, StepShape]) -> int:
+    return pair[0]
+
+
+def _shape_what(step: StepShape) -> str:  # noqa: PLR0911 - one line per kind of step
+    """:func:`_what` from a shape: the same words, less what only the code knows."""
+    output = step.output.name if step.output else "-"
+    waits = step.waits[0] if step.waits else ""
+    if step.kind == "action":
+        return "local action"
+    if waits.startswith("event "):
+        return f"waits for {waits.removeprefix('event ')}"
+    if step.kind == "sleep":
+        return "sleeps"
+    if step.kind == "signal":
+        return f"waits for a signal ({output})"
+    if waits.startswith("child "):
+        return f"child saga {waits.removeprefix('child ')}"
+    each = step.branches.get("each", ())
+    if each:
+        return f"map: one per item; {_shape_what(each[0])}"
+    if step.kind == "tcc":
+        return f"try: reply {output}"
+    return f"reply {output}"
+
+
+def _drawn(definition: Saga[Any] | Shape) -> list[_Drawn]:
+    if isinstance(definition, Shape):
+        return [_drawn_shape(step) for step in definition.steps]
+    return [_drawn_step(step) for step in definition.steps]
+
+
+def definition_graph(definition: Saga[Any] | Shape, fmt: Format = "mermaid") -> str:
+    """The steps in order, each step's compensation, and the failure path through them.
+
+    ``definition`` is the code, or the shape registered in Redis (no code needed).
+    """
+    nodes, edges, clusters = _definition_shape(_drawn(definition))
     return _render(f"{definition.key}", nodes, edges, fmt, clusters=clusters)
 
 
-def path_graph(definition: Saga[Any], state: SagaState, fmt: Format = "mermaid") -> str:
+def path_graph(definition: Saga[Any] | Shape, state: SagaState, fmt: Format = "mermaid") -> str:
     """:func:`definition_graph` with one saga's path drawn over it.
 
     Steps (and branches) are coloured by status (done, in progress, failed, undone),
     compensations by theirs, the end the saga reached is marked, and the edges it took are
     drawn thick.
     """
-    nodes, edges, clusters = _definition_shape(definition)
+    steps = _drawn(definition)
+    nodes, edges, clusters = _definition_shape(steps)
     styles: dict[str, str] = {}
     reached: set[str] = {"start"}
-    for step in definition.steps:
+    for step in steps:
         step_state = state.steps.get(step.name)
         if step_state is None or not (step_state.attempts or step_state.group):
             continue
@@ -125,7 +231,7 @@ def path_graph(definition: Saga[Any], state: SagaState, fmt: Format = "mermaid")
         if step_state.status in (StepStatus.CONFIRMING, StepStatus.CONFIRMED, StepStatus.CONFIRM_FAILED):
             reached.add(f"confirm_{step.name}")
             styles[f"confirm_{step.name}"] = _CONFIRM_STYLE.get(step_state.status, "active")
-        if step.group is not None and not step.group.dynamic:
+        if step.branches is not None:
             _style_branches(step, state, styles, reached)
     end = {
         SagaStatus.COMPLETED: "completed",
@@ -140,18 +246,14 @@ def path_graph(definition: Saga[Any], state: SagaState, fmt: Format = "mermaid")
     return _render(title, nodes, edges, fmt, styles=styles, taken=taken, clusters=clusters)
 
 
-def _style_branches(
-    step: Step[Any, Any], state: SagaState, styles: dict[str, str], reached: set[str]
-) -> None:
-    assert step.group is not None  # noqa: S101 - group steps only
+def _style_branches(step: _Drawn, state: SagaState, styles: dict[str, str], reached: set[str]) -> None:
     undone = False
-    for branch in step.group.branches:
-        record = state.branches.get(f"{step.name}#{branch.position}")
+    for branch in step.branches or ():
+        record = state.branches.get(branch.key)
         if record is None:
             continue
-        node = _node_id(branch)
-        reached.add(node)
-        styles[node] = _STEP_STYLE.get(record.status, "active")
+        reached.add(branch.node)
+        styles[branch.node] = _STEP_STYLE.get(record.status, "active")
         undone = undone or bool(record.count("undo"))
     if undone:
         reached.add(f"undo_{step.name}")
@@ -160,57 +262,58 @@ def _style_branches(
 
 def _undoes(step: Step[Any, Any]) -> str | None:
     """The label of a step's undo node (``None``: nothing of it is ever undone)."""
-    if step.group is None:
-        return step.compensation.name if step.compensation else None
-    names = [b.compensation.name for b in step.group.branches if b.compensation]
-    if not names:
+    branches = step.group.branches if step.group is not None else []
+    return _undo_label(
+        step.compensation.name if step.compensation else None,
+        [b.compensation.name for b in branches if b.compensation],
+        grouped=step.group is not None,
+        per_item=step.group is not None and step.group.dynamic,
+    )
+
+
+def _undo_label(own: str | None, branches: list[str], *, grouped: bool, per_item: bool) -> str | None:
+    """An undo node's label: the step's compensation, or what undoes a group's branches."""
+    if not grouped:
+        return own
+    if not branches:
         return None
-    if step.group.dynamic:
-        return f"{names[0]} per completed item, newest first"
-    return f"undo completed branches, newest first ({', '.join(names)})"
+    if per_item:
+        return f"{branches[0]} per completed item, newest first"
+    return f"undo completed branches, newest first ({', '.join(branches)})"
 
 
-def _definition_shape(definition: Saga[Any]) -> tuple[list[Node], list[Edge], list[Cluster]]:
+def _definition_shape(steps: list[_Drawn]) -> tuple[list[Node], list[Edge], list[Cluster]]:
     nodes: list[Node] = [("start", "start", "circle")]
     edges: list[Edge] = []
     clusters: list[Cluster] = []
     previous = ["start"]
-    for step in definition.steps:
-        if step.group is not None and not step.group.dynamic:
+    for step in steps:
+        if step.branches is not None:
             members = []
-            for branch in step.group.branches:
-                node = _node_id(branch)
-                members.append(node)
-                nodes.append((node, f"{branch.name}\\n{_what(branch)}", "box"))
-                edges.extend((p, node, "", False) for p in previous)
-            at_once = f", {step.group.concurrency} at a time" if step.group.concurrency else ""
-            label = "all of" if step.group.mode == "all" else "first of"
-            clusters.append((step.name, f"{step.name}: {label} {len(members)}{at_once}", members))
+            for branch in step.branches:
+                members.append(branch.node)
+                nodes.append((branch.node, f"{branch.name}\\n{branch.what}", "box"))
+                edges.extend((p, branch.node, "", False) for p in previous)
+            clusters.append((step.name, f"{step.name}: {step.box}", members))
             previous = members
         else:
-            nodes.append((step.name, f"{step.name}\\n{_what(step)}", "box"))
+            nodes.append((step.name, f"{step.name}\\n{step.what}", "box"))
             edges.extend((p, step.name, "", False) for p in previous)
             previous = [step.name]
-        undo_label = _undoes(step)
-        if undo_label:
+        if step.undo:
             undo = f"undo_{step.name}"
-            nodes.append((undo, undo_label, "undo"))
-            fixed = step.group is not None and not step.group.dynamic
-            sources = (
-                [_node_id(b) for b in (step.group.branches if step.group else []) if b.compensation]
-                if fixed
-                else [step.name]
-            )
+            nodes.append((undo, step.undo, "undo"))
+            sources = [b.node for b in step.branches if b.undo] if step.branches is not None else [step.name]
             edges.extend((source, undo, "compensate", True) for source in sources)
-    for step in definition.steps:
-        if step.tcc is not None:
+    for step in steps:
+        if step.confirm is not None:
             node = f"confirm_{step.name}"
-            nodes.append((node, f"{step.tcc.confirm}\\nconfirm {step.name}", "undo"))
+            nodes.append((node, f"{step.confirm}\\nconfirm {step.name}", "undo"))
             edges.extend((p, node, "confirm", False) for p in previous)
             previous = [node]
     nodes.append(("completed", "completed", "end"))
     edges.extend((p, "completed", "", False) for p in previous)
-    undone = [s for s in definition.steps if _undoes(s)]
+    undone = [s for s in steps if s.undo]
     for later, earlier in zip(reversed(undone), list(reversed(undone))[1:], strict=False):
         edges.append((f"undo_{later.name}", f"undo_{earlier.name}", "then", True))
     if undone:

@@ -236,6 +236,10 @@ def test_an_operator_with_only_a_redis_url(
     assert [s["kind"] for s in found["steps"]] == ["command", "sleep", "command"]  # type: ignore[index]
     assert found["steps"][0]["compensation"] == "close"  # type: ignore[index]
     assert found["history_omitted"] is True  # type: ignore[index]
+    drawn = ok(url, here, "inspect", "down-1", "--graph")  # from the registered shape
+    assert "open_ticket -.->|compensate| undo_open_ticket" in drawn
+    assert "    class open_ticket,cool_off done" in drawn
+    assert "    class file failed" in drawn
     stats = as_json(url, here, "stats")
     assert (stats["in_flight"], stats["stuck"], stats["waiting"]) == (3, 2, 1)  # type: ignore[index]
     streams = {s["stream"] for s in stats["streams"]}  # type: ignore[index]
