@@ -8,13 +8,12 @@ left out when stdout is not a terminal, so pipes, files and tests see plain text
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 import typer
 
 from saga import SagaStatus, StepStatus
-from saga.ops.inspect import human_ms
+from saga.ops.inspect import human_ms, parse_duration
 from saga.ops.text import printable
 
 _STATUS_COLOURS = {
@@ -42,10 +41,6 @@ _OUTCOME_COLOURS = {
     "permanent": typer.colors.RED,
     "cancelled": typer.colors.YELLOW,
 }
-# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidirectional
-# embeddings, overrides and isolates (which reorder what the terminal shows).
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def cell(value: object) -> str:
@@ -82,17 +77,6 @@ def when(ms: int | None) -> str:
 def ago(ms: int | None) -> str:
     """A duration, or ``-``."""
     return "-" if ms is None else human_ms(max(0, ms))
-
-
-def parse_duration(text: str) -> int:
-    """``90s``, ``10m``, ``1h30m``, ``2d`` or plain seconds, in milliseconds (``ValueError`` if not)."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return int(float(text) * 1000)
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{text!r} is not a duration (like 90s, 10m, 1h30m, 2d)")
-    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
 
 
 def duration_option(text: str | int) -> int:

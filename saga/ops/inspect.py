@@ -9,6 +9,7 @@ kinds and compensations, so no code is needed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import msgspec
@@ -38,6 +39,7 @@ from saga.core.model import (
     StepState,
     TimerFired,
     UnwatchEvent,
+    Wait,
     WatchEvent,
 )
 from saga.core.states import SagaStatus, StepStatus
@@ -113,7 +115,8 @@ class Inspection(msgspec.Struct, kw_only=True):
     the saga's partition that name it (bad replies, poison commands). ``history`` holds the
     full entries only when they were asked for (``history_omitted`` says when they were
     left out); ``timeline`` always summarises them. ``graph`` is the saga's path over its
-    definition's diagram, when asked for.
+    definition's diagram, when asked for. ``wait`` is what a suspended saga waits for (a
+    sleep, signal or event; its deadline is among the ``timers``).
     """
 
     id: str
@@ -141,6 +144,7 @@ class Inspection(msgspec.Struct, kw_only=True):
     branches: list[BranchView] = msgspec.field(default_factory=list)
     parent: ParentLink | None = None
     graph: str | None = None
+    wait: Wait | None = None
 
 
 def build_inspection(
@@ -195,6 +199,7 @@ def build_inspection(
         history_omitted=not full_history,
         branches=branch_views(state, shape, names),
         parent=state.parent,
+        wait=state.wait,
     )
 
 
@@ -375,6 +380,21 @@ def human_ms(ms: int) -> str:
         return f"{hours}h {minutes}m"
     days, hours = divmod(hours, 24)
     return f"{days}d {hours}h"
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``10m``, ``1h30m``, ``2d`` or plain seconds, in milliseconds (``ValueError`` if not)."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return int(float(text) * 1000)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration (like 90s, 10m, 1h30m, 2d)")
+    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def _current(state: SagaState, order: Sequence[str]) -> tuple[str | None, StepState | None]:

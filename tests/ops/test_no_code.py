@@ -236,6 +236,9 @@ def test_an_operator_with_only_a_redis_url(
     assert [s["kind"] for s in found["steps"]] == ["command", "sleep", "command"]  # type: ignore[index]
     assert found["steps"][0]["compensation"] == "close"  # type: ignore[index]
     assert found["history_omitted"] is True  # type: ignore[index]
+    held = as_json(url, here, "inspect", "hold")
+    assert (held["wait"]["step"], held["wait"]["kind"]) == ("cool_off", "sleep")  # type: ignore[index]
+    assert found["wait"] is None  # type: ignore[index]
     drawn = ok(url, here, "inspect", "down-1", "--graph")  # from the registered shape
     assert "open_ticket -.->|compensate| undo_open_ticket" in drawn
     assert "    class open_ticket,cool_off done" in drawn
