@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from redsaga.cli import _acl, _graph, _keda, _ops, _run, _time
+from redsaga.cli import _acl, _graph, _keda, _ops, _run, _time, _ui
 from redsaga.cli._common import CommandGroup, emit_line, reporting_errors
 from redsaga.cli._dlq import dlq_app
 from redsaga.cli._epoch import epoch_app
@@ -51,7 +51,7 @@ def root(
     """Options of the ``saga`` command itself."""
 
 
-for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl, _keda.keda):
+for command in (_run.worker, _run.demo, _graph.graph, _time.signal, _acl.acl, _keda.keda, _ui.ui):
     app.command()(reporting_errors(command))
 operations: tuple[tuple[str, Callable[..., None]], ...] = (
     ("start", _ops.start),

@@ -106,7 +106,12 @@ def test_the_relay_needs_a_redis_url(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["epoch", "show"], ["epoch", "accept", "--yes"], ["schedule", "list", "--context", "orders"]],
+    [
+        ["epoch", "show"],
+        ["epoch", "accept", "--yes"],
+        ["schedule", "list", "--context", "orders"],
+        ["ui", "--port", "0"],
+    ],
     ids=" ".join,
 )
 def test_redis_down(command: list[str]) -> None:
@@ -147,6 +152,7 @@ NEEDS_REDIS = [
     ["relay", "--dsn", "sqlite:///unused.db"],
     ["versions", "list"],
     ["list", "--app", "tests.ops.scenario:app"],
+    ["ui"],
 ]
 
 
@@ -175,6 +181,7 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         (["list", "--no-such-option"], "No such option: --no-such-option (see saga list --help)"),
         (["worker"], "Missing option '--app'"),
         (["dlq", "nonsense"], "No such command 'nonsense'"),
+        (["ui", "--port", "70000"], "Invalid value for '--port'"),
     ],
     ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None,
 )

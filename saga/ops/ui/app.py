@@ -1,0 +1,204 @@
+"""The UI's ASGI app: four read-only pages over one Redis connection.
+
+``/`` lists sagas (filters: status, definition, version, stuck for), ``/sagas/<id>`` shows
+one saga (its path over its diagram, timeline, attempts, timers and waits, compensations),
+``/dead-letters`` the dead letters with their reasons and ``/stats`` queues, lag, in-flight
+and stuck sagas. Each request reads the definitions registered in Redis afresh
+(:meth:`saga.SagaAdmin.from_redis`), so versions registered since show up.
+
+Errors are pages too: an unknown saga 404, a filter that does not parse 400, Redis not
+answering 503. Responses carry a Content-Security-Policy that runs only the app's own
+scripts, so even a value that escaped escaping could not run as one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bus import BusError, LetterFilter, dead_letter_sizes
+from saga.core.states import SagaStatus
+from saga.errors import CodeRequired, InvalidInput, SagaNotFound, UnknownDefinition
+from saga.ops.admin import SagaAdmin
+from saga.ops.inspect import parse_duration
+from saga.ops.ui import formatting
+from saga.ops.ui.pages import Filters, compensations, status_counts
+
+_HERE = Path(__file__).parent
+_HEADERS = {
+    # mermaid writes a <style> into each diagram it draws: inline styles, never inline scripts
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+DEFAULT_STUCK_MS = 600_000
+"""What the stats page counts as stuck unless asked (``saga stats --stuck-for``'s default)."""
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_HERE / "templates"),
+        autoescape=True,  # every page, every value
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters |= {
+        "when": formatting.when,
+        "ago": formatting.ago,
+        "pretty": formatting.pretty,
+        "saga_href": formatting.saga_href,
+    }
+    return Jinja2Templates(env=env)
+
+
+_pages = _templates()
+
+
+def create_app(redis: Any, *, allowed_hosts: Sequence[str] = ("*",)) -> Starlette:
+    """The UI over ``redis`` (the caller owns and closes the connection).
+
+    ``allowed_hosts`` are the host names requests may name (their ``Host`` header): a UI
+    bound to the loopback should allow only loopback names, so that no other site's page
+    can reach it through a DNS name pointed at 127.0.0.1.
+    """
+    app = Starlette(
+        routes=[
+            Route("/", _sagas, name="sagas"),
+            Route("/sagas/{saga_id:path}", _saga, name="saga"),
+            Route("/dead-letters", _dead_letters, name="dead_letters"),
+            Route("/stats", _stats, name="stats"),
+            Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+        ],
+        middleware=[
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+            Middleware(_SecurityHeaders),
+        ],
+        exception_handlers={
+            HTTPException: _http_error,
+            SagaNotFound: _error_page(404, "No such saga"),
+            InvalidInput: _error_page(400, "Bad filter"),
+            UnknownDefinition: _error_page(400, "Unknown definition or context"),
+            BusError: _error_page(503, "Redis is not answering"),
+        },
+    )
+    app.state.redis = redis
+    return app
+
+
+class _SecurityHeaders:
+    """Adds the security headers to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *((k.encode(), v.encode()) for k, v in _HEADERS.items()),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+async def _admin(request: Request) -> SagaAdmin:
+    return await SagaAdmin.from_redis(request.app.state.redis)
+
+
+async def _sagas(request: Request) -> Response:
+    filters = Filters.of(request.query_params)
+    admin = await _admin(request)
+    arguments = filters.arguments()
+    page = await admin.list(**arguments, offset=filters.offset, limit=filters.limit)
+    tally = await admin.tally(context=arguments["context"])
+    return _pages.TemplateResponse(
+        request,
+        "sagas.html",
+        {
+            "filters": filters,
+            "page": page,
+            "statuses": [s.value for s in SagaStatus],
+            "definitions": sorted({*admin.catalogue.names(), *(c.definition for c in tally.counts)}),
+            "contexts": sorted(admin.catalogue.contexts),
+            "by_status": status_counts(tally.counts),
+            "total": tally.total,
+        },
+    )
+
+
+async def _saga(request: Request) -> Response:
+    saga_id = request.path_params["saga_id"]
+    context = request.query_params.get("context") or None
+    admin = await _admin(request)
+    try:
+        found = await admin.inspect(saga_id, context=context, graph="mermaid")
+    except CodeRequired:  # neither code nor a registered shape: no diagram to draw
+        found = await admin.inspect(saga_id, context=context)
+    return _pages.TemplateResponse(
+        request, "saga.html", {"saga": found, "compensations": compensations(found)}
+    )
+
+
+async def _dead_letters(request: Request) -> Response:
+    context = request.query_params.get("context") or None
+    saga_id = request.query_params.get("saga", "")
+    admin = await _admin(request)
+    streams = admin.dead_letter_streams(context=context)
+    where = LetterFilter(correlation_id=saga_id) if saga_id else None
+    letters = await admin.dead_letters(where, context=context, limit=200)
+    return _pages.TemplateResponse(
+        request,
+        "dead_letters.html",
+        {
+            "letters": letters,
+            "sizes": await dead_letter_sizes(admin.redis, streams),
+            "saga_id": saga_id,
+        },
+    )
+
+
+async def _stats(request: Request) -> Response:
+    stuck_for = request.query_params.get("stuck_for", "").strip()
+    try:
+        stuck_for_ms = parse_duration(stuck_for) if stuck_for else DEFAULT_STUCK_MS
+    except ValueError as error:
+        raise InvalidInput(f"stuck for: {error}") from None
+    admin = await _admin(request)
+    found = await admin.stats(context=request.query_params.get("context") or None, stuck_for_ms=stuck_for_ms)
+    return _pages.TemplateResponse(request, "stats.html", {"stats": found, "stuck_for": stuck_for})
+
+
+def _error_page(status: int, title: str) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def page(request: Request, error: Exception) -> Response:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        return _pages.TemplateResponse(
+            request, "error.html", {"title": title, "message": message}, status_code=status
+        )
+
+    return page
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)  # noqa: S101 - registered for HTTPException only
+    return await _error_page(error.status_code, "Not found" if error.status_code == 404 else "Error")(
+        request, error
+    )
