@@ -11,7 +11,7 @@ The suite never touches a server it did not start or was not given for its own u
   and drops it at the end.
 
 Tests that need a server fail in CI (``CI=true``) when it is missing and skip elsewhere with
-the reason.
+the reason; so do the browser tests (marker ``browser``) without Debian's ``/usr/bin/chromium``.
 """
 
 from __future__ import annotations
@@ -172,6 +172,19 @@ def require_server(name: str, url: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason} (CI must install it: see .ci/run)")
     pytest.skip(f"{reason}; install redis-server and PostgreSQL to run this test")
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's chromium, which the browser tests drive (``.ci/run`` installs it)."""
+
+
+def require_browser() -> None:
+    """Fail (in CI) or skip (elsewhere) when Debian's chromium is not installed."""
+    if CHROMIUM.exists():
+        return
+    if IN_CI:
+        pytest.fail(f"no Chromium at {CHROMIUM} (CI must install it: see .ci/run)")
+    pytest.skip(f"no Chromium at {CHROMIUM}; apt-get install chromium to run this test")
 
 
 @pytest.fixture
