@@ -299,7 +299,7 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
             "%R~" + tagged_key(f"{name}:meta", "token-keys"),  # not the meta key holding a secret
         ]
     keys += ["%R" + _key(s.tag, "*") for s in streams]
-    note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list (no secrets)"
+    note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list, ui (no secrets)"
     grants = (_grant(_CONNECT + _READ, (), keys),)
     return AclUser(f"{prefix}.operator", "operator", None, grants, note)
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from anyio.abc import TaskGroup
 from redis import exceptions as rx
@@ -40,6 +41,8 @@ from saga import (
 )
 from saga.ops.acl import acl_rules
 from saga.ops.keyrings import issue_keyrings
+from saga.ops.ui import create_app
+from saga.ops.ui.formatting import saga_href
 from saga.store.commit import TRANSITION
 from saga.store.keys import Partition
 from tests.faults.servers import PrivateRedis, require_binary
@@ -169,7 +172,16 @@ async def test_the_demo_runs_with_one_user_per_process_and_redis_refuses_nothing
     assert [letter.stream for letter in letters] == [ORDERS.commands("payments").key]
     await operator.dead_letter(letters[0].id, context="orders")
     assert await Versions(users.client("redsaga.operator")).status()
+    await _every_ui_page_reads_as(users.client("redsaga.operator"), "no-carrier")
     assert await users.denials() == []
+
+
+async def _every_ui_page_reads_as(redis: bus.Redis, saga_id: str) -> None:
+    """The web UI needs no more than the read-only operator may do."""
+    ui = httpx.AsyncClient(transport=httpx.ASGITransport(create_app(redis)), base_url="http://127.0.0.1")
+    async with ui:
+        for path in ("/", "/?stuck_for=1s", saga_href(saga_id), "/dead-letters", "/stats"):
+            assert (await ui.get(path)).status_code == 200, path
 
 
 async def test_the_outbox_demo_replies_through_relays_running_as_the_relay_user(
