@@ -47,8 +47,6 @@ _HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
 }
-DEFAULT_STUCK_MS = 600_000
-"""What the stats page counts as stuck unless asked (``saga stats --stuck-for``'s default)."""
 
 
 def _templates() -> Jinja2Templates:
@@ -179,19 +177,23 @@ async def _dead_letters(request: Request) -> Response:
 async def _stats(request: Request) -> Response:
     stuck_for = request.query_params.get("stuck_for", "").strip()
     try:
-        stuck_for_ms = parse_duration(stuck_for) if stuck_for else DEFAULT_STUCK_MS
+        stuck_for_ms = parse_duration(stuck_for) if stuck_for else None
     except ValueError as error:
         raise InvalidInput(f"stuck for: {error}") from None
     admin = await _admin(request)
-    found = await admin.stats(context=request.query_params.get("context") or None, stuck_for_ms=stuck_for_ms)
+    context = request.query_params.get("context") or None
+    found = await (
+        admin.stats(context=context)  # its threshold, saga stats's
+        if stuck_for_ms is None
+        else admin.stats(context=context, stuck_for_ms=stuck_for_ms)
+    )
     return _pages.TemplateResponse(request, "stats.html", {"stats": found, "stuck_for": stuck_for})
 
 
 def _error_page(status: int, title: str) -> Callable[[Request, Exception], Awaitable[Response]]:
     async def page(request: Request, error: Exception) -> Response:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         return _pages.TemplateResponse(
-            request, "error.html", {"title": title, "message": message}, status_code=status
+            request, "error.html", {"title": title, "message": str(error)}, status_code=status
         )
 
     return page
