@@ -44,20 +44,22 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from operator import attrgetter, methodcaller
 from typing import Any, Final, Literal
 
-from bus import EPOCH_KEY, Stream
-from bus.lowlevel import shared_helpers, tagged_key
+from bus import Stream
+from bus.lowlevel import shared_helpers
 from saga.core.child_messages import CHILD
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.definition.waits import WAITS
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
-from saga.store.keys import CONTEXTS
+from saga.store import scripts
+from saga.store.keys import CONTEXTS, EPOCH, ContextKeys, PartitionKeys
 
 Role = Literal["orchestrator", "participant", "client", "relay", "operator"]
 
@@ -91,12 +93,7 @@ _CONSUMER_SCRIPTS: Final = (
 _PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus", "epoch"))
 """A participant reads ``rs:epoch`` (``GET``) and never runs the function that writes it."""
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
-_SAGA_SCRIPTS: Final = (
-    ("saga.store", "transition"), ("saga.store", "fire_timers"), ("saga.store", "prune_ended"),
-    ("saga.store", "register_shape"), ("saga.store", "workers"), ("saga.store", "schedule_write"),
-    ("saga.store", "watch_event"), ("saga.store", "route_event"), ("saga.store", "migrate"),
-    ("bus", "requeue"),
-)  # fmt: skip
+_SAGA_SCRIPTS: Final = (*((scripts.PACKAGE, s.name) for s in scripts.SCRIPTS), ("bus", "requeue"))
 _RELAY_SCRIPTS: Final = (("relay", "publish_rows"),)
 
 _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
@@ -195,28 +192,29 @@ def _orchestrator(
     prefix: str, context: Context, definitions: list[Saga[Any]], contexts: Mapping[str, Context]
 ) -> AclUser:
     name = context.name
-    own = [d for d in definitions if d.context.name == name]
+    ours = [d for d in definitions if d.context.name == name]
+    own = ContextKeys(name)
     keys = [
-        *_partition_keys(context, "*"), _key(f"{name}:w:*", "*"), _key(f"{name}:sched", "*"),
-        _key(f"{name}:meta", "*"), _key(name, "versions:*"), "~" + CONTEXTS, "~" + EPOCH_KEY,
+        *_partition_keys(context, _EVERYTHING), "~" + own.wait_indexes, "~" + own.schedules.everything,
+        "~" + own.meta, "~" + own.versions, "~" + CONTEXTS, "~" + EPOCH,
     ]  # fmt: skip
     added: list[str] = []  # keys it may only add to, elsewhere
     windows: list[str] = []  # the publish windows of those streams
     read: list[str] = []  # keys of another context it may only read
-    for stream in event_waits(own):
+    for stream in event_waits(ours):
         keys += _consumer_keys(stream, f"{name}.waits")
         added.append("%W~" + stream.dlq_key)
-    children = [s.child.definition.context for d in own for s in [*d.steps, *d.branch_steps()] if s.child]
+    children = [s.child.definition.context for d in ours for s in [*d.steps, *d.branch_steps()] if s.child]
     for declared in _unique(c for c in children if c.name != name):
         # start and cancel by request, read the child's saga (a cancel finds its partition)
         child = contexts.get(declared.name, declared)
-        added += _partition_keys(child, "inbox", "%W")
-        windows += _partition_keys(child, "published")
-        read += _partition_keys(child, "saga:*", "%R") + _partition_keys(child, "branches:*", "%R")
+        added += _partition_keys(child, _INBOX, "%W")
+        windows += _partition_keys(child, _WINDOW)
+        read += _partition_keys(child, _SAGAS, "%R") + _partition_keys(child, _BRANCHES, "%R")
     parents = [d.context for d in definitions if d.context.name != name and _has_child_in(d, name)]
     for parent in _unique(parents):  # the child's end report goes to the parent's inbox
-        added += _partition_keys(parent, "inbox", "%W")
-        windows += _partition_keys(parent, "published")
+        added += _partition_keys(parent, _INBOX, "%W")
+        windows += _partition_keys(parent, _WINDOW)
     scripts = (*_CONSUMER_SCRIPTS, *_PUBLISH_SCRIPTS, *_SAGA_SCRIPTS)
     plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
     grants = [_grant(plain, scripts, keys)]
@@ -231,21 +229,25 @@ def _orchestrator(
 def _participant(prefix: str, context: Context, participant: str) -> AclUser:
     if participant in (LOCAL, WAITS, CHILD):
         raise ValueError(f"participant name {participant!r} is reserved for the orchestrator")
-    stream = f"cmd:{participant}"
+
+    def stream(keys: PartitionKeys) -> Stream:
+        return keys.commands(participant)
+
     own = [
-        *_partition_keys(context, stream),
-        *_partition_keys(context, f"dedupe:{participant}:*"),
-        *_partition_keys(context, f"failures:{stream}:{participant}"),
-        *_partition_keys(context, f"lost:{stream}:{participant}"),
+        *_partition_keys(context, lambda k: stream(k).key),
+        *_partition_keys(context, lambda k: stream(k).dedupe_key(participant, "*")),
+        *_partition_keys(context, lambda k: stream(k).failures_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).lost_key(participant)),
     ]
+    registry = ContextKeys(context.name)
     added = [
-        *_partition_keys(context, "inbox", "%W"),  # its replies: it reads nobody's
-        *_partition_keys(context, "dlq", "%W"),  # its dead letters: it cannot read or delete them
-        "%W~" + tagged_key(context.name, "versions", "participants"),  # records that it runs, at start
+        *_partition_keys(context, _INBOX, "%W"),  # its replies: it reads nobody's
+        *_partition_keys(context, _DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
+        "%W~" + registry.participants,  # records that it runs, at start
     ]
     read = [
-        "%R~" + EPOCH_KEY,  # it joins and checks the deployment's epoch, never writes it
-        "%R~" + tagged_key(context.name, "versions", "shapes"),  # its partition count, read at start
+        "%R~" + EPOCH,  # it joins and checks the deployment's epoch, never writes it
+        "%R~" + registry.shapes,  # its partition count, read at start
     ]
     grants = (
         Grant((*_CONNECT, "xadd", "hset"), tuple(added)),  # adding only: no trim, delete or ack there
@@ -261,13 +263,14 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
     windows: list[str] = []
     read: list[str] = []
     for context in contexts:
-        added += _partition_keys(context, "inbox", "%W")  # start requests, signals, cancels
-        windows += _partition_keys(context, "published")
-        for readable in ("saga:*", "branches:*", "timers", "idx:*", "counts"):
+        added += _partition_keys(context, _INBOX, "%W")  # start requests, signals, cancels
+        windows += _partition_keys(context, _WINDOW)
+        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS):
             read += _partition_keys(context, readable, "%R")
+        own = ContextKeys(context.name)
         read += [
-            "%R~" + tagged_key(f"{context.name}:meta", "token-keys"),  # checks tokens: public keys only
-            "%R~" + tagged_key(context.name, "versions", "shapes"),  # checks signal data without the code
+            "%R~" + own.token_keys,  # checks tokens: public keys only
+            "%R~" + own.shapes,  # checks signal data without the code
         ]
     note = "client: starts sagas by request, signals and cancels them, reads their state (SagaClient)"
     grants = (Grant(_CONNECT), *_elsewhere(added, windows, read))
@@ -275,8 +278,8 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
 
 
 def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
-    added = [k for c in contexts for k in _partition_keys(c, "inbox", "%W")]
-    windows = [k for c in contexts for k in _partition_keys(c, "published")]
+    added = [k for c in contexts for k in _partition_keys(c, _INBOX, "%W")]
+    windows = [k for c in contexts for k in _partition_keys(c, _WINDOW)]
     for stream in streams:
         added.append("%W~" + stream.key)
         windows.append("~" + stream.published_key)
@@ -288,17 +291,17 @@ def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) 
 
 
 def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
-    keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH_KEY]
+    keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH]
     for context in contexts:
-        name = context.name
-        keys += _partition_keys(context, "*", "%R")
+        own = ContextKeys(context.name)
+        keys += _partition_keys(context, _EVERYTHING, "%R")
         keys += [
-            "%R" + _key(f"{name}:w:*", "*"),
-            "%R" + _key(f"{name}:sched", "*"),
-            "%R" + _key(name, "versions:*"),
-            "%R~" + tagged_key(f"{name}:meta", "token-keys"),  # not the meta key holding a secret
+            "%R~" + own.wait_indexes,
+            "%R~" + own.schedules.everything,
+            "%R~" + own.versions,
+            "%R~" + own.token_keys,  # not the meta key holding a secret
         ]
-    keys += ["%R" + _key(s.tag, "*") for s in streams]
+    keys += ["%R~" + PartitionKeys(s.tag).everything for s in streams]
     note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list, ui (no secrets)"
     grants = (_grant(_CONNECT + _READ, (), keys),)
     return AclUser(f"{prefix}.operator", "operator", None, grants, note)
@@ -323,10 +326,6 @@ def _has_child_in(definition: Saga[Any], context: str) -> bool:
     return any(s.child is not None and s.child.definition.context.name == context for s in steps)
 
 
-def _key(tag: str, rest: str) -> str:
-    return "~" + tagged_key(tag, rest)
-
-
 def partition_tags(context: Context) -> list[str]:
     """Glob tags matching exactly the partition tags of ``context``, by number of digits.
 
@@ -340,14 +339,23 @@ def partition_tags(context: Context) -> list[str]:
     ]
 
 
-def _partition_keys(context: Context, rest: str, access: str = "") -> list[str]:
-    """``access`` (``""`` read-write, ``%R``, ``%W``) to ``rest`` in every partition of ``context``."""
-    return [f"{access}~" + tagged_key(tag, rest) for tag in partition_tags(context)]
+Pattern = Callable[[PartitionKeys], str]
+"""A key of a partition, asked of :mod:`saga.store.keys` with a glob for its tag."""
+
+_EVERYTHING: Final[Pattern] = attrgetter("everything")
+_INBOX: Final[Pattern] = attrgetter("inbox.key")
+_WINDOW: Final[Pattern] = attrgetter("inbox.published_key")
+_DEAD_LETTERS: Final[Pattern] = attrgetter("dead_letters")
+_SAGAS: Final[Pattern] = methodcaller("saga", "*")
+_BRANCHES: Final[Pattern] = methodcaller("branches", "*")
+_TIMERS: Final[Pattern] = attrgetter("timers")
+_STATUS_INDEXES: Final[Pattern] = methodcaller("by_status", "*")
+_COUNTS: Final[Pattern] = attrgetter("counts")
 
 
-def _inbox_writer_keys(context: Context) -> list[str]:
-    """What publishing onto ``context``'s inboxes needs: the inbox write-only, its window."""
-    return _partition_keys(context, "inbox", "%W") + _partition_keys(context, "published")
+def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:
+    """``access`` (``""`` read-write, ``%R``, ``%W``) to ``key`` in every partition of ``context``."""
+    return [f"{access}~" + key(PartitionKeys(tag)) for tag in partition_tags(context)]
 
 
 def _consumer_keys(stream: Stream, group: str) -> list[str]:

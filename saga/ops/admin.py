@@ -44,7 +44,7 @@ from bus import (
     purge_dead_letters,
     requeue_dead_letters,
 )
-from bus.lowlevel import redis_errors, tagged_key
+from bus.lowlevel import redis_errors
 from saga.core.decider import Decision
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, decode_entries, replay_history
@@ -69,7 +69,7 @@ from saga.runtime.protocol import CANCEL, FORCE, REDRIVE, RETRY, OperatorRequest
 from saga.store.branches import decode_branches
 from saga.store.codec import decode_state
 from saga.store.commit import TimerTemplate
-from saga.store.keys import Partition, partition_of
+from saga.store.keys import Partition, PartitionKeys, partition_of
 from saga.versions.catalogue import Catalogue
 
 OPERATOR_ENV = "REDSAGA_OPERATOR"
@@ -209,7 +209,7 @@ class SagaAdmin:
         diagram = path_graph(drawn, state, graph) if graph and drawn is not None else None
         now = await self.now_ms()
         letters = await dead_letters(
-            self.redis, [tagged_key(partition.tag, "dlq")], LetterFilter(correlation_id=saga_id), limit=20
+            self.redis, [partition.dead_letters], LetterFilter(correlation_id=saga_id), limit=20
         )
         found = build_inspection(
             state,
@@ -465,8 +465,8 @@ class SagaAdmin:
     ) -> builtins.list[str]:
         """The dead-letter streams of the context's partitions (or of the given hash tags)."""
         if tags:
-            return [tagged_key(tag, "dlq") for tag in tags]
-        return [tagged_key(p.tag, "dlq") for p in self._partitions(context)]
+            return [PartitionKeys(tag).dead_letters for tag in tags]
+        return [p.dead_letters for p in self._partitions(context)]
 
     async def dead_letters(
         self,

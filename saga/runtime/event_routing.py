@@ -9,10 +9,8 @@ registered for its key, or into a short buffer that a later registration looks a
 scripts run in one slot per (context, stream), so an event that comes before its wait is
 never lost between them. Matches reach the saga as ``EventReceived`` on its partition inbox
 with an id derived from the event and the wait, so a repeat is deduped by the publish
-window and, after it, ignored by the decider (the wait has ended). Keys::
-
-    rs:{<ctx>:w:<stream tag>/<stream name>}:wait:<key>    hash: '<type> <saga>|<step>|<n>' -> Waiter
-    rs:{<ctx>:w:<stream tag>/<stream name>}:early:<key>   list: '<type> <BufferedEvent>' (expiring)
+window and, after it, ignored by the decider (the wait has ended). The keys are
+:class:`~saga.store.keys.WaitIndexKeys` (documented in ``saga/store/keys.py``).
 
 (A wait that an operator redrive began again keeps its number ``n``; its field is
 ``...|<n>.<attempt>``, apart from the field of the registration the redrive removed.)
@@ -24,20 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from bus import Envelope, Stream, derived_id
-from bus.lowlevel import Script, get_logger, tagged_key
+from bus.lowlevel import get_logger
 from saga.definition.saga import Saga
 from saga.definition.waits import EventWait
 from saga.runtime.protocol import EVENT, EventDelivery
 from saga.store.commit import WatchRequest
-from saga.store.keys import Partition
+from saga.store.keys import ContextKeys, Partition
+from saga.store.scripts import ROUTE_EVENT, WATCH_EVENT
 
-WATCH: Final = Script.load("saga.store", "watch_event")
-ROUTE: Final = Script.load("saga.store", "route_event")
 _json = msgspec.json.Encoder()
 _log = get_logger("redsaga.saga")
 
@@ -63,14 +60,9 @@ _waiter = msgspec.json.Decoder(Waiter)
 _buffered = msgspec.json.Decoder(BufferedEvent)
 
 
-def index_tag(context: str, stream: Stream) -> str:
-    """The hash tag of a context's index of waits on ``stream``."""
-    return f"{context}:w:{stream.tag}/{stream.name}"
-
-
 def _keys(context: str, stream: Stream, key: str) -> list[str]:
-    tag = index_tag(context, stream)
-    return [tagged_key(tag, "wait", key), tagged_key(tag, "early", key)]
+    index = ContextKeys(context).waits_on(stream)
+    return [index.waits(key), index.early(key)]
 
 
 def _field(request: WatchRequest) -> str:
@@ -93,7 +85,7 @@ def _decode_entry(raw: bytes) -> BufferedEvent:
 async def watch(redis: Any, context: str, request: WatchRequest) -> BufferedEvent | None:
     """Register a wait; return an event of its type that came before it, if one is buffered."""
     stream = Stream.from_key(request.stream)
-    found = await WATCH(
+    found = await WATCH_EVENT(
         redis,
         _keys(context, stream, request.key),
         [_field(request), _json.encode(_waiter_of(request)), request.message_type],
@@ -111,7 +103,7 @@ async def route(
     redis: Any, context: str, stream: Stream, event: BufferedEvent, key: str, *, ttl_ms: int, cap: int
 ) -> list[Waiter]:
     """The waits an event with ``key`` matches; with none, the event is buffered."""
-    found = await ROUTE(redis, _keys(context, stream, key), [event.type, _entry(event), ttl_ms, cap])
+    found = await ROUTE_EVENT(redis, _keys(context, stream, key), [event.type, _entry(event), ttl_ms, cap])
     return [_waiter.decode(raw) for raw in found]
 
 

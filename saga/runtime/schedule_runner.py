@@ -1,12 +1,7 @@
 """Schedules in Redis: the store, the client, and the scheduler that starts their sagas.
 
-Keys (one hash tag per context, so every write is one single-slot script,
-``saga/store/lua/schedule_write.lua``)::
-
-    rs:{<ctx>:sched}:specs   hash: schedule id -> Schedule
-    rs:{<ctx>:sched}:states  hash: schedule id -> ScheduleState
-    rs:{<ctx>:sched}:revs    hash: schedule id -> revision (compare-and-set)
-    rs:{<ctx>:sched}:due     zset: schedule id -> when to look at it next (Unix ms)
+Keys: :class:`~saga.store.keys.ScheduleKeys` (one hash tag per context, so every write is
+one single-slot script, ``saga/store/lua/schedule_write.lua``).
 
 Firing one due schedule, in three steps that are each safe to repeat:
 
@@ -45,7 +40,7 @@ from typing import Any, Final
 import msgspec
 
 from bus import BusError, Clock, SystemClock
-from bus.lowlevel import Backoff, Script, get_logger, redis_errors, tagged_key
+from bus.lowlevel import Backoff, get_logger, redis_errors
 from saga.core.states import SagaStatus
 from saga.definition.registry import Registry
 from saga.definition.saga import Context, Saga
@@ -59,9 +54,9 @@ from saga.errors import (
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
 from saga.store.keys import ContextKeys, Partition, partition_of
+from saga.store.scripts import SCHEDULE_WRITE
 from saga.versions.records import parse_key
 
-WRITE: Final = Script.load("saga.store", "schedule_write")
 _json = msgspec.json.Encoder()
 _spec_decoder = msgspec.json.Decoder(Schedule)
 _state_decoder = msgspec.json.Decoder(ScheduleState)
@@ -96,8 +91,7 @@ class _Store:
     context: str
 
     def keys(self) -> list[str]:
-        tag = f"{self.context}:sched"
-        return [tagged_key(tag, name) for name in ("specs", "states", "revs", "due")]
+        return ContextKeys(self.context).schedules.all()
 
     async def load(self, schedule_id: str) -> ScheduleInfo | None:
         specs, states, revs, due = self.keys()
@@ -132,7 +126,7 @@ class _Store:
             _json.encode(state) if state is not None else "",
             "" if due is None else due,
         ]
-        outcome, revision = await WRITE(self.redis, self.keys(), args)
+        outcome, revision = await SCHEDULE_WRITE(self.redis, self.keys(), args)
         return outcome.decode(), int(revision or 0)
 
     async def due(self, now_ms: int, limit: int) -> list[str]:

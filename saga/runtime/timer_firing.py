@@ -24,8 +24,8 @@ from typing import Any
 from bus import BusError, Clock
 from bus.lowlevel import Backoff, get_logger, run_batch
 from saga.runtime.config import EngineConfig
-from saga.store.commit import FIRE_TIMERS
 from saga.store.keys import Partition
+from saga.store.scripts import FIRE_TIMERS
 
 _log = get_logger("redsaga.saga")
 

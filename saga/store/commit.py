@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from bus import Delivery, Envelope, derived_id
-from bus.lowlevel import Script, ScriptCall
+from bus.lowlevel import ScriptCall
 from saga.core.decider import Decision
 from saga.core.model import (
     CancelTimer,
@@ -42,12 +42,11 @@ from saga.core.model import (
 from saga.definition.waits import WAITS
 from saga.store.codec import Loaded, changed_branches, encode_state, expected, new_tag
 from saga.store.keys import Partition
+from saga.store.scripts import TRANSITION
 from saga.store.trust import Seal, orchestrator_of, participant_named
 
 TIMER_FIRED: Final = "TimerFired"
 """The inbox entry type of a fired timer (written by ``saga/store/lua/fire_timers.lua``)."""
-TRANSITION: Final = Script.load("saga.store", "transition")
-FIRE_TIMERS: Final = Script.load("saga.store", "fire_timers")
 
 _json = msgspec.json.Encoder()
 

@@ -1,52 +1,107 @@
-"""Every Redis key the saga engine writes, in one place.
+"""Every Redis key the saga engine reads or writes, in one place.
+
+Nothing else in ``saga/`` builds a key: the store, the runtime, the operator tools and the
+ACL generator (``saga/ops/acl.py``) ask the builders here, and a Lua script receives its
+keys from Python in ``KEYS`` (or, when it must derive a key from an id, the key's prefix in
+``ARGV``, built here). The bus's own keys (streams and their companions: dedupe, failures,
+lost reports, the publish window, the dead letters) are ``redsaga/streams.py``'s.
+
+Each entry: key, type, what it holds, who writes it.
 
 A context's sagas are spread over P partitions; every key of one partition shares the hash
-tag ``{<context>:<partition>}``, so each transition is one single-slot script::
+tag ``{<context>:<partition>}``, so each transition is one single-slot script
+(:class:`Partition`)::
 
-    rs:{orders:0}:saga:<id>          hash: the saga's state (see saga/store/lua/transition.lua)
-    rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event
+    rs:{orders:0}:saga:<id>          hash: the saga's state (layout: saga/store/codec.py);
+                                     transition.lua, migrate.lua
+    rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event;
+                                     transition.lua, migrate.lua
     rs:{orders:0}:branches:<id>      hash: '<group>#<index>' -> one branch's record (JSON), for
-                                     sagas with group steps (see saga/store/branches.py)
-    rs:{orders:0}:inbox              stream: replies, timer firings, operator requests
+                                     sagas with group steps (saga/store/branches.py); transition.lua
+    rs:{orders:0}:inbox              stream: replies, timer firings, operator requests, event
+                                     deliveries, child reports; every principal adds, the
+                                     orchestrator reads
     rs:{orders:0}:cmd:<participant>  stream: commands for a participant (cmd:_local: actions,
                                      cmd:_waits: event-wait registrations, cmd:_child: child
-                                     sagas to start or cancel)
-    rs:{orders:0}:timers             zset: timer id -> due time (ms)
-    rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'
-    rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status
-    rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only)
-    rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas
-    rs:{orders:0}:dlq                stream: dead letters of every stream in the partition
+                                     sagas to start or cancel); transition.lua
+    rs:{orders:0}:timers             zset: timer id -> due time (ms); transition.lua, fire_timers.lua
+    rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'; same
+    rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status; transition.lua,
+                                     prune_ended.lua (derives it from the prefix it is given)
+    rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only);
+                                     transition.lua
+    rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas;
+                                     transition.lua, prune_ended.lua
+    rs:{orders:0}:ending             zset: 'name@version|status|id' -> when the ended saga's hash
+                                     expires; transition.lua, prune_ended.lua
     rs:{orders:0}:drained            set: 'name@version' that new sagas may not start on (drain);
-                                     the start transition checks it in the same script
+                                     the start transition checks it in the same script;
+                                     versions drain (saga/versions/registry.py)
+    rs:{orders:0}:dlq                stream: dead letters of every stream in the partition; the
+                                     bus's consumers (``Stream.dlq_key``), read by ``saga dlq``
 
 A context's definition versions are registered under the context's own hash tag
-(``saga/versions/registry.py`` writes them; see docs/versioning.md)::
+(``saga/versions/registry.py`` writes them; see docs/versioning.md; :class:`ContextKeys`)::
 
-    rs:{orders}:versions:shapes      hash: 'name@version' -> registered shape (JSON, saga/definition/shape.py)
-    rs:{orders}:versions:info        hash: 'name@version' -> when and by whom it was registered
-    rs:{orders}:versions:drained     hash: 'name@version' -> drain note (who, when, why)
-    rs:{orders}:versions:workers     zset: worker id -> when its registration expires (ms)
-    rs:{orders}:versions:served      hash: worker id -> what the worker serves (JSON)
+    rs:{orders}:versions:shapes      hash: 'name@version' -> registered shape (JSON,
+                                     saga/definition/shape.py); register_shape.lua
+    rs:{orders}:versions:info        hash: 'name@version' -> when and by whom it was registered;
+                                     register_shape.lua
+    rs:{orders}:versions:drained     hash: 'name@version' -> drain note (who, when, why); versions drain
+    rs:{orders}:versions:workers     zset: worker id -> when its registration expires (ms);
+                                     workers.lua
+    rs:{orders}:versions:served      hash: worker id -> what the worker serves (JSON); workers.lua
     rs:{orders}:versions:participants hash: participant -> the worker that last ran it (JSON):
-                                     which cmd:<participant> streams the context has
-    rs:{redsaga}:contexts            set: every context with a version registry
+                                     which cmd:<participant> streams the context has; participants
+    rs:{redsaga}:contexts            set: every context with a version registry; the registry
+
+A context's schedules (``saga/runtime/schedule_runner.py``; :class:`ScheduleKeys`), one
+slot per context::
+
+    rs:{orders:sched}:specs          hash: schedule id -> Schedule (JSON); schedule_write.lua
+    rs:{orders:sched}:states         hash: schedule id -> ScheduleState (JSON); schedule_write.lua
+    rs:{orders:sched}:revs           hash: schedule id -> revision (compare-and-set); schedule_write.lua
+    rs:{orders:sched}:due            zset: schedule id -> when to look at it next (Unix ms);
+                                     schedule_write.lua
+
+A context's index of event waits (``saga/runtime/event_routing.py``; :class:`WaitIndexKeys`),
+one slot per (context, awaited stream)::
+
+    rs:{orders:w:<tag>/<name>}:wait:<key>   hash: '<type> <saga>|<step>|<n>' -> waiter (JSON);
+                                            watch_event.lua, the orchestrator (HDEL when it ends)
+    rs:{orders:w:<tag>/<name>}:early:<key>  list: '<type> <event JSON>', events that came before
+                                            their wait (capped, expiring); route_event.lua
+
+A context's resume-token keys (``saga/store/token_keys.py``; :class:`ContextKeys`)::
+
+    rs:{orders:meta}:signal-secret   string: the generated master secret (signing off, none
+                                     configured); the first process that needs it (SET NX)
+    rs:{orders:meta}:token-keys      hash: key id -> public key (base64url); the orchestrator
+
+The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
+
+    rs:epoch                         string: the deployment's epoch; epoch.lua (orchestrators)
+
+:class:`Partition` and :class:`ContextKeys` built with a glob (``PartitionKeys("orders:[0-9]")``)
+give the ACL patterns matching exactly those keys, so ``saga acl`` derives every pattern here.
 """
 
 from __future__ import annotations
 
 import functools
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
-from bus import Stream
+from bus import EPOCH_KEY, Stream
 from bus.lowlevel import tagged_key
 from saga.errors import InvalidInput
 
 CONTEXTS: Final = tagged_key("redsaga", "contexts")
 """The set of every context with a version registry (``saga versions list`` starts here)."""
 
+EPOCH: Final = EPOCH_KEY
+"""The deployment's epoch (the bus owns it; orchestrators write it, participants read it)."""
 
 MAX_ID_LENGTH: Final = 200
 _ID_CHARACTERS: Final = frozenset(chr(c) for c in range(0x21, 0x7F)) - frozenset("{}*?[]\\")
@@ -76,17 +131,19 @@ def partition_of(saga_id: str, partitions: int) -> int:
     return zlib.crc32(saga_id.encode()) % partitions
 
 
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """One partition of a context: the hash tag every key of its sagas shares."""
+class PartitionKeys:
+    """The keys under one partition's hash tag (see the module's docstring).
 
-    context: str
-    index: int
-    tag: str = field(init=False, repr=False, compare=False)
-    """The hash tag ``<context>:<index>``."""
+    Built with a glob for the tag (``PartitionKeys("orders:[0-9]")``), and ``*`` for an id,
+    the builders give ACL patterns matching exactly those keys.
+    """
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tag", f"{self.context}:{self.index}")
+    __slots__ = ("tag",)
+    tag: str
+    """The hash tag ``<context>:<index>`` (or a glob matching such tags)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
 
     def saga(self, saga_id: str) -> str:
         """The hash holding a saga's state."""
@@ -99,6 +156,11 @@ class Partition:
     def branches(self, saga_id: str) -> str:
         """The hash holding the records of a saga's group branches."""
         return tagged_key(self.tag, "branches", saga_id)
+
+    @property
+    def saga_prefix(self) -> str:
+        """What :meth:`saga` puts before the id (for a script that derives saga keys from ids)."""
+        return tagged_key(self.tag, "saga", "")
 
     @property
     def inbox(self) -> Stream:
@@ -124,6 +186,11 @@ class Partition:
         return _key(self.tag, "idx", status)
 
     @property
+    def status_prefix(self) -> str:
+        """What :meth:`by_status` puts before the status (for a script that derives it)."""
+        return _key(self.tag, "idx", "")
+
+    @property
     def active(self) -> str:
         """The index of non-terminal sagas by last movement (for ``--stuck-for``)."""
         return _key(self.tag, "active")
@@ -143,6 +210,29 @@ class Partition:
         """Ended sagas whose hash expires (member ``name@version|status|id``, score: when)."""
         return _key(self.tag, "ending")
 
+    @property
+    def dead_letters(self) -> str:
+        """The dead-letter stream of every stream in the partition (the bus writes it)."""
+        return self.inbox.dlq_key
+
+    @property
+    def everything(self) -> str:
+        """A pattern matching every key of the partition (for ACL patterns and scans)."""
+        return tagged_key(self.tag, "*")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Partition(PartitionKeys):
+    """One partition of a context: the hash tag every key of its sagas shares."""
+
+    context: str
+    index: int
+
+    def __init__(self, context: str, index: int) -> None:
+        object.__setattr__(self, "context", context)
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "tag", f"{context}:{index}")
+
 
 _key = functools.lru_cache(maxsize=4096)(tagged_key)
 """``tagged_key`` for a partition's fixed keys, built on every transition (cached)."""
@@ -156,7 +246,10 @@ def _stream(tag: str, name: str) -> Stream:
 
 @dataclass(frozen=True, slots=True)
 class ContextKeys:
-    """The keys of a context's version registry (hash tag ``{<context>}``)."""
+    """The context-wide keys of a context: its version registry, token keys, schedules, waits.
+
+    Built with a glob for the context, the builders give ACL patterns.
+    """
 
     context: str
 
@@ -189,3 +282,92 @@ class ContextKeys:
     def participants(self) -> str:
         """Hash: participant name -> the worker that last ran it."""
         return tagged_key(self.context, "versions", "participants")
+
+    @property
+    def versions(self) -> str:
+        """A pattern matching every key of the version registry."""
+        return tagged_key(self.context, "versions", "*")
+
+    @property
+    def signal_secret(self) -> str:
+        """String: the generated master signal secret (signing off, none configured)."""
+        return tagged_key(self._meta, "signal-secret")
+
+    @property
+    def token_keys(self) -> str:
+        """Hash: key id -> the orchestrator's public token key (base64url)."""
+        return tagged_key(self._meta, "token-keys")
+
+    @property
+    def meta(self) -> str:
+        """A pattern matching both token keys (the secret and the public keys)."""
+        return tagged_key(self._meta, "*")
+
+    @property
+    def _meta(self) -> str:
+        return f"{self.context}:meta"
+
+    @property
+    def schedules(self) -> ScheduleKeys:
+        """The keys of the context's schedules."""
+        return ScheduleKeys(f"{self.context}:sched")
+
+    def waits_on(self, stream: Stream) -> WaitIndexKeys:
+        """The keys of the context's index of waits for events on ``stream``."""
+        return WaitIndexKeys(f"{self.context}:w:{stream.tag}/{stream.name}")
+
+    @property
+    def wait_indexes(self) -> str:
+        """A pattern matching every key of every index of waits of the context."""
+        return tagged_key(f"{self.context}:w:*", "*")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleKeys:
+    """The keys of a context's schedules, in one slot (``{<context>:sched}``)."""
+
+    tag: str
+
+    @property
+    def specs(self) -> str:
+        """Hash: schedule id -> Schedule."""
+        return tagged_key(self.tag, "specs")
+
+    @property
+    def states(self) -> str:
+        """Hash: schedule id -> ScheduleState."""
+        return tagged_key(self.tag, "states")
+
+    @property
+    def revisions(self) -> str:
+        """Hash: schedule id -> revision (compare-and-set)."""
+        return tagged_key(self.tag, "revs")
+
+    @property
+    def due(self) -> str:
+        """Sorted set: schedule id -> when to look at it next (Unix ms)."""
+        return tagged_key(self.tag, "due")
+
+    @property
+    def everything(self) -> str:
+        """A pattern matching every key of the schedules."""
+        return tagged_key(self.tag, "*")
+
+    def all(self) -> list[str]:
+        """The four keys, as ``schedule_write.lua`` takes them."""
+        return [self.specs, self.states, self.revisions, self.due]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitIndexKeys:
+    """The keys of a context's index of waits on one stream (``{<context>:w:<stream>}``)."""
+
+    tag: str
+
+    def waits(self, key: str) -> str:
+        """Hash: ``'<type> <saga>|<step>|<n>'`` -> waiter, the waits for correlation ``key``."""
+        return tagged_key(self.tag, "wait", key)
+
+    def early(self, key: str) -> str:
+        """List: events with correlation ``key`` that came before their wait."""
+        return tagged_key(self.tag, "early", key)

@@ -9,13 +9,12 @@ and numbers: ``saga/store/lua/prune_ended.lua`` removes them once the hash is go
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from bus import BusError, Clock
-from bus.lowlevel import Script, run_batch, tagged_key
+from bus.lowlevel import run_batch
 from saga.store.keys import Partition
-
-PRUNE_ENDED: Final = Script.load("saga.store", "prune_ended")
+from saga.store.scripts import PRUNE_ENDED
 
 
 async def prune_ended(redis: Any, partitions: Sequence[Partition], clock: Clock, batch: int = 500) -> int:
@@ -24,7 +23,10 @@ async def prune_ended(redis: Any, partitions: Sequence[Partition], clock: Clock,
     pending = list(partitions)
     while pending:
         now = clock.script_now_ms()
-        calls = [PRUNE_ENDED.call([p.ending, p.counts], [now, batch, tagged_key(p.tag, "")]) for p in pending]
+        calls = [
+            PRUNE_ENDED.call([p.ending, p.counts], [now, batch, p.saga_prefix, p.status_prefix])
+            for p in pending
+        ]
         full = []
         for partition, result in zip(pending, await run_batch(redis, calls), strict=True):
             if isinstance(result, BusError):

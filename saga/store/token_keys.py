@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bus import Authenticator
 from bus.lowlevel import redis_errors
-from redsaga.streams import tagged_key
 from saga.core.tokens import Signer, TokenVerifier, b64url, unb64url
 from saga.errors import InvalidToken, SagaError
+from saga.store.keys import ContextKeys
 
 SECRET_ENV: Final = "REDSAGA_SIGNAL_SECRET"  # noqa: S105 - the variable's name, not a secret
 """The environment variable holding the master signal secret (signing off only)."""
@@ -27,12 +27,12 @@ SECRET_ENV: Final = "REDSAGA_SIGNAL_SECRET"  # noqa: S105 - the variable's name,
 
 def secret_key(context: str) -> str:
     """The Redis key of a context's generated master secret (signing off, none configured)."""
-    return tagged_key(f"{context}:meta", "signal-secret")
+    return ContextKeys(context).signal_secret
 
 
 def public_keys_key(context: str) -> str:
     """The Redis hash where a context's orchestrator publishes its token keys (key id -> raw)."""
-    return tagged_key(f"{context}:meta", "token-keys")
+    return ContextKeys(context).token_keys
 
 
 async def load_signer(

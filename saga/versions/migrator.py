@@ -16,15 +16,15 @@ from typing import Any, Final, Literal
 import msgspec
 
 from bus import Clock, SystemClock, uuid7
-from bus.lowlevel import Script, redis_errors
+from bus.lowlevel import redis_errors
 from saga.core.migration import Migration, current_step, decide_migration
 from saga.core.model import HistoryEntry, SagaState
 from saga.errors import MigrationRefused
 from saga.store.codec import STEP_PREFIX, Loaded, decode_state, encode_state, expected, new_tag
 from saga.store.keys import Partition
+from saga.store.scripts import MIGRATE
 from saga.versions.registry import IN_FLIGHT, Versions
 
-MIGRATE: Final = Script.load("saga.store", "migrate")
 _json = msgspec.json.Encoder()
 _ATTEMPTS: Final = 5
 

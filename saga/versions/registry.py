@@ -29,12 +29,13 @@ from typing import Any, Final
 import msgspec
 
 from bus import Clock, SystemClock
-from bus.lowlevel import Script, redis_errors
+from bus.lowlevel import redis_errors
 from saga.core.states import SagaStatus
 from saga.definition.registry import Registry
 from saga.definition.shape import Shape, decode_shape, encode_shape, shape_of
 from saga.errors import IncompatibleChange, UnknownDefinition, VersionError, VersionInUse
 from saga.store.keys import CONTEXTS, ContextKeys, Partition
+from saga.store.scripts import REGISTER_SHAPE, WORKERS
 from saga.versions.compatibility import Change, breaking, compare_shapes
 from saga.versions.records import (
     ContextSnapshot,
@@ -51,8 +52,6 @@ from saga.versions.records import (
     parse_key,
 )
 
-REGISTER_SHAPE: Final = Script.load("saga.store", "register_shape")
-WORKERS: Final = Script.load("saga.store", "workers")
 IN_FLIGHT: Final = tuple(s.value for s in SagaStatus if not s.terminal)
 """Statuses of sagas that have not ended (dead-lettered ones wait for an operator: in flight)."""
 

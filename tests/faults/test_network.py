@@ -39,11 +39,9 @@ from saga import (
 )
 from saga.core.model import HistoryEntry, Migrated
 from saga.errors import ScheduleExists
-from saga.runtime.schedule_runner import WRITE as SCHEDULE_WRITE
-from saga.store.commit import FIRE_TIMERS, TRANSITION
 from saga.store.keys import Partition
+from saga.store.scripts import FIRE_TIMERS, MIGRATE, SCHEDULE_WRITE, TRANSITION
 from saga.testing import decode_history
-from saga.versions.migrator import MIGRATE
 from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies
 from tests.bus.test_contract import CONFIG as CONTRACT
 from tests.faults.net_app import NET, STEPS, Approval, Order, app

@@ -4,28 +4,30 @@
 -- KEYS[1] ending zset (member 'name@version|status|id', score: when the hash expires)
 -- KEYS[2] counts hash
 -- ARGV[1] now in ms, or -1 for the Redis clock    ARGV[2] most members to look at
--- ARGV[3] the partition's key prefix ('rs:{<context>:<index>}:')
+-- ARGV[3] the prefix of the partition's saga hashes ('rs:{<context>:<index>}:saga:')
+-- ARGV[4] the prefix of the partition's status indexes ('rs:{<context>:<index>}:idx:')
 --
--- The saga and index keys are built here from the prefix: they share the partition's hash
--- tag, so the script stays single-slot. A saga whose hash still exists is not forgotten:
+-- The saga and index keys are the prefixes (saga/store/keys.py builds them) followed by the
+-- id or status read from a member: they share the partition's hash tag, so the script stays
+-- single-slot. A saga whose hash still exists is not forgotten:
 -- with a TTL its member moves to the new expiry (a clock that ran ahead of Redis's), without
 -- one (redriven out of its end state, or a new saga under the same id) the member goes,
 -- and so does the index entry if the saga is no longer in that status.
 --
 -- Returns {forgotten, members looked at} (as many as ARGV[2]: call again).
 local now = clock_ms(ARGV[1])
-local prefix = ARGV[3]
+local saga_prefix, status_prefix = ARGV[3], ARGV[4]
 local forgotten = 0
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, member in ipairs(due) do
   local definition, status, id = string.match(member, '^([^|]*)|([^|]*)|(.*)$')
-  local ttl = redis.call('PTTL', prefix .. 'saga:' .. id)
+  local ttl = redis.call('PTTL', saga_prefix .. id)
   if ttl > 0 then
     redis.call('ZADD', KEYS[1], now + ttl, member)
   else
     redis.call('ZREM', KEYS[1], member)
-    local now_in = ttl == -1 and redis.call('HGET', prefix .. 'saga:' .. id, 'status')
-    if now_in ~= status and redis.call('ZREM', prefix .. 'idx:' .. status, id) == 1 then
+    local now_in = ttl == -1 and redis.call('HGET', saga_prefix .. id, 'status')
+    if now_in ~= status and redis.call('ZREM', status_prefix .. status, id) == 1 then
       redis.call('HINCRBY', KEYS[2], definition .. '|' .. status, -1)
       forgotten = forgotten + 1
     end

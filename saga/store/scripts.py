@@ -1,0 +1,42 @@
+"""Every Lua script of the saga engine, loaded in one place.
+
+Each is one file of ``saga/store/lua/`` (its header documents its keys, arguments and
+reply), a function of the ``saga`` Redis Functions library (``bus/_scripts.py`` builds the
+library, with the shared helpers of ``bus/lua/_shared.lua`` first). Callers build the keys
+with :mod:`saga.store.keys` and pass them in ``KEYS``; the ACL generator
+(``saga/ops/acl.py``) reads the commands each one calls from :data:`SCRIPTS`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from bus.lowlevel import Script
+
+PACKAGE: Final = "saga.store"
+"""Where the scripts live (``saga/store/lua/``)."""
+
+TRANSITION: Final = Script.load(PACKAGE, "transition")
+"""One saga's transition: revision check, state, history, indexes, effects (saga/store/commit.py)."""
+FIRE_TIMERS: Final = Script.load(PACKAGE, "fire_timers")
+"""Move due timers of a partition onto its inbox (saga/runtime/timer_firing.py)."""
+PRUNE_ENDED: Final = Script.load(PACKAGE, "prune_ended")
+"""Forget ended sagas whose hash expired (saga/store/pruning.py)."""
+MIGRATE: Final = Script.load(PACKAGE, "migrate")
+"""Move one saga to another definition version (saga/versions/migrator.py)."""
+REGISTER_SHAPE: Final = Script.load(PACKAGE, "register_shape")
+"""Register a definition version's shape (saga/versions/registry.py)."""
+WORKERS: Final = Script.load(PACKAGE, "workers")
+"""Renew a worker's registration, forget expired ones (saga/versions/registry.py)."""
+SCHEDULE_WRITE: Final = Script.load(PACKAGE, "schedule_write")
+"""Compare-and-set one schedule (saga/runtime/schedule_runner.py)."""
+WATCH_EVENT: Final = Script.load(PACKAGE, "watch_event")
+"""Register an event wait, find an event that came first (saga/runtime/event_routing.py)."""
+ROUTE_EVENT: Final = Script.load(PACKAGE, "route_event")
+"""Route an event to its waits, or buffer it (saga/runtime/event_routing.py)."""
+
+SCRIPTS: Final = (
+    TRANSITION, FIRE_TIMERS, PRUNE_ENDED, MIGRATE, REGISTER_SHAPE, WORKERS, SCHEDULE_WRITE,
+    WATCH_EVENT, ROUTE_EVENT,
+)  # fmt: skip
+"""Every script above (a test checks it is every file of ``saga/store/lua/``)."""
