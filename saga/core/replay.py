@@ -36,7 +36,7 @@ from saga.core.model import (
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.store.codec import changed_branches, encode_state
+from saga.store.codec import state_write
 
 _json = msgspec.json.Encoder()
 _entry_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -208,14 +208,10 @@ def _decide(
 
 
 def _revision(before: SagaState | None, decision: Decision) -> int:
-    """The revision the store gives this decision (it counts changes of the hash fields)."""
-    revision = before.revision if before is not None else 0
-    if not decision.changed:
-        return revision
-    old = encode_state(before) if before is not None else {}
-    if changed_branches(before, decision.state, decision.touched):
-        return revision + 1
-    return revision + 1 if any(old.get(k) != v for k, v in encode_state(decision.state).items()) else revision
+    """The revision the store gives this decision (the store's own rule, :func:`state_write`)."""
+    return state_write(
+        before, None, decision.state, changed=decision.changed, touched=decision.touched
+    ).revision
 
 
 def _compare(entry: HistoryEntry, decision: Decision, revision: int) -> tuple[str, str, str, str] | None:

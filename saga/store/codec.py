@@ -152,3 +152,42 @@ def changed_branches(
     return {
         key: _json.encode(after.branches[key]) for key in keys if previous.get(key) is not after.branches[key]
     }
+
+
+@dataclass(frozen=True, slots=True)
+class StateWrite:
+    """What one decision writes to a saga's hash and branch records (:func:`state_write`)."""
+
+    fields: dict[str, bytes]
+    """The hash's fields after the decision (``before``'s own dict when nothing changed)."""
+    changed: dict[str, bytes]
+    """The fields that differ from before."""
+    branches: dict[str, bytes]
+    """The branch records the decision changed (hash field -> JSON)."""
+    revision: int
+    """The saga's revision after the decision."""
+
+
+def state_write(
+    before: SagaState | None,
+    before_fields: dict[str, bytes] | None,
+    after: SagaState,
+    *,
+    changed: bool,
+    touched: Iterable[str] | None = None,
+) -> StateWrite:
+    """What a decision that leaves ``after`` writes, and the revision it gives the saga.
+
+    The one revision rule, shared by the store's commit, the in-process runner and replay:
+    the revision moves by one when a field of the hash or a branch record changes, and not
+    for a decision that changed nothing (``changed`` false: a duplicate, an ignored event).
+    ``before_fields`` are ``before`` encoded, when the caller holds them (else encoded here).
+    """
+    revision = before.revision if before is not None else 0
+    old = before_fields if before_fields is not None else encode_state(before) if before is not None else {}
+    if not changed:
+        return StateWrite(old, {}, {}, revision)
+    fields = encode_state(after)
+    diff = {name: value for name, value in fields.items() if old.get(name) != value}
+    branches = changed_branches(before, after, touched)
+    return StateWrite(fields, diff, branches, revision + 1 if diff or branches else revision)

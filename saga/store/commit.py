@@ -40,7 +40,7 @@ from saga.core.model import (
     idempotency_key,
 )
 from saga.definition.waits import WAITS
-from saga.store.codec import Loaded, changed_branches, encode_state, expected, new_tag
+from saga.store.codec import Loaded, expected, new_tag, state_write
 from saga.store.keys import Partition
 from saga.store.scripts import TRANSITION
 from saga.store.trust import Seal, orchestrator_of, participant_named
@@ -208,22 +208,20 @@ def commit_call(
     """
     state = decision.state
     status = state.status.value
-    old_fields = before.fields if before else {}
     old_status = before.state.status.value if before else ""
     tag = before.tag if before else ""
-    changed: list[Any] = []
-    branches: dict[str, bytes] = {}
-    new_fields = old_fields
-    if decision.changed:
-        new_fields = encode_state(state)
-        for item in new_fields.items():
-            if old_fields.get(item[0]) != item[1]:
-                changed += item
-        branches = changed_branches(before.state if before else None, state, decision.touched)
-        if changed or branches:
-            tag = new_tag()
-            changed += ("tag", tag.encode())
-    revision = (before.state.revision if before else 0) + (1 if changed else 0)
+    write = state_write(
+        before.state if before else None,
+        before.fields if before else {},
+        state,
+        changed=decision.changed,
+        touched=decision.touched,
+    )
+    new_fields, branches, revision = write.fields, write.branches, write.revision
+    changed: list[Any] = [part for item in write.changed.items() for part in item]
+    if write.revision != (before.state.revision if before else 0):
+        tag = new_tag()
+        changed += ("tag", tag.encode())
     entry = HistoryEntry(
         event=event,
         effects=decision.effects,

@@ -65,7 +65,7 @@ from saga.runtime.participant import CommandContext, Participant
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import StepFailed, to_event
 from saga.runtime.step_reply import reply_for
-from saga.store.codec import changed_branches, encode_state
+from saga.store.codec import encode_state, state_write
 from saga.store.commit import TimerTemplate, WatchRequest, command_envelope
 from saga.store.keys import Partition, partition_of
 from saga.testing.fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
@@ -620,14 +620,13 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
 
     def _commit(self, record: _Saga, decision: Decision, event: Event) -> None:
         """Apply a decision the way the transition script does (revision, history, effects)."""
-        revision = record.state.revision
         status = decision.state.status
+        write = state_write(
+            record.state, record.fields, decision.state, changed=decision.changed, touched=decision.touched
+        )
+        revision = write.revision
         if decision.changed:
-            fields = encode_state(decision.state)
-            branches = changed_branches(record.state, decision.state, decision.touched)
-            if branches or any(record.fields.get(k) != v for k, v in fields.items()):
-                revision += 1
-            record.state, record.fields = decision.state, fields
+            record.state, record.fields = decision.state, write.fields
             record.state.revision = revision
         record.history.append(
             HistoryEntry(
