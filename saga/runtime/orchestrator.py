@@ -9,7 +9,7 @@ re-decided on fresh state; one whose lease was taken over is dropped (the new ho
 it). Replies and signals that do not match their step's declared output type, entries for
 unknown sagas and malformed entries are dead-lettered by the bus with the reason.
 
-It also keeps the context's index of event waits (``saga/runtime/event_routing.py``): it handles the
+It also keeps the context's index of event waits (``saga/store/wait_index.py``): it handles the
 ``cmd:_waits`` registrations its transitions write, and subscribes to every stream an event
 wait names to route the events to the waiting sagas. And it runs child sagas
 (``saga/runtime/children.py``): it handles the ``cmd:_child`` commands of its sagas' child steps,
@@ -55,6 +55,7 @@ from saga.runtime.config import EngineConfig
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.step_reply import reply_for
+from saga.store import wait_index
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
 from saga.store.commit import PARENT_REPORT, WatchRequest, commit_call, commit_result
@@ -514,23 +515,22 @@ class Orchestrator:
         except (msgspec.DecodeError, RecursionError) as error:
             raise PermanentError(f"invalid event-wait registration: {error}") from error
         if envelope.type == "UnwatchEvent":
-            await waits.unwatch(self.redis, self.context.name, request)
+            await wait_index.unwatch(self.redis, self.context.name, request)
             return
         if envelope.type != "WatchEvent":
             raise PermanentError(f"unknown event-wait command {envelope.type!r}")
-        early = await waits.watch(self.redis, self.context.name, request)
+        early = await wait_index.watch(self.redis, self.context.name, request)
         if early is not None:
-            waiter = waits.Waiter(
-                saga_id=request.saga_id, partition=request.partition, step=request.step, n=request.n
-            )
-            await self._deliver_event([waiter], early)
+            await self._deliver_event([wait_index.Waiter.of(request)], early)
 
     async def on_event(self, envelope: Envelope, delivery: Delivery) -> None:
         """Route another context's event to the sagas waiting for it (or buffer it)."""
         stream = delivery.stream
-        event = waits.BufferedEvent(id=envelope.id, type=envelope.type, payload=msgspec.Raw(envelope.payload))
+        event = wait_index.BufferedEvent(
+            id=envelope.id, type=envelope.type, payload=msgspec.Raw(envelope.payload)
+        )
         for key in waits.keys_of(self._event_waits.get(stream, []), envelope):
-            found = await waits.route(
+            found = await wait_index.route(
                 self.redis,
                 self.context.name,
                 stream,
@@ -541,7 +541,7 @@ class Orchestrator:
             )
             await self._deliver_event(found, event)
 
-    async def _deliver_event(self, waiters: list[waits.Waiter], event: waits.BufferedEvent) -> None:
+    async def _deliver_event(self, waiters: list[wait_index.Waiter], event: wait_index.BufferedEvent) -> None:
         if not waiters:
             return
         now = self.clock.now_ms()

@@ -4,7 +4,7 @@ The saga hash's fields are encoded by :mod:`saga.store.codec`.
 
 An event wait's registration (``WatchEvent``/``UnwatchEvent``) is a command on the
 partition's ``cmd:_waits`` stream, written by the same script: the context-wide index it
-updates lives in another slot (see ``saga/runtime/event_routing.py``).
+updates lives in another slot (see ``saga/store/wait_index.py``).
 
 Every change goes through ``saga/store/lua/transition.lua`` (documented at its top): revision
 check, lease check on the inbox entry, state, history, indexes, timers, commands and ack,

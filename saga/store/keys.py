@@ -64,7 +64,7 @@ slot per context::
     rs:{orders:sched}:due            zset: schedule id -> when to look at it next (Unix ms);
                                      schedule_write.lua
 
-A context's index of event waits (``saga/runtime/event_routing.py``; :class:`WaitIndexKeys`),
+A context's index of event waits (``saga/store/wait_index.py``; :class:`WaitIndexKeys`),
 one slot per (context, awaited stream)::
 
     rs:{orders:w:<tag>/<name>}:wait:<key>   hash: '<type> <saga>|<step>|<n>' -> waiter (JSON);

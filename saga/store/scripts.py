@@ -31,9 +31,9 @@ WORKERS: Final = Script.load(PACKAGE, "workers")
 SCHEDULE_WRITE: Final = Script.load(PACKAGE, "schedule_write")
 """Compare-and-set one schedule (saga/runtime/schedule_runner.py)."""
 WATCH_EVENT: Final = Script.load(PACKAGE, "watch_event")
-"""Register an event wait, find an event that came first (saga/runtime/event_routing.py)."""
+"""Register an event wait, find an event that came first (saga/store/wait_index.py)."""
 ROUTE_EVENT: Final = Script.load(PACKAGE, "route_event")
-"""Route an event to its waits, or buffer it (saga/runtime/event_routing.py)."""
+"""Route an event to its waits, or buffer it (saga/store/wait_index.py)."""
 
 SCRIPTS: Final = (
     TRANSITION, FIRE_TIMERS, PRUNE_ENDED, MIGRATE, REGISTER_SHAPE, WORKERS, SCHEDULE_WRITE,

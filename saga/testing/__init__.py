@@ -69,7 +69,8 @@ from saga.testing.invariants import (
     replay,
     summarize,
 )
-from saga.testing.runner import PendingTimer, RunnerError, SagaRunner
+from saga.testing.runner import PendingTimer, SagaRunner
+from saga.testing.runner_queue import RunnerError
 
 __all__ = [
     "Behaviour",

@@ -8,12 +8,15 @@ store counts them. What the runner replaces is only the transport and the clock:
 
 - one queue holds the commands on their way to participants and the events on their way
   to the orchestrator; it is drained in order (or in a seeded random order, ``reorder=``);
-- the bus's idempotent consumer is a dict from (participant, idempotency key) to the first
-  result, so a repeat is answered without running the handler again, as in production --
-  and, as in production, forgotten ``BusConfig.dedupe_ttl_s`` (virtual time) later;
-- timers are a dict of due times on a :class:`~bus.FakeClock` that moves only when the test
-  says so (:meth:`SagaRunner.advance`) or when it skips to the next timer
+- the bus's idempotent consumer and the participants are :mod:`saga.testing.runner_delivery`;
+- sagas, their timers and the index of event waits are a
+  :class:`~saga.store.memory.MemoryStore`, which keeps the store protocol the Redis scripts
+  keep (one contract suite runs both), on a :class:`~bus.FakeClock` that moves only when the
+  test says so (:meth:`SagaRunner.advance`) or when it skips to the next timer
   (:meth:`SagaRunner.run_until_settled`).
+
+Signals and events, child sagas and schedules are objects the runner composes
+(``runner_signals``, ``runner_children``, ``runner_schedules``), each given what it needs.
 """
 
 from __future__ import annotations
@@ -29,15 +32,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from bus import Delivery, Envelope, FakeClock, MalformedEntry, PermanentError, Reply, derived_id
-from bus.lowlevel import encode_result, reply_envelope
-from saga.core.child_messages import CHILD
-from saga.core.decider import Decision, LocalCall, decide
+from bus import FakeClock, PermanentError, Stream, derived_id
+from saga.core.decider import Decision, decide
 from saga.core.decider import start as decide_start
 from saga.core.migration import Migration, MigrationDecision, decide_migration
 from saga.core.model import (
     CancelRequested,
-    CancelTimer,
     Dispatch,
     Event,
     ForceCompleted,
@@ -49,45 +49,38 @@ from saga.core.model import (
     RetryRequested,
     SagaState,
     Started,
-    StartTimer,
     StepReplied,
     TimerPurpose,
     UnwatchEvent,
     WatchEvent,
 )
+from saga.core.query import SagaQuery
 from saga.core.states import SagaStatus
+from saga.core.tokens import Signer
 from saga.definition.registry import Registry
-from saga.definition.saga import LOCAL, Saga, Step
-from saga.errors import SagaError, SagaExists, SagaNotFound
+from saga.definition.saga import Saga, Step
+from saga.definition.schedule import Schedule, ScheduleState
+from saga.errors import SagaExists, SagaNotFound
 from saga.runtime.config import EngineConfig
 from saga.runtime.orchestrator import Orchestrator
-from saga.runtime.participant import CommandContext, Participant
+from saga.runtime.participant import Participant
 from saga.runtime.payload_checks import accepted
-from saga.runtime.protocol import StepFailed, to_event
-from saga.runtime.step_reply import reply_for
-from saga.store.codec import encode_state, state_write
-from saga.store.commit import TimerTemplate, WatchRequest, command_envelope
+from saga.store.codec import Loaded
+from saga.store.commit import WatchRequest, command_envelope
 from saga.store.keys import Partition, partition_of
-from saga.testing.fakes import Call, CallOutcome, FakeParticipant, Response, participants_of
+from saga.store.memory import MemoryStore, Saved, completed
+from saga.testing.fakes import FakeParticipant, participants_of
 from saga.testing.invariants import Summary, invariant_violations, replay, summarize
-from saga.testing.runner_children import RunnerChildren
-from saga.testing.runner_schedules import RunnerSchedules
-from saga.testing.runner_signals import Published, RunnerWaits, Watch
+from saga.testing.runner_children import Children
+from saga.testing.runner_delivery import Deliveries
+from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Item, Published, RunnerError, Watch
+from saga.testing.runner_schedules import Schedules
+from saga.testing.runner_signals import Signals
 
 T = TypeVar("T")
-CONSUMER = "saga-runner"
-"""The consumer name the runner's deliveries carry (attempts record it as their worker)."""
 DEFAULT_START_MS = 1_700_000_000_000
 _json = msgspec.json.Encoder()
 _state_decoder = msgspec.json.Decoder(SagaState)
-
-
-class RunnerError(SagaError):
-    """The runner cannot go on: a test set-up mistake, not a saga outcome.
-
-    For example a command for a participant the runner was not given, a fake without a
-    behaviour for a command type, or a reply of the wrong type for its step.
-    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,35 +100,14 @@ class PendingTimer:
 class _Saga:
     definition: Saga[Any]
     partition: Partition
-    state: SagaState
-    fields: dict[str, bytes]
-    history: list[HistoryEntry]
+    saved: Saved
+
+    @property
+    def state(self) -> SagaState:
+        return self.saved.loaded.state
 
 
-@dataclass(frozen=True, slots=True)
-class _Command:
-    saga_id: str
-    partition: Partition
-    participant: str
-    envelope: Envelope
-
-
-@dataclass(frozen=True, slots=True)
-class _Event:
-    saga_id: str
-    event: Event
-    envelope: Envelope | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Held:
-    item: _Event
-    step: str
-    kind: Kind
-    command_id: str
-
-
-class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
+class SagaRunner:
     """Runs sagas in-process and synchronously: no Redis, no real time, the real decider.
 
     Example::
@@ -175,30 +147,42 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         self.clock = FakeClock(int(start_time.timestamp() * 1000) if start_time else DEFAULT_START_MS)
         self.dispatched: list[tuple[str, Dispatch]] = []
         """Every command the sagas sent, in order, as (saga id, dispatch)."""
-        self.calls: list[Call] = []
-        """Every command delivered to a participant (local actions aside), in delivery order."""
-        self._participants = participants_of(participants)
+        self.store = MemoryStore(ttl_ms=self.config.event_buffer_s * 1000, cap=self.config.event_buffer_cap)
+        """The sagas, their timers and the index of event waits."""
         self._reorder = reorder
         self._max_deliveries = max_deliveries
         self._sagas: dict[str, _Saga] = {}
-        self._queue: list[_Command | _Event | Watch | Published] = []
-        self._held: list[_Held] = []
-        self._timers: dict[str, tuple[int, int, str, StartTimer]] = {}
-        self._dedupe: dict[tuple[str, str], tuple[bytes, int]] = {}
-        self._paused: dict[str, list[_Command]] = {}
+        self._queue: list[Item] = []
         self._ids = itertools.count(1)
         self._busy = False
         self._misuse: RunnerError | None = None
         self._loop: asyncio.Runner | None = None
-        self._signers = {}
-        self._schedules = {}
-        self._indexes = {}
-        self._delivered = set()
-        self._locals: dict[str, Orchestrator] = {}
+        self._signals = Signals(
+            self.registry, self.config, self.clock, self.store, self.state, self._definition_of,
+            self._has_saga, self._new_id, self._queue.append,
+        )  # fmt: skip
+        self._children = Children(
+            self.registry, self.clock, self._has_saga, self._new_id, self._queue.append, self._start_linked
+        )
+        self._schedules = Schedules(
+            self.registry,
+            self.config,
+            self.clock,
+            lambda data, definition, saga_id: self.start(data, definition=definition, saga_id=saga_id),
+            lambda saga_id, reason, by: self.cancel(saga_id, reason=reason, by=by),
+            lambda saga_id: not self._has_saga(saga_id) or self.status(saga_id).terminal,
+        )
+        locals_: dict[str, Orchestrator] = {}
         for context in self.registry.contexts.values():
             local = Orchestrator(None, self.registry, context, clock=self.clock, config=self.config)
             local._signer = self.signer(context.name)
-            self._locals[context.name] = local
+            locals_[context.name] = local
+        self._deliveries = Deliveries(
+            participants_of(participants), self.config, self.clock, locals_, self._queue.append,
+            self._children.command, self._ids,
+        )  # fmt: skip
+        self.calls = self._deliveries.calls
+        """Every command delivered to a participant (local actions aside), in delivery order."""
 
     # -- time ------------------------------------------------------------------------------
 
@@ -249,9 +233,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         decision = decide_start(
             definition, saga_id, encoded, partition.index, event, signer=self._signer_for(definition)
         )
-        record = _Saga(definition, partition, decision.state, {}, [])
-        self._sagas[saga_id] = record
-        self._commit(record, decision, event)
+        self._commit(definition, partition, None, decision, event)
         return saga_id
 
     def run(
@@ -320,11 +302,64 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         back it works through the backlog, so replies to old attempts arrive late.
         """
         self.participant(participant)
-        self._paused.setdefault(participant, [])
+        self._deliveries.paused.setdefault(participant, [])
 
     def resume(self, participant: str) -> None:
         """Bring a paused participant back; its backlog is delivered in order on the next run."""
-        self._queue.extend(self._paused.pop(participant, []))
+        self._deliveries.resume(participant)
+
+    # -- signals, events, queries, schedules (runner_signals, runner_schedules) -------------
+
+    def signer(self, context: str) -> Signer:
+        """The signer of ``context`` (from ``EngineConfig.signal_secret``, else a test secret)."""
+        return self._signals.signer(context)
+
+    def resume_token(self, saga_id: str, step: str | Step[Any, Any]) -> str:
+        """The resume token of ``step``'s current (or next) wait, as ``ctx.resume_token`` makes it."""
+        return self._signals.resume_token(saga_id, step)
+
+    def signal(self, token: str, data: object = None, *, by: str = "test") -> None:
+        """Deliver a resume token with ``data``, as ``SagaClient.signal`` does (checks included).
+
+        A forged or tampered token raises :class:`~saga.InvalidToken`, data of the wrong
+        type :class:`~saga.InvalidInput`; either way nothing is queued.
+        """
+        self._signals.signal(token, data, by=by)
+
+    def publish(self, stream: str | Stream, message: object, *, message_id: str | None = None) -> str:
+        """Publish another context's event on ``stream``; waiting sagas see it on the next run.
+
+        Returns the event's id. An event nobody waits for yet is kept (as in Redis) for
+        ``EngineConfig.event_buffer_s`` of virtual time.
+        """
+        return self._signals.publish(stream, message, message_id=message_id)
+
+    def query(self, saga_id: str) -> SagaQuery:
+        """What ``SagaClient.query`` answers: status, current step, wait (until, token), deadline."""
+        return self._signals.query(saga_id)
+
+    def add_schedule(self, schedule: Schedule, *, replace: bool = False) -> None:
+        """Store a schedule; its first occurrence is the first one at or after now."""
+        self._schedules.add_schedule(schedule, replace=replace)
+
+    def schedule_state(self, schedule_id: str) -> ScheduleState:
+        """A copy of the schedule's state (what it started, skipped, buffered)."""
+        return self._schedules.schedule_state(schedule_id)
+
+    def pause_schedule(self, schedule_id: str) -> None:
+        """Pause: occurrences are skipped until :meth:`resume_schedule`."""
+        self._schedules.pause_schedule(schedule_id)
+
+    def resume_schedule(self, schedule_id: str) -> None:
+        """Resume from the next occurrence after now."""
+        self._schedules.resume_schedule(schedule_id)
+
+    def trigger_schedule(self, schedule_id: str) -> None:
+        """Run once now (the overlap policy applies) on the next run or advance."""
+        self._schedules.trigger_schedule(schedule_id)
+
+    def _signer_for(self, definition: Saga[Any]) -> Signer | None:
+        return self._signals.signer_for(definition)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -356,7 +391,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         target = self.now_ms + int(total.total_seconds() * 1000)
 
         def next_due() -> int | None:
-            due = [t for t in (self._next_due(), self._next_schedule_due()) if t is not None]
+            due = [t for t in (self._next_due(), self._schedules.next_due()) if t is not None]
             return min(due, default=None)
 
         def body() -> None:
@@ -408,34 +443,31 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
 
     def history(self, saga_id: str) -> list[HistoryEntry]:
         """The saga's history: every event, what was decided, and the resulting status."""
-        return list(self._saga(saga_id).history)
+        return list(self._saga(saga_id).saved.history)
 
     def summary(self, saga_id: str) -> Summary:
         """Status, step records and compensation order, as compared across backends."""
         record = self._saga(saga_id)
-        return summarize(record.state, record.history)
+        return summarize(record.state, record.saved.history)
 
     def participant(self, name: str) -> FakeParticipant:
         """The participant called ``name`` (real ones are wrapped: see ``calls``)."""
-        try:
-            return self._participants[name]
-        except KeyError:
-            raise RunnerError(f"no participant {name!r} (known: {sorted(self._participants)})") from None
+        return self._deliveries.participant(name)
 
     def timers(self, saga_id: str | None = None) -> list[PendingTimer]:
         """The timers that have not fired (of one saga), soonest first."""
         return [
             PendingTimer(
-                saga_id=owner,
+                saga_id=timer.saga_id,
                 timer_id=timer.timer_id,
-                due_ms=due,
-                purpose=timer.purpose,
-                step=timer.step,
-                kind=timer.kind,
-                attempt=timer.attempt,
+                due_ms=timer.due_ms,
+                purpose=timer.template.purpose,
+                step=timer.template.step,
+                kind=timer.template.kind,
+                attempt=timer.template.attempt,
             )
-            for due, _, owner, timer in sorted(self._timers.values(), key=lambda t: (t[0], t[1]))
-            if saga_id is None or owner == saga_id
+            for timer in self.store.every_timer()
+            if saga_id is None or timer.saga_id == saga_id
         ]
 
     def replay(self, saga_id: str) -> SagaState:
@@ -443,7 +475,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         record = self._saga(saga_id)
         return replay(
             self.registry,
-            record.history,
+            record.saved.history,
             saga_id=saga_id,
             partition=record.partition.index,
             signer=self._signer_for(record.definition),
@@ -471,15 +503,10 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
             if decision.state is None or decision.event is None:
                 continue
             new_state = decision.state
-            new_state.revision = record.state.revision + 1
-            record.definition, record.state, record.fields = (
-                migration.target,
-                new_state,
-                encode_state(new_state),
-            )
-            record.history.append(
-                HistoryEntry(event=decision.event, status=new_state.status, revision=new_state.revision)
-            )
+            new_state.revision = record.state.revision + 1  # migrate.lua's rule: always a new revision
+            record.definition = migration.target
+            entry = HistoryEntry(event=decision.event, status=new_state.status, revision=new_state.revision)
+            self.store.replace(record.partition, new_state, entry)
         return decisions
 
     def assert_invariants(self) -> None:
@@ -490,9 +517,9 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
         problems = [
             f"{saga_id}: {problem}"
             for saga_id, record in self._sagas.items()
-            for problem in invariant_violations(record.definition, record.state, record.history)
+            for problem in invariant_violations(record.definition, record.state, record.saved.history)
         ]
-        for fake in self._participants.values():
+        for fake in self._deliveries.participants.values():
             try:
                 fake.assert_each_effect_once()
             except AssertionError as error:
@@ -521,17 +548,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
 
     def _request(self, saga_id: str, event: Event) -> None:
         self._saga(saga_id)
-        self._queue.append(_Event(saga_id, event))
-
-    def _enqueue(self, item: object) -> None:
-        assert isinstance(item, _Command | _Event | Watch | Published)  # noqa: S101 - internal use
-        self._queue.append(item)
-
-    def _enqueue_event(self, saga_id: str, event: Event) -> None:
-        self._request(saga_id, event)
-
-    def _enqueue_reply(self, saga_id: str, event: Event, envelope: Envelope) -> None:
-        self._queue.append(_Event(saga_id, event, envelope))
+        self._queue.append(EventItem(saga_id, event))
 
     def _has_saga(self, saga_id: str) -> bool:
         return saga_id in self._sagas
@@ -571,7 +588,7 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
     def _settle_now(self) -> None:
         while True:
             self._drain()
-            if not self._fire_due() + self._fire_schedules():
+            if not self._fire_due() + self._schedules.fire():
                 return
 
     def _drain(self) -> None:
@@ -580,12 +597,12 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
                 return
             index = self._reorder.randrange(len(self._queue)) if self._reorder else 0
             item = self._queue.pop(index)
-            if isinstance(item, _Command):
-                self._deliver(item)
+            if isinstance(item, CommandItem):
+                self._await(self._deliveries.handle(item))
             elif isinstance(item, Watch):
-                self._handle_watch(item)
+                self._signals.handle_watch(item)
             elif isinstance(item, Published):
-                self._handle_published(item)
+                self._signals.handle_published(item)
             else:
                 self._decide(item)
             if self._misuse is not None:
@@ -595,18 +612,18 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
             raise RunnerError(f"still busy after {self._max_deliveries} deliveries (a livelock?)")
 
     def _next_due(self) -> int | None:
-        return min((t[0] for t in self._timers.values()), default=None)
+        return min((t.due_ms for t in self.store.every_timer()), default=None)
 
     def _fire_due(self) -> int:
         now = self.now_ms
-        due = sorted((t for t in self._timers.values() if t[0] <= now), key=lambda t: (t[0], t[1]))
-        for _, _, saga_id, timer in due:
-            del self._timers[timer.timer_id]
-            event = TimerTemplate.of(timer).fired(timer.timer_id, now)
-            self._queue.append(_Event(saga_id, event))
+        due = [t for t in self.store.every_timer() if t.due_ms <= now]  # soonest first, every partition
+        for partition in {r.partition for r in self._sagas.values()}:
+            completed(self.store.fire_due(partition, now))
+        for timer in due:
+            self._queue.append(EventItem(timer.saga_id, timer.fired(now)))
         return len(due)
 
-    def _decide(self, item: _Event) -> None:
+    def _decide(self, item: EventItem) -> None:
         record = self._saga(item.saga_id)
         event = item.event
         if isinstance(event, StepReplied) and item.envelope is not None:
@@ -614,172 +631,37 @@ class SagaRunner(RunnerWaits, RunnerSchedules, RunnerChildren):
                 event = accepted(record.definition, event, item.envelope)
             except PermanentError as error:
                 raise RunnerError(f"participant {item.envelope.source!r} replied wrongly: {error}") from error
-        signer = self._signer_for(record.definition)
-        self._commit(record, decide(record.definition, record.state, event, signer=signer), event)
-        self._release_late(record)
+        decision = decide(record.definition, record.state, event, signer=self._signer_for(record.definition))
+        self._commit(record.definition, record.partition, record.saved.loaded, decision, event)
+        self._deliveries.release_late(record.state)
 
-    def _commit(self, record: _Saga, decision: Decision, event: Event) -> None:
-        """Apply a decision the way the transition script does (revision, history, effects)."""
-        status = decision.state.status
-        write = state_write(
-            record.state, record.fields, decision.state, changed=decision.changed, touched=decision.touched
-        )
-        revision = write.revision
-        if decision.changed:
-            record.state, record.fields = decision.state, write.fields
-            record.state.revision = revision
-        record.history.append(
-            HistoryEntry(
-                event=event,
-                effects=list(decision.effects),
-                status=status,
-                revision=revision,
-                ignored=decision.ignored,
-            )
-        )
-        saga_id = record.state.id
-        for effect in decision.effects:
-            if isinstance(effect, StartTimer):
-                due = effect.at_ms if effect.at_ms is not None else self.now_ms + effect.delay_ms
-                self._timers[effect.timer_id] = (due, next(self._ids), saga_id, effect)
-        for effect in decision.effects:
-            if isinstance(effect, CancelTimer):
-                self._timers.pop(effect.timer_id, None)
+    def _commit(
+        self,
+        definition: Saga[Any],
+        partition: Partition,
+        before: Loaded | None,
+        decision: Decision,
+        event: Event,
+    ) -> None:
+        """Commit a decision to the store, then carry its commands as the streams would."""
+        result = completed(self.store.commit(partition, before, decision, event, now_ms=self.now_ms))
+        if result.outcome != "ok":  # the runner decides on the store's own copy: never stale
+            raise RunnerError(f"the memory store refused a commit: {result.outcome}")
+        saved = self.store.saved(partition, decision.state.id)
+        assert saved is not None  # noqa: S101 - just committed
+        record = self._sagas.setdefault(decision.state.id, _Saga(definition, partition, saved))
+        state = record.state
         for effect in decision.effects:
             if isinstance(effect, Dispatch):
-                envelope = command_envelope(
-                    record.state, effect, record.partition, cause=event.id, now_ms=self.now_ms
-                )
-                self.dispatched.append((saga_id, effect))
-                self._queue.append(_Command(saga_id, record.partition, effect.participant, envelope))
+                envelope = command_envelope(state, effect, partition, cause=event.id, now_ms=self.now_ms)
+                self.dispatched.append((state.id, effect))
+                self._queue.append(CommandItem(state.id, partition, effect.participant, envelope))
             elif isinstance(effect, WatchEvent | UnwatchEvent):
-                request = WatchRequest.of(saga_id, record.partition.index, effect)
+                request = WatchRequest.of(state.id, partition.index, effect)
                 kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
-                self._queue.append(Watch(record.partition.context, kind, request))
+                self._queue.append(Watch(partition.context, kind, request))
             elif isinstance(effect, NotifyParent):
-                self._notify_parent(record.state, effect, record.definition)
-
-    def _deliver(self, command: _Command) -> None:
-        self._await(self._handle(command))
-
-    async def _handle(self, command: _Command) -> None:
-        """Deliver one command as the bus would: idempotent consumer first, then the handler."""
-        envelope = command.envelope
-        name = command.participant
-        if name in self._paused:
-            self._paused[name].append(command)
-            return
-        delivery = Delivery(
-            envelope=envelope,
-            stream=command.partition.commands(name),
-            group=name,
-            entry_id=f"0-{next(self._ids)}",
-            deliveries=1,
-            consumer=CONSUMER,
-        )
-        key = (name, envelope.idempotency_key)
-        if name == CHILD:
-            self._child_command(envelope)
-            return
-        if name == LOCAL:
-            first = self._first_result(key)
-            if first is None:
-                local = self._locals[command.partition.context]
-                reply = await local.on_local(envelope.decode(LocalCall), delivery)
-                first = self._result(key, reply, idempotent=True)
-            self._reply(command, LOCAL, first, Response(None))
-            return
-        fake = self.participant(name)
-        found = fake.behaviour(envelope.type)
-        if found is None:
-            raise RunnerError(
-                f"participant {name!r} has no behaviour for {envelope.type} (sent by step "
-                f"{envelope.headers.get('step')!r}); add one with .on({envelope.type}, ...)"
-            )
-        message = envelope.decode(found[0])
-        ctx = CommandContext.of(delivery)
-        first = self._first_result(key) if fake.idempotent else None
-        if first is not None:
-            fake.calls.append(self._call(name, message, ctx, envelope, "replayed"))
-            self._reply(command, name, first, Response(None))
-            return
-        response = found[1].respond(message, ctx)
-        if response.handler is None:
-            fake.calls.append(self._call(name, message, ctx, envelope, "lost"))
-        else:
-            reply = await reply_for(response.handler(message, ctx), wrap=False)
-            result = self._result(key, reply, idempotent=fake.idempotent)
-            fake.calls.append(self._call(name, message, ctx, envelope, _outcome_of(reply)))
-            self._reply(command, name, result, response)
-        if response.redeliver:
-            self._queue.append(command)
-
-    def _first_result(self, key: tuple[str, str]) -> bytes | None:
-        """The key's first result, unless the bus would have forgotten it (``dedupe_ttl_s``)."""
-        recorded = self._dedupe.get(key)
-        if recorded is None or self.now_ms - recorded[1] >= self.config.bus.dedupe_ttl_s * 1000:
-            return None
-        return recorded[0]
-
-    def _result(self, key: tuple[str, str], reply: Any, *, idempotent: bool) -> bytes:
-        """Encode a handler's reply; remember it as the key's first result as the bus does."""
-        result = encode_result(reply, self.config.bus)
-        if idempotent and (not isinstance(reply, Reply) or reply.remember):
-            self._dedupe[key] = (result, self.now_ms)
-        return result
-
-    def _call(
-        self, name: str, message: Any, ctx: CommandContext, envelope: Envelope, outcome: CallOutcome
-    ) -> Call:
-        call = Call(
-            participant=name,
-            message=message,
-            saga_id=ctx.saga_id,
-            step=ctx.step,
-            kind=ctx.kind,
-            attempt=ctx.attempt,
-            command_id=envelope.id,
-            idempotency_key=envelope.idempotency_key,
-            at_ms=self.now_ms,
-            outcome=outcome,
-        )
-        self.calls.append(call)
-        return call
-
-    def _reply(self, command: _Command, name: str, result: bytes, response: Response) -> None:
-        reply = reply_envelope(
-            command.envelope, result, source=name, consumer=f"{name}@{CONSUMER}", now_ms=self.now_ms
-        )
-        if reply is None:
-            return
-        try:
-            event = to_event(reply)
-        except MalformedEntry as error:
-            raise RunnerError(f"participant {name!r} replied with something unusable: {error}") from error
-        item = _Event(command.saga_id, event, reply)
-        assert isinstance(event, StepReplied)  # noqa: S101 - replies always decode as StepReplied
-        for _ in range(max(1, response.copies)):
-            if response.late:
-                self._held.append(_Held(item, event.step, event.kind, event.command_id))
-            else:
-                self._queue.append(item)
-
-    def _release_late(self, record: _Saga) -> None:
-        """Deliver held replies whose attempt the saga has given up on (timed out, moved on)."""
-        keep: list[_Held] = []
-        for held in self._held:
-            mine = held.item.saga_id == record.state.id
-            step = (
-                (record.state.steps.get(held.step) or record.state.branches.get(held.step)) if mine else None
-            )
-            attempt = step.current(held.kind) if step is not None else None
-            if held.item.saga_id != record.state.id or (
-                attempt is not None and attempt.command_id == held.command_id and attempt.outcome is None
-            ):
-                keep.append(held)
-            else:
-                self._queue.append(held.item)
-        self._held = keep
+                self._children.notify_parent(state, effect, definition)
 
 
 _SETTLED = frozenset(
@@ -791,10 +673,3 @@ _SETTLED = frozenset(
         SagaStatus.DEAD_LETTERED,
     }
 )
-
-
-def _outcome_of(reply: Any) -> CallOutcome:
-    message = reply.message if isinstance(reply, Reply) else reply
-    if isinstance(message, StepFailed):
-        return "permanent" if message.permanent else "transient"
-    return "ok"

@@ -311,7 +311,7 @@ async def test_events_before_and_after_their_waits_on_two_workers_always_meet(re
 
 async def test_the_index_scripts_meet_in_either_order(redis: bus.Redis) -> None:
     from bus import Stream
-    from saga.runtime import event_routing as waits
+    from saga.store import wait_index as waits
     from saga.store.commit import WatchRequest
 
     stream = Stream.named(TREASURY_EVENTS)
