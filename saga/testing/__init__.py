@@ -69,8 +69,9 @@ from saga.testing.invariants import (
     replay,
     summarize,
 )
-from saga.testing.runner import PendingTimer, SagaRunner
+from saga.testing.runner import SagaRunner
 from saga.testing.runner_queue import RunnerError
+from saga.testing.runner_sagas import PendingTimer
 
 __all__ = [
     "Behaviour",

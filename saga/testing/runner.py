@@ -21,90 +21,54 @@ Signals and events, child sagas and schedules are objects the runner composes
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import random
-from collections.abc import Callable, Coroutine, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
-from bus import FakeClock, PermanentError, Stream, derived_id
-from saga.core.decider import Decision, decide
-from saga.core.decider import start as decide_start
-from saga.core.migration import Migration, MigrationDecision, decide_migration
+from bus import FakeClock, Stream, derived_id
+from saga.core.decider import Decision
+from saga.core.migration import Migration, MigrationDecision
 from saga.core.model import (
     CancelRequested,
     Dispatch,
     Event,
     ForceCompleted,
     HistoryEntry,
-    Kind,
     NotifyParent,
-    ParentLink,
     RedriveRequested,
     RetryRequested,
     SagaState,
-    Started,
-    StepReplied,
-    TimerPurpose,
     UnwatchEvent,
     WatchEvent,
 )
 from saga.core.query import SagaQuery
-from saga.core.states import SagaStatus
+from saga.core.states import TERMINAL, SagaStatus
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga, Step
 from saga.definition.schedule import Schedule, ScheduleState
-from saga.errors import SagaExists, SagaNotFound
 from saga.runtime.config import EngineConfig
 from saga.runtime.orchestrator import Orchestrator
 from saga.runtime.participant import Participant
-from saga.runtime.payload_checks import accepted
-from saga.store.codec import Loaded
 from saga.store.commit import WatchRequest, command_envelope
-from saga.store.keys import Partition, partition_of
-from saga.store.memory import MemoryStore, Saved, completed
+from saga.store.memory import MemoryStore
 from saga.testing.fakes import FakeParticipant, participants_of
 from saga.testing.invariants import Summary, invariant_violations, replay, summarize
 from saga.testing.runner_children import Children
 from saga.testing.runner_delivery import Deliveries
 from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Item, Published, RunnerError, Watch
+from saga.testing.runner_sagas import PendingTimer, Record, Sagas
 from saga.testing.runner_schedules import Schedules
+from saga.testing.runner_session import Session
 from saga.testing.runner_signals import Signals
 
-T = TypeVar("T")
 DEFAULT_START_MS = 1_700_000_000_000
 _json = msgspec.json.Encoder()
 _state_decoder = msgspec.json.Decoder(SagaState)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingTimer:
-    """A timer that has not fired yet."""
-
-    saga_id: str
-    timer_id: str
-    due_ms: int
-    purpose: TimerPurpose
-    step: str
-    kind: Kind
-    attempt: int
-
-
-@dataclass(slots=True)
-class _Saga:
-    definition: Saga[Any]
-    partition: Partition
-    saved: Saved
-
-    @property
-    def state(self) -> SagaState:
-        return self.saved.loaded.state
 
 
 class SagaRunner:
@@ -151,27 +115,25 @@ class SagaRunner:
         """The sagas, their timers and the index of event waits."""
         self._reorder = reorder
         self._max_deliveries = max_deliveries
-        self._sagas: dict[str, _Saga] = {}
         self._queue: list[Item] = []
         self._ids = itertools.count(1)
-        self._busy = False
-        self._misuse: RunnerError | None = None
-        self._loop: asyncio.Runner | None = None
+        self._session = Session()
+        self._sagas = Sagas(
+            self.registry, self.clock, self.store, self._new_id, self._signer_for, self._carry
+        )  # fmt: skip
         self._signals = Signals(
-            self.registry, self.config, self.clock, self.store, self.state, self._definition_of,
-            self._has_saga, self._new_id, self._queue.append,
+            self.registry, self.config, self.clock, self.store, self.state,
+            lambda saga_id: self._saga(saga_id).definition, self._sagas.has, self._new_id, self._queue.append,
         )  # fmt: skip
         self._children = Children(
-            self.registry, self.clock, self._has_saga, self._new_id, self._queue.append, self._start_linked
+            self.registry, self.clock, self._sagas.has, self._new_id, self._queue.append, self._sagas.start
         )
         self._schedules = Schedules(
-            self.registry,
-            self.config,
-            self.clock,
+            self.registry, self.config, self.clock,
             lambda data, definition, saga_id: self.start(data, definition=definition, saga_id=saga_id),
             lambda saga_id, reason, by: self.cancel(saga_id, reason=reason, by=by),
-            lambda saga_id: not self._has_saga(saga_id) or self.status(saga_id).terminal,
-        )
+            lambda saga_id: not self._sagas.has(saga_id) or self.status(saga_id).terminal,
+        )  # fmt: skip
         locals_: dict[str, Orchestrator] = {}
         for context in self.registry.contexts.values():
             local = Orchestrator(None, self.registry, context, clock=self.clock, config=self.config)
@@ -207,34 +169,8 @@ class SagaRunner:
         """
         definition = self._definition(definition)
         encoded = definition.encode_data(data)
-        saga_id = saga_id or f"{definition.name}-{len(self._sagas) + 1}"
-        return self._start_linked(encoded, definition, saga_id, None)
-
-    def _start_linked(
-        self, encoded: bytes, definition: Saga[Any], saga_id: str, parent: ParentLink | None
-    ) -> str:
-        existing = self._sagas.get(saga_id)
-        if existing is not None:
-            if existing.definition.name != definition.name:
-                raise SagaExists(f"saga {saga_id!r} exists and runs {existing.definition.key}")
-            return saga_id
-        definition.decode_data(encoded)
-        context = definition.context
-        partition = Partition(context.name, partition_of(saga_id, context.partitions))
-        event = Started(
-            id=self._new_id("start"),
-            at_ms=self.now_ms,
-            data=msgspec.Raw(encoded),
-            by=CONSUMER,
-            saga=definition.key,
-            steps=[s.name for s in definition.steps],
-            parent=parent,
-        )
-        decision = decide_start(
-            definition, saga_id, encoded, partition.index, event, signer=self._signer_for(definition)
-        )
-        self._commit(definition, partition, None, decision, event)
-        return saga_id
+        saga_id = saga_id or f"{definition.name}-{len(self._sagas.records) + 1}"
+        return self._sagas.start(encoded, definition, saga_id, None)
 
     def run(
         self, data: object, *, definition: Saga[Any] | None = None, saga_id: str | None = None
@@ -319,19 +255,11 @@ class SagaRunner:
         return self._signals.resume_token(saga_id, step)
 
     def signal(self, token: str, data: object = None, *, by: str = "test") -> None:
-        """Deliver a resume token with ``data``, as ``SagaClient.signal`` does (checks included).
-
-        A forged or tampered token raises :class:`~saga.InvalidToken`, data of the wrong
-        type :class:`~saga.InvalidInput`; either way nothing is queued.
-        """
+        """Deliver a resume token with ``data``, as ``SagaClient.signal`` does (checks included)."""
         self._signals.signal(token, data, by=by)
 
     def publish(self, stream: str | Stream, message: object, *, message_id: str | None = None) -> str:
-        """Publish another context's event on ``stream``; waiting sagas see it on the next run.
-
-        Returns the event's id. An event nobody waits for yet is kept (as in Redis) for
-        ``EngineConfig.event_buffer_s`` of virtual time.
-        """
+        """Publish another context's event on ``stream`` (seen on the next run); return its id."""
         return self._signals.publish(stream, message, message_id=message_id)
 
     def query(self, saga_id: str) -> SagaQuery:
@@ -369,7 +297,7 @@ class SagaRunner:
         Timers due now fire (a retry without back-off, say); later ones wait for
         :meth:`advance`.
         """
-        self._session(self._settle_now)
+        self._session.run(self._settle_now)
 
     def advance(
         self,
@@ -401,7 +329,7 @@ class SagaRunner:
                 self._settle_now()
             self.clock.set(target)
 
-        self._session(body)
+        self._session.run(body)
 
     def run_until_settled(
         self, saga_id: str | None = None, *, within: timedelta = timedelta(days=365)
@@ -415,7 +343,7 @@ class SagaRunner:
         deadline = self.now_ms + int(within.total_seconds() * 1000)
 
         def settled() -> bool:
-            ids = [saga_id] if saga_id is not None else list(self._sagas)
+            ids = [saga_id] if saga_id is not None else list(self._sagas.records)
             return all(self._saga(i).state.status in _SETTLED for i in ids)
 
         def body() -> None:
@@ -424,14 +352,14 @@ class SagaRunner:
                 self.clock.set(max(due, self.now_ms))
                 self._settle_now()
 
-        self._session(body)
+        self._session.run(body)
 
     # -- reading ---------------------------------------------------------------------------
 
     @property
     def saga_ids(self) -> list[str]:
         """Every saga started, in order."""
-        return list(self._sagas)
+        return list(self._sagas.records)
 
     def state(self, saga_id: str) -> SagaState:
         """A copy of the saga's current state."""
@@ -443,12 +371,12 @@ class SagaRunner:
 
     def history(self, saga_id: str) -> list[HistoryEntry]:
         """The saga's history: every event, what was decided, and the resulting status."""
-        return list(self._saga(saga_id).saved.history)
+        return list(self._saga(saga_id).history)
 
     def summary(self, saga_id: str) -> Summary:
         """Status, step records and compensation order, as compared across backends."""
         record = self._saga(saga_id)
-        return summarize(record.state, record.saved.history)
+        return summarize(record.state, record.history)
 
     def participant(self, name: str) -> FakeParticipant:
         """The participant called ``name`` (real ones are wrapped: see ``calls``)."""
@@ -456,26 +384,14 @@ class SagaRunner:
 
     def timers(self, saga_id: str | None = None) -> list[PendingTimer]:
         """The timers that have not fired (of one saga), soonest first."""
-        return [
-            PendingTimer(
-                saga_id=timer.saga_id,
-                timer_id=timer.timer_id,
-                due_ms=timer.due_ms,
-                purpose=timer.template.purpose,
-                step=timer.template.step,
-                kind=timer.template.kind,
-                attempt=timer.template.attempt,
-            )
-            for timer in self.store.every_timer()
-            if saga_id is None or timer.saga_id == saga_id
-        ]
+        return self._sagas.timers(saga_id)
 
     def replay(self, saga_id: str) -> SagaState:
         """Replay the saga's history through the decider (see :func:`saga.testing.replay`)."""
         record = self._saga(saga_id)
         return replay(
             self.registry,
-            record.saved.history,
+            record.history,
             saga_id=saga_id,
             partition=record.partition.index,
             signer=self._signer_for(record.definition),
@@ -489,25 +405,7 @@ class SagaRunner:
         in-flight saga of the source version; returns each one's decision (refused and
         skipped sagas are untouched). Both versions must be given to the runner.
         """
-        self.registry.get(migration.target.name, migration.target.version)
-        decisions: dict[str, MigrationDecision] = {}
-        for sid, record in self._sagas.items():
-            if saga_id is not None and sid != saga_id:
-                continue
-            if record.definition is not migration.source or record.state.status.terminal:
-                continue
-            decision = decide_migration(
-                migration, record.state, event_id=self._new_id("migrate"), at_ms=self.now_ms, by="test"
-            )
-            decisions[sid] = decision
-            if decision.state is None or decision.event is None:
-                continue
-            new_state = decision.state
-            new_state.revision = record.state.revision + 1  # migrate.lua's rule: always a new revision
-            record.definition = migration.target
-            entry = HistoryEntry(event=decision.event, status=new_state.status, revision=new_state.revision)
-            self.store.replace(record.partition, new_state, entry)
-        return decisions
+        return self._sagas.migrate(migration, saga_id)
 
     def assert_invariants(self) -> None:
         """Fail if any saga broke G2-G4 (docs/faults.md) or the lifecycle (see ``invariant_violations``).
@@ -516,8 +414,8 @@ class SagaRunner:
         """
         problems = [
             f"{saga_id}: {problem}"
-            for saga_id, record in self._sagas.items()
-            for problem in invariant_violations(record.definition, record.state, record.saved.history)
+            for saga_id, record in self._sagas.records.items()
+            for problem in invariant_violations(record.definition, record.state, record.history)
         ]
         for fake in self._deliveries.participants.values():
             try:
@@ -537,11 +435,8 @@ class SagaRunner:
             raise RunnerError("this runner has several sagas: pass definition=")
         return self.registry.latest(names.pop())
 
-    def _saga(self, saga_id: str) -> _Saga:
-        try:
-            return self._sagas[saga_id]
-        except KeyError:
-            raise SagaNotFound(saga_id) from None
+    def _saga(self, saga_id: str) -> Record:
+        return self._sagas.get(saga_id)
 
     def _new_id(self, label: str) -> str:
         return derived_id(CONSUMER, f"{label}:{next(self._ids)}")
@@ -550,45 +445,12 @@ class SagaRunner:
         self._saga(saga_id)
         self._queue.append(EventItem(saga_id, event))
 
-    def _has_saga(self, saga_id: str) -> bool:
-        return saga_id in self._sagas
-
-    def _definition_of(self, saga_id: str) -> Saga[Any]:
-        return self._saga(saga_id).definition
-
-    def _session(self, body: Callable[[], None]) -> None:
-        """Run ``body`` with an event loop for handlers and actions; from async code, on a thread."""
-        if self._busy:
-            # Raised inside a handler, where it would pass for a transient failure: remember it
-            # so that the outer call raises it too.
-            self._misuse = RunnerError("the runner was called from a handler or action it is running")
-            raise self._misuse
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:  # called from async code (an async test): its loop is busy, so use our own thread
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="saga-runner") as pool:
-                pool.submit(self._session, body).result()
-            return
-        self._busy = True
-        try:
-            body()
-        finally:
-            self._busy = False
-            if self._loop is not None:
-                self._loop.close()
-                self._loop = None
-
-    def _await(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        if self._loop is None:
-            self._loop = asyncio.Runner()
-        return self._loop.run(coroutine)
-
     def _settle_now(self) -> None:
         while True:
             self._drain()
-            if not self._fire_due() + self._schedules.fire():
+            fired = self._sagas.fire_due()
+            self._queue.extend(fired)
+            if not len(fired) + self._schedules.fire():
                 return
 
     def _drain(self) -> None:
@@ -598,59 +460,26 @@ class SagaRunner:
             index = self._reorder.randrange(len(self._queue)) if self._reorder else 0
             item = self._queue.pop(index)
             if isinstance(item, CommandItem):
-                self._await(self._deliveries.handle(item))
+                self._session.wait(self._deliveries.handle(item))
             elif isinstance(item, Watch):
                 self._signals.handle_watch(item)
             elif isinstance(item, Published):
                 self._signals.handle_published(item)
             else:
                 self._decide(item)
-            if self._misuse is not None:
-                misuse, self._misuse = self._misuse, None
-                raise misuse
+            self._session.check()
         if self._queue:
             raise RunnerError(f"still busy after {self._max_deliveries} deliveries (a livelock?)")
 
     def _next_due(self) -> int | None:
         return min((t.due_ms for t in self.store.every_timer()), default=None)
 
-    def _fire_due(self) -> int:
-        now = self.now_ms
-        due = [t for t in self.store.every_timer() if t.due_ms <= now]  # soonest first, every partition
-        for partition in {r.partition for r in self._sagas.values()}:
-            completed(self.store.fire_due(partition, now))
-        for timer in due:
-            self._queue.append(EventItem(timer.saga_id, timer.fired(now)))
-        return len(due)
-
     def _decide(self, item: EventItem) -> None:
-        record = self._saga(item.saga_id)
-        event = item.event
-        if isinstance(event, StepReplied) and item.envelope is not None:
-            try:
-                event = accepted(record.definition, event, item.envelope)
-            except PermanentError as error:
-                raise RunnerError(f"participant {item.envelope.source!r} replied wrongly: {error}") from error
-        decision = decide(record.definition, record.state, event, signer=self._signer_for(record.definition))
-        self._commit(record.definition, record.partition, record.saved.loaded, decision, event)
-        self._deliveries.release_late(record.state)
+        self._deliveries.release_late(self._sagas.decide(item).state)
 
-    def _commit(
-        self,
-        definition: Saga[Any],
-        partition: Partition,
-        before: Loaded | None,
-        decision: Decision,
-        event: Event,
-    ) -> None:
-        """Commit a decision to the store, then carry its commands as the streams would."""
-        result = completed(self.store.commit(partition, before, decision, event, now_ms=self.now_ms))
-        if result.outcome != "ok":  # the runner decides on the store's own copy: never stale
-            raise RunnerError(f"the memory store refused a commit: {result.outcome}")
-        saved = self.store.saved(partition, decision.state.id)
-        assert saved is not None  # noqa: S101 - just committed
-        record = self._sagas.setdefault(decision.state.id, _Saga(definition, partition, saved))
-        state = record.state
+    def _carry(self, record: Record, decision: Decision, event: Event) -> None:
+        """Carry a committed decision's commands as the streams would."""
+        state, partition = record.state, record.partition
         for effect in decision.effects:
             if isinstance(effect, Dispatch):
                 envelope = command_envelope(state, effect, partition, cause=event.id, now_ms=self.now_ms)
@@ -661,15 +490,7 @@ class SagaRunner:
                 kind = "WatchEvent" if isinstance(effect, WatchEvent) else "UnwatchEvent"
                 self._queue.append(Watch(partition.context, kind, request))
             elif isinstance(effect, NotifyParent):
-                self._children.notify_parent(state, effect, definition)
+                self._children.notify_parent(state, effect, record.definition)
 
 
-_SETTLED = frozenset(
-    {
-        SagaStatus.COMPLETED,
-        SagaStatus.FAILED,
-        SagaStatus.COMPENSATED,
-        SagaStatus.CANCELLED,
-        SagaStatus.DEAD_LETTERED,
-    }
-)
+_SETTLED = frozenset({*TERMINAL, SagaStatus.DEAD_LETTERED})
