@@ -15,8 +15,10 @@ store counts them. What the runner replaces is only the transport and the clock:
   test says so (:meth:`SagaRunner.advance`) or when it skips to the next timer
   (:meth:`SagaRunner.run_until_settled`).
 
-Signals and events, child sagas and schedules are objects the runner composes
-(``runner_signals``, ``runner_children``, ``runner_schedules``), each given what it needs.
+The runner wires objects together, each given what it needs: its sagas on the memory
+store (``runner_sagas``), the participants (``runner_delivery``), signals and events
+(``runner_signals``), child sagas (``runner_children``), schedules (``runner_schedules``),
+the event loop (``runner_session``) and what travels on its queue (``runner_queue``).
 """
 
 from __future__ import annotations
