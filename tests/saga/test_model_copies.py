@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import saga.testing.runner as runner_module
+import saga.testing.runner_sagas as runner_module
 from saga import SagaState, SagaStatus, StepStatus
 from saga.core.decider import Decision
 from saga.core.model import Attempt, GroupState, Note, ParentLink, StepState, Wait
