@@ -42,13 +42,12 @@ from saga.core.child_messages import CHILD, CancelChild, child_saga_id
 from saga.core.model import (
     NULL,
     Dispatch,
-    Effect,
     GroupState,
-    Kind,
     Note,
     SagaState,
     StepState,
 )
+from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.definition.saga import Saga, Step
 
@@ -99,69 +98,23 @@ def completed_output(definition: Saga[Any], state: SagaState, name: str) -> byte
 
 
 class GroupRules:
-    """Group steps and child sagas, for a decision in progress (see ``saga.core.decider._Run``)."""
+    """Group steps and their branches, for a decision in progress.
 
-    definition: Saga[Any]
-    state: SagaState
-    now_ms: int
-    effects: list[Effect]
-    _owned: set[str]
-    _bound: dict[str, Step[Any, Any]]
+    It calls on the decision (:class:`~saga.core.rules.Run`): ``record`` and ``bound`` (a
+    branch's record and step), ``dispatch`` (a branch's command), ``succeeded`` (the group's
+    fan-in), ``begin_compensation`` and ``continue_compensation`` (a group that failed, or
+    drained while compensating), ``cancel_timer`` and ``stopping``.
+    """
 
-    # -- provided by the decision ----------------------------------------------------------
-
-    @property
-    def stopping(self) -> bool:
-        """Whether the saga goes no further forward (cancel or deadline)."""
-        raise NotImplementedError
-
-    def _dispatch(self, step: Step[Any, Any], kind: Kind) -> None:
-        raise NotImplementedError
-
-    def _begin_compensation(self) -> None:
-        raise NotImplementedError
-
-    def _continue_compensation(self) -> None:
-        raise NotImplementedError
-
-    def _succeeded(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
-        raise NotImplementedError
-
-    def _cancel_timer(self, step_state: StepState) -> None:
-        raise NotImplementedError
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
     # -- records ---------------------------------------------------------------------------
 
-    def record(self, key: str) -> StepState | None:
-        """The record of a step or branch, ready to be changed (branches are copied on write)."""
-        if "#" not in key:
-            return self.state.steps.get(key)
-        found = self.state.branches.get(key)
-        if found is None or key in self._owned:
-            return found
-        copy = found.copy()
-        self.state.branches[key] = copy
-        self._owned.add(key)
-        return copy
-
-    def bound(self, key: str) -> Step[Any, Any]:
-        """The step a record key runs; for a branch, its branch step renamed to the key.
-
-        Everything keyed by step name (commands, replies, timers, idempotency keys, notes)
-        then names the branch.
-        """
-        if "#" not in key:
-            return self.definition.step_named(key)
-        step = self._bound.get(key)
-        if step is None:
-            template = self.definition.step_named(key)
-            step = self._bound[key] = _renamed(template, key)
-        return step
-
     def group_of(self, step: Step[Any, Any]) -> tuple[Step[Any, Any], StepState, GroupState]:
         """A branch's group step, its record and its group state."""
-        group_step = self.definition.step_named(step.within)
-        group_state = self.state.steps[group_step.name]
+        group_step = self.run.definition.step_named(step.within)
+        group_state = self.run.state.steps[group_step.name]
         assert group_state.group is not None  # noqa: S101 - a started group has its state
         return group_step, group_state, group_state.group
 
@@ -171,28 +124,30 @@ class GroupRules:
         """Start a group step's first branches (or fail it: a map's items are refused)."""
         spec = step.group
         assert spec is not None  # noqa: S101 - only group steps begin as groups
-        step_state = self.state.steps[step.name]
+        step_state = self.run.state.steps[step.name]
         try:
-            total = spec.count(self.definition.decode_data(self.state.data))
+            total = spec.count(self.run.definition.decode_data(self.run.state.data))
         except Exception as error:  # noqa: BLE001 - a user function's bug fails the step, not the worker
             reason = f"items() raised {type(error).__name__}: {error}"
             if isinstance(error, ValueError) and "over the map's limit" in str(error):
                 reason = str(error)
             step_state.status = move_step(step_state.status, StepStatus.FAILED)
-            self.state.error = Note(at_ms=self.now_ms, what="group refused", step=step.name, reason=reason)
-            self._begin_compensation()
+            self.run.state.error = Note(
+                at_ms=self.run.now_ms, what="group refused", step=step.name, reason=reason
+            )
+            self.run.begin_compensation()
             return
         step_state.status = move_step(step_state.status, StepStatus.DISPATCHED)
         step_state.group = GroupState(total=total)
         if total == 0:
-            self._succeeded(step, step_state, self.group_output(step))
+            self.run.succeeded(step, step_state, self.group_output(step))
             return
         self.fill(step)
 
     def fill(self, group_step: Step[Any, Any]) -> None:
         """Start branches in index order while the group is open and has free slots."""
         spec = group_step.group
-        group = self.state.steps[group_step.name].group
+        group = self.run.state.steps[group_step.name].group
         assert spec is not None  # noqa: S101 - a group step
         assert group is not None  # noqa: S101 - a started group
         limit = spec.concurrency or group.total
@@ -201,9 +156,8 @@ class GroupRules:
             group.started += 1
             group.running.append(index)
             key = branch_key(group_step.name, index)
-            self.state.branches[key] = StepState(status=StepStatus.SCHEDULED)
-            self._owned.add(key)
-            self._dispatch(self.bound(key), "do")
+            self.run.add_branch(key)
+            self.run.dispatch(self.run.bound(key), "do")
 
     # -- branch outcomes -------------------------------------------------------------------
 
@@ -233,7 +187,7 @@ class GroupRules:
         group.failed += 1
         spec = group_step.group
         assert spec is not None  # noqa: S101 - a group step
-        last = self.state.branches[step.name].current("do")
+        last = self.run.state.branches[step.name].current("do")
         error = f": {last.error}" if last is not None and last.error else ""
         if unknown or exhausted:
             why = "its outcome is unknown" if unknown else "it ran out of attempts"
@@ -248,7 +202,7 @@ class GroupRules:
         """Whether a branch's group is closed: its transient failures are not retried."""
         if not step.within:
             return False
-        group = self.state.steps[step.within].group
+        group = self.run.state.steps[step.within].group
         return group is not None and bool(group.closed)
 
     # -- closing and settling --------------------------------------------------------------
@@ -259,44 +213,44 @@ class GroupRules:
         A later reason overrides ``won`` (a cancel after a winner undoes the winner too) and
         ``exhausted`` wins over ``failed`` (an unknown outcome must reach an operator).
         """
-        group = self.state.steps[group_step.name].group
+        group = self.run.state.steps[group_step.name].group
         assert group is not None  # noqa: S101 - a started group
         if not group.closed or group.closed == WON or (reason == EXHAUSTED and group.closed == FAILED):
             group.closed = reason
         if reason not in (WON, STOPPED):  # a cancel or the deadline keeps its own note
-            self.state.error = Note(
-                at_ms=self.now_ms, what=f"group {reason}", step=group_step.name, reason=why
+            self.run.state.error = Note(
+                at_ms=self.run.now_ms, what=f"group {reason}", step=group_step.name, reason=why
             )
         for index in list(group.running):
             key = branch_key(group_step.name, index)
-            record = self.record(key)
+            record = self.run.record(key)
             assert record is not None  # noqa: S101 - running branches have records
             last = record.current("do")
             if record.status == StepStatus.RETRYING and not (last is not None and last.outcome == "timeout"):
-                self._cancel_timer(record)
+                self.run.cancel_timer(record)
                 record.status = move_step(record.status, StepStatus.FAILED)
                 group.running.remove(index)
                 group.failed += 1
             elif record.status == StepStatus.DISPATCHED and last is not None:
-                self.cancel_child(self.bound(key), last.n, why)
+                self.cancel_child(self.run.bound(key), last.n, why)
 
     def cancel_child(self, step: Step[Any, Any], attempt: int, reason: str) -> None:
         """Ask the child saga of an in-flight child step (or branch) to cancel."""
         if step.child is None:
             return
-        generation = self.state.branches[step.name].generation if "#" in step.name else 0
+        generation = self.run.state.branches[step.name].generation if "#" in step.name else 0
         message = CancelChild(
             saga=step.child.definition.key,
-            saga_id=child_saga_id(self.state.id, step.name, generation),
+            saga_id=child_saga_id(self.run.state.id, step.name, generation),
             reason=f"the parent no longer waits for it: {reason}",
         )
-        self.effects.append(
+        self.run.effects.append(
             Dispatch(
                 step=step.name,
                 kind="do",
                 attempt=attempt,
                 participant=CHILD,
-                command_id=derived_id(self.state.id, f"{step.name}:cancel-child:{attempt}"),
+                command_id=derived_id(self.run.state.id, f"{step.name}:cancel-child:{attempt}"),
                 message_type="CancelChild",
                 payload=msgspec.Raw(_json.encode(message)),
             )
@@ -304,49 +258,51 @@ class GroupRules:
 
     def settle_group(self, group_step: Step[Any, Any]) -> None:
         """Move an open group on, or end a closed one once nothing of it is in flight."""
-        step_state = self.state.steps[group_step.name]
+        step_state = self.run.state.steps[group_step.name]
         group = step_state.group
         spec = group_step.group
         assert group is not None  # noqa: S101 - a started group
         assert spec is not None  # noqa: S101 - a group step
         if not group.closed:
             if spec.mode == "all" and group.succeeded >= group.total:
-                self._succeeded(group_step, step_state, self.group_output(group_step))
+                self.run.succeeded(group_step, step_state, self.group_output(group_step))
             else:
                 self.fill(group_step)
             return
         if group.running or self.undoing(group_step.name):
             return  # awaiting the branches in flight (or an undo) first
-        if self.state.status == SagaStatus.COMPENSATING:
-            self._continue_compensation()
+        if self.run.state.status == SagaStatus.COMPENSATING:
+            self.run.continue_compensation()
             return
-        if group.closed == WON and not self.stopping:
+        if group.closed == WON and not self.run.stopping:
             loser = self.next_undo(group_step.name, skip=group.winner)
             if loser is not None:
-                self._dispatch(self.bound(loser), "undo")
+                self.run.dispatch(self.run.bound(loser), "undo")
                 return
-            self._succeeded(group_step, step_state, self.group_output(group_step))
+            self.run.succeeded(group_step, step_state, self.group_output(group_step))
             return
         step_state.status = move_step(step_state.status, StepStatus.FAILED)
         unknown = self.unknown_branches(group_step.name)
         if unknown:  # never compensated blind: an operator decides (as for a step)
             why = f"{', '.join(unknown)} timed out with no attempts left: outcome unknown"
-            self.state.error = Note(at_ms=self.now_ms, what="group stuck", step=group_step.name, reason=why)
-            self.state.status = move_saga(self.state.status, SagaStatus.DEAD_LETTERED)
-        elif group.closed == EXHAUSTED and not self.stopping:
-            self.state.status = move_saga(self.state.status, SagaStatus.DEAD_LETTERED)
+            self.run.state.error = Note(
+                at_ms=self.run.now_ms, what="group stuck", step=group_step.name, reason=why
+            )
+            self.run.state.status = move_saga(self.run.state.status, SagaStatus.DEAD_LETTERED)
+        elif group.closed == EXHAUSTED and not self.run.stopping:
+            self.run.state.status = move_saga(self.run.state.status, SagaStatus.DEAD_LETTERED)
         else:
-            self._begin_compensation()
+            self.run.begin_compensation()
 
     def undoing(self, group: str) -> bool:
         """Whether an undo of one of the group's branches is in flight."""
-        return any(self.state.branches[k].status in _UNDOING for k in branch_keys(self.state, group))
+        return any(self.run.state.branches[k].status in _UNDOING for k in branch_keys(self.run.state, group))
 
     def unknown_branches(self, group: str) -> list[str]:
         """Branches whose last attempt timed out with no attempts left (effect unknown)."""
         found = []
-        for key in branch_keys(self.state, group):
-            record = self.state.branches[key]
+        for key in branch_keys(self.run.state, group):
+            record = self.run.state.branches[key]
             last = record.current("do")
             if record.status == StepStatus.FAILED and last is not None and last.outcome == "timeout":
                 found.append(key)
@@ -355,11 +311,11 @@ class GroupRules:
     def next_undo(self, group: str, *, skip: int = -1) -> str | None:
         """The branch to undo next: the latest to complete that has a compensation, not undone."""
         best: tuple[int, str] | None = None
-        for key in branch_keys(self.state, group):
-            record = self.state.branches[key]
+        for key in branch_keys(self.run.state, group):
+            record = self.run.state.branches[key]
             if record.status != StepStatus.SUCCEEDED or split_key(key)[1] == skip:
                 continue
-            if self.definition.step_named(key).compensation is None:
+            if self.run.definition.step_named(key).compensation is None:
                 continue
             if best is None or record.seq > best[0]:
                 best = (record.seq, key)
@@ -370,17 +326,17 @@ class GroupRules:
     def group_output(self, group_step: Step[Any, Any]) -> msgspec.Raw:
         """What the group step records as its output (a map's list is built when read)."""
         spec = group_step.group
-        group = self.state.steps[group_step.name].group
+        group = self.run.state.steps[group_step.name].group
         assert spec is not None  # noqa: S101 - a group step
         assert group is not None  # noqa: S101 - a started group
         if spec.dynamic:
             return NULL
         if spec.mode == "first":
-            return self.state.branches[branch_key(group_step.name, group.winner)].output
+            return self.run.state.branches[branch_key(group_step.name, group.winner)].output
         parts = [
             _json.encode(branch.name)
             + b":"
-            + bytes(self.state.branches[branch_key(group_step.name, i)].output)
+            + bytes(self.run.state.branches[branch_key(group_step.name, i)].output)
             for i, branch in enumerate(spec.branches[: group.total])
         ]
         return msgspec.Raw(b"{" + b",".join(parts) + b"}")
@@ -389,7 +345,7 @@ class GroupRules:
 
     def retry_group(self, group_step: Step[Any, Any]) -> bool:
         """Operator retry of a dead-lettered group: send the branches that ran out again."""
-        step_state = self.state.steps[group_step.name]
+        step_state = self.run.state.steps[group_step.name]
         group = step_state.group
         if group is None:
             return False
@@ -401,7 +357,7 @@ class GroupRules:
         for key in sorted(again, key=lambda k: split_key(k)[1]):
             group.failed -= 1
             group.running.append(split_key(key)[1])
-            self._dispatch(self.bound(key), "do")
+            self.run.dispatch(self.run.bound(key), "do")
         self.settle_group(group_step)
         return True
 
@@ -424,22 +380,22 @@ class GroupRules:
         """Branches that failed without a permanent error (out of attempts, or timed out)."""
         return [
             k
-            for k in branch_keys(self.state, group)
-            if self.state.branches[k].status == StepStatus.FAILED
-            and (last := self.state.branches[k].current("do")) is not None
+            for k in branch_keys(self.run.state, group)
+            if self.run.state.branches[k].status == StepStatus.FAILED
+            and (last := self.run.state.branches[k].current("do")) is not None
             and last.outcome in ("transient", "timeout")
         ]
 
     def stop_group(self, group_step: Step[Any, Any]) -> None:
         """Cancel or deadline while a group runs: close it and settle once drained."""
-        reason = "cancel requested" if self.state.cancel is not None else "deadline exceeded"
+        reason = "cancel requested" if self.run.state.cancel is not None else "deadline exceeded"
         self.close_group(group_step, STOPPED, reason)
         self.settle_group(group_step)
 
     def group_outcome_unknown(self, group_step: Step[Any, Any]) -> bool:
         """Whether a branch of the group is in flight after a timeout, or timed out for good."""
-        for key in branch_keys(self.state, group_step.name):
-            record = self.state.branches[key]
+        for key in branch_keys(self.run.state, group_step.name):
+            record = self.run.state.branches[key]
             last = record.current("do")
             if (
                 last is not None
@@ -450,6 +406,10 @@ class GroupRules:
         return False
 
 
-def _renamed(template: Step[Any, Any], key: str) -> Step[Any, Any]:
-    """A copy of a branch step under its record key (see :meth:`GroupRules.bound`)."""
+def renamed(template: Step[Any, Any], key: str) -> Step[Any, Any]:
+    """A copy of a branch step under its record key: what the decision's ``bound`` returns.
+
+    Everything keyed by step name (commands, replies, timers, idempotency keys, notes) then
+    names the branch.
+    """
     return replace(template, name=key)

@@ -25,28 +25,24 @@ from typing import Any
 import msgspec
 
 from saga.core.group_rules import completed_output
-from saga.core.model import Effect, Note, NotifyParent, SagaState, StartTimer, StepState
+from saga.core.model import Note, NotifyParent, StartTimer, StepState
+from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus
-from saga.definition.saga import Saga, Step
+from saga.definition.saga import Step
 
 _CONFIRM_BUSY = frozenset({StepStatus.CONFIRMING, StepStatus.CONFIRM_RETRYING, StepStatus.CONFIRM_FAILED})
 _CONFIRM_BEGUN = _CONFIRM_BUSY | {StepStatus.CONFIRMED}
 
 
 class TccRules:
-    """TCC steps and child end reports, for a decision in progress."""
+    """TCC steps and child end reports, for a decision in progress.
 
-    definition: Saga[Any]
-    state: SagaState
-    now_ms: int
-    effects: list[Effect]
+    It calls on the decision (:class:`~saga.core.rules.Run`): ``dispatch`` (a confirmation)
+    and ``stop`` (a reservation expired).
+    """
 
-    def _dispatch(self, step: Step[Any, Any], kind: Any) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop going forward (provided by the decision)."""
-        raise NotImplementedError
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
     # -- try -------------------------------------------------------------------------------
 
@@ -55,10 +51,10 @@ class TccRules:
         assert step.tcc is not None  # noqa: S101 - TCC steps only
         attempt = step_state.current("do")
         assert attempt is not None  # noqa: S101 - it just succeeded
-        elapsed = max(0, self.now_ms - attempt.dispatched_ms)
-        timer_id = f"{self.state.id}:{step.name}:expiry"
+        elapsed = max(0, self.run.now_ms - attempt.dispatched_ms)
+        timer_id = f"{self.run.state.id}:{step.name}:expiry"
         step_state.timer = timer_id
-        self.effects.append(
+        self.run.effects.append(
             StartTimer(
                 timer_id=timer_id,
                 delay_ms=max(0, int(step.tcc.expires_s * 1000) - elapsed),
@@ -73,21 +69,21 @@ class TccRules:
         """The reservation lapsed before the saga confirmed it: stop and compensate."""
         assert step.tcc is not None  # noqa: S101 - TCC steps only
         note = Note(
-            at_ms=self.now_ms,
+            at_ms=self.run.now_ms,
             what="reservation expired",
             step=step.name,
             reason=f"{step.name} was not confirmed within {step.tcc.expires_s:g}s of its try",
         )
-        self.state.error = note
-        if self.state.expired is None:
-            self.state.expired = note
-        self.stop()
+        self.run.state.error = note
+        if self.run.state.expired is None:
+            self.run.state.expired = note
+        self.run.stop()
 
     # -- confirm ---------------------------------------------------------------------------
 
     def _tcc_steps(self) -> list[tuple[Step[Any, Any], StepState]]:
-        steps = [self.definition.step_named(name) for name in self.state.completed]
-        return [(s, self.state.steps[s.name]) for s in steps if s.tcc is not None]
+        steps = [self.run.definition.step_named(name) for name in self.run.state.completed]
+        return [(s, self.run.state.steps[s.name]) for s in steps if s.tcc is not None]
 
     def confirming(self) -> bool:
         """Whether the saga has begun confirming its TCC steps (past the point of no return)."""
@@ -99,7 +95,7 @@ class TccRules:
             if record.status in _CONFIRM_BUSY:
                 return True
             if record.status == StepStatus.SUCCEEDED:
-                self._dispatch(step, "confirm")
+                self.run.dispatch(step, "confirm")
                 return True
         return False
 
@@ -114,12 +110,12 @@ class TccRules:
 
     def notify_parent(self) -> None:
         """A child saga ended: report its outcome to the parent step waiting for it."""
-        status = self.state.status
+        status = self.run.state.status
         if status == SagaStatus.COMPLETED:
-            names = [s.name for s in self.definition.steps if s.name in self.state.steps]
-            output = completed_output(self.definition, self.state, names[-1]) if names else b"null"
-            self.effects.append(NotifyParent(status=status.value, ok=True, output=msgspec.Raw(output)))
+            names = [s.name for s in self.run.definition.steps if s.name in self.run.state.steps]
+            output = completed_output(self.run.definition, self.run.state, names[-1]) if names else b"null"
+            self.run.effects.append(NotifyParent(status=status.value, ok=True, output=msgspec.Raw(output)))
             return
-        why = self.state.error.reason if self.state.error else ""
-        error = f"child saga {self.state.id} ended {status.value}" + (f": {why}" if why else "")
-        self.effects.append(NotifyParent(status=status.value, ok=False, error=error))
+        why = self.run.state.error.reason if self.run.state.error else ""
+        error = f"child saga {self.run.state.id} ended {status.value}" + (f": {why}" if why else "")
+        self.run.effects.append(NotifyParent(status=status.value, ok=False, error=error))

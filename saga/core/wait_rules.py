@@ -27,11 +27,9 @@ from saga.core.model import (
     NULL,
     Attempt,
     CancelTimer,
-    Effect,
     EventReceived,
     Note,
     Outcome,
-    SagaState,
     SignalReceived,
     StartTimer,
     StepState,
@@ -41,9 +39,10 @@ from saga.core.model import (
     WaitKind,
     WatchEvent,
 )
+from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.core.tokens import Signer
-from saga.definition.saga import Saga, Step
+from saga.definition.saga import Step
 from saga.definition.waits import EventWait, Sleep
 from saga.errors import DefinitionError
 
@@ -67,42 +66,25 @@ def next_wait(step_state: StepState) -> int:
 
 
 class WaitRules:
-    """Waits and the deadline, for a decision in progress (see :class:`saga.core.decider._Run`)."""
+    """Waits and the deadline, for a decision in progress.
 
-    definition: Saga[Any]
-    state: SagaState
-    now_ms: int
-    effects: list[Effect]
-    signer: Signer | None
+    It calls on the decision (:class:`~saga.core.rules.Run`): ``ignore``, ``succeeded`` (a
+    wait ended well), ``begin_compensation`` (it failed), ``cancel_timer`` and ``stop`` (the
+    deadline passed). ``signer`` makes resume tokens (``None``: builders get none).
+    """
 
-    # -- provided by the decision ----------------------------------------------------------
-
-    def ignore(self, reason: str) -> None:
-        """Record the event as ignored."""
-        raise NotImplementedError
-
-    def _succeeded(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
-        raise NotImplementedError
-
-    def _begin_compensation(self) -> None:
-        raise NotImplementedError
-
-    def _cancel_timer(self, step_state: StepState) -> None:
-        raise NotImplementedError
+    def __init__(self, run: Run, signer: Signer | None) -> None:
+        self.run = run
+        self.signer = signer
 
     # -- tokens ----------------------------------------------------------------------------
 
-    @property
-    def stopping(self) -> bool:
-        """Whether the saga goes no further forward: cancel requested or deadline passed."""
-        return self.state.cancel is not None or self.state.expired is not None
-
     def wait_number(self, name: str) -> int:
         """The current wait of step ``name``, or the next one if it is not waiting."""
-        wait = self.state.wait
+        wait = self.run.state.wait
         if wait is not None and wait.step == name:
             return wait.n
-        return next_wait(self.state.steps[name])
+        return next_wait(self.run.state.steps[name])
 
     def tokens(self) -> Callable[[str], str] | None:
         """What ``StepContext.resume_token`` calls (``None`` without a signer)."""
@@ -111,15 +93,15 @@ class WaitRules:
             return None
 
         def token(name: str) -> str:
-            if self.definition.step_named(name).kind != "signal":
-                raise DefinitionError(f"{self.definition.key}.{name} does not wait for a signal")
+            if self.run.definition.step_named(name).kind != "signal":
+                raise DefinitionError(f"{self.run.definition.key}.{name} does not wait for a signal")
             return signer.token(
-                self.state.partition,
-                self.state.id,
+                self.run.state.partition,
+                self.run.state.id,
                 name,
                 self.wait_number(name),
-                incarnation=self.state.created_ms,
-                now_ms=self.now_ms,
+                incarnation=self.run.state.created_ms,
+                now_ms=self.run.now_ms,
             )
 
         return token
@@ -135,7 +117,7 @@ class WaitRules:
         first result. The attempt numbers the step's attempts; the wait's own number
         (:func:`next_wait`) names its resume token and its event registration.
         """
-        step_state = self.state.steps[step.name]
+        step_state = self.run.state.steps[step.name]
         previous = step_state.current("do")
         ended = previous.output if previous is not None and previous.outcome in ("ok", "forced") else None
         number = step_state.count("do") + 1
@@ -145,18 +127,18 @@ class WaitRules:
         attempt = Attempt(
             n=number,
             kind="do",
-            command_id=derived_id(self.state.id, f"{step.name}:wait:{number}"),
+            command_id=derived_id(self.run.state.id, f"{step.name}:wait:{number}"),
             participant=WAIT_PARTICIPANT,
             input_type=step.kind,
             input=NULL,
-            dispatched_ms=self.now_ms,
+            dispatched_ms=self.run.now_ms,
         )
         step_state.attempts.append(attempt)
         spec = step.wait
         details: dict[str, object] = {}
         delay_ms, at_ms = 0, None
         try:
-            data = self.definition.decode_data(self.state.data)
+            data = self.run.definition.decode_data(self.run.state.data)
             if isinstance(spec, Sleep):
                 delay_ms, at_ms = spec.target(data)
                 details = {"at_ms": at_ms} if at_ms is not None else {"delay_ms": delay_ms}
@@ -167,23 +149,23 @@ class WaitRules:
                     "key": spec.key_of_data(data),
                 }
         except Exception as error:  # noqa: BLE001 - a user function's bug fails the step, not the worker
-            attempt.ended_ms = self.now_ms
+            attempt.ended_ms = self.run.now_ms
             reason = f"{step.kind} step raised {type(error).__name__}: {error}"
             self.wait_failed(step, step_state, attempt, "permanent", reason)
             return
         if step.timeout_s:
             details["timeout_ms"] = int(step.timeout_s * 1000)
         attempt.input = msgspec.Raw(_json.encode(details))
-        early = self.state.signals.pop(f"{step.name}:{n}", None) if ended is None else ended
+        early = self.run.state.signals.pop(f"{step.name}:{n}", None) if ended is None else ended
         if early is not None:
-            attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.now_ms, early
-            self._succeeded(step, step_state, early)
+            attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.run.now_ms, early
+            self.run.succeeded(step, step_state, early)
             return
-        self.state.status = move_saga(self.state.status, SagaStatus.SUSPENDED)
-        wait = Wait(step=step.name, kind=_wait_kind(step), n=n, since_ms=self.now_ms)
+        self.run.state.status = move_saga(self.run.state.status, SagaStatus.SUSPENDED)
+        wait = Wait(step=step.name, kind=_wait_kind(step), n=n, since_ms=self.run.now_ms)
         if isinstance(spec, EventWait):
             wait.stream, wait.message_type, wait.key = spec.stream.key, spec.message_type, str(details["key"])
-            self.effects.append(
+            self.run.effects.append(
                 WatchEvent(
                     step=step.name,
                     n=n,
@@ -193,7 +175,7 @@ class WaitRules:
                     attempt=0 if number == n else number,
                 )
             )
-        self.state.wait = wait
+        self.run.state.wait = wait
         if isinstance(spec, Sleep):
             self._start_wait_timer(step_state, step.name, number, "wake", delay_ms=delay_ms, at_ms=at_ms)
         elif step.timeout_s:
@@ -211,9 +193,9 @@ class WaitRules:
         delay_ms: int,
         at_ms: int | None,
     ) -> None:
-        timer_id = f"{self.state.id}:{step}:wait:{n}:{purpose}"
+        timer_id = f"{self.run.state.id}:{step}:wait:{n}:{purpose}"
         step_state.timer = timer_id
-        self.effects.append(
+        self.run.effects.append(
             StartTimer(
                 timer_id=timer_id,
                 delay_ms=delay_ms,
@@ -229,12 +211,12 @@ class WaitRules:
 
     def release_wait(self, step_state: StepState) -> None:
         """Forget the current wait: cancel its timer and its event registration."""
-        self._cancel_timer(step_state)
-        wait = self.state.wait
+        self.run.cancel_timer(step_state)
+        wait = self.run.state.wait
         if wait is not None and wait.kind == "event":
             attempt = step_state.current("do")
             number = attempt.n if attempt is not None else wait.n
-            self.effects.append(
+            self.run.effects.append(
                 UnwatchEvent(
                     step=wait.step,
                     n=wait.n,
@@ -244,16 +226,16 @@ class WaitRules:
                     attempt=0 if number == wait.n else number,
                 )
             )
-        self.state.wait = None
+        self.run.state.wait = None
 
     def resume(self, step: Step[Any, Any], step_state: StepState, output: msgspec.Raw) -> None:
         """The wait ended well: record ``output``, go on with the next step."""
         attempt = step_state.current("do")
         assert attempt is not None  # noqa: S101 - a waiting step has its wait's attempt
-        attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.now_ms, output
+        attempt.outcome, attempt.ended_ms, attempt.output = "ok", self.run.now_ms, output
         self.release_wait(step_state)
-        self.state.status = move_saga(self.state.status, SagaStatus.RUNNING)
-        self._succeeded(step, step_state, output)
+        self.run.state.status = move_saga(self.run.state.status, SagaStatus.RUNNING)
+        self.run.succeeded(step, step_state, output)
 
     def wait_failed(
         self,
@@ -269,14 +251,14 @@ class WaitRules:
 
         ``note=False`` keeps the saga's note (the cancel or deadline that ended the wait).
         """
-        attempt.outcome, attempt.error, attempt.ended_ms = outcome, reason, self.now_ms
+        attempt.outcome, attempt.error, attempt.ended_ms = outcome, reason, self.run.now_ms
         self.release_wait(step_state)
         step_state.status = move_step(step_state.status, StepStatus.FAILED)
         if note:
-            self.state.error = Note(
-                at_ms=self.now_ms, what=f"wait {attempt.n} {outcome}", step=step.name, reason=reason
+            self.run.state.error = Note(
+                at_ms=self.run.now_ms, what=f"wait {attempt.n} {outcome}", step=step.name, reason=reason
             )
-        self._begin_compensation()
+        self.run.begin_compensation()
 
     def on_wait_timer(self, step: Step[Any, Any], step_state: StepState, attempt: Attempt) -> None:
         """A waiting step's timer fired: the sleep is over, or the wait timed out."""
@@ -290,19 +272,21 @@ class WaitRules:
 
     def on_signal(self, event: SignalReceived) -> None:
         """A resume token was delivered: resume the wait once, or keep an early signal."""
-        if self.state.status.terminal:
-            self.ignore(f"signal after the saga ended ({self.state.status})")
+        if self.run.state.status.terminal:
+            self.run.ignore(f"signal after the saga ended ({self.run.state.status})")
             return
-        step_state = self.state.steps.get(event.step)
-        if step_state is None or self.definition.step_named(event.step).kind != "signal":
-            self.ignore(f"step {event.step!r} does not wait for signals")
+        step_state = self.run.state.steps.get(event.step)
+        if step_state is None or self.run.definition.step_named(event.step).kind != "signal":
+            self.run.ignore(f"step {event.step!r} does not wait for signals")
             return
-        wait = self.state.wait
+        wait = self.run.state.wait
         if wait is not None and (wait.step, wait.n) == (event.step, event.n):
-            self.resume(self.definition.step_named(event.step), step_state, event.data)
+            self.resume(self.run.definition.step_named(event.step), step_state, event.data)
             return
         if not self.keep_early("signal", event.step, step_state, event.n, event.data):
-            self.ignore(f"signal for {event.step}:{event.n} is late or duplicate: that wait is not current")
+            self.run.ignore(
+                f"signal for {event.step}:{event.n} is late or duplicate: that wait is not current"
+            )
 
     def keep_early(self, what: str, step: str, step_state: StepState, n: int, data: msgspec.Raw) -> bool:
         """Keep what came for wait ``n`` of ``step`` before it began, if that wait is next.
@@ -313,54 +297,50 @@ class WaitRules:
         as a duplicate of one kept).
         """
         upcoming = step_state.status == StepStatus.PENDING and n == next_wait(step_state)
-        if not upcoming or self.stopping or self.state.status == SagaStatus.COMPENSATING:
+        if not upcoming or self.run.stopping or self.run.state.status == SagaStatus.COMPENSATING:
             return False
         slot = f"{step}:{n}"
-        if slot in self.state.signals:
-            self.ignore(f"duplicate {what} for {slot}: an earlier one is kept for the wait")
+        if slot in self.run.state.signals:
+            self.run.ignore(f"duplicate {what} for {slot}: an earlier one is kept for the wait")
             return True
-        self.state.signals[slot] = data
+        self.run.state.signals[slot] = data
         return True
 
     def on_event(self, event: EventReceived) -> None:
         """Another context's event matched a wait: resume it once (or keep it for the wait)."""
-        wait = self.state.wait
-        step_state = self.state.steps.get(event.step)
-        if not self.state.status.terminal and step_state is not None:
+        wait = self.run.state.wait
+        step_state = self.run.state.steps.get(event.step)
+        if not self.run.state.status.terminal and step_state is not None:
             if wait is not None and (wait.step, wait.n, wait.kind) == (event.step, event.n, "event"):
-                self.resume(self.definition.step_named(event.step), step_state, event.payload)
+                self.resume(self.run.definition.step_named(event.step), step_state, event.payload)
                 return
             if self.keep_early("event", event.step, step_state, event.n, event.payload):
                 return
-        self.ignore(f"event {event.event_id} for {event.step}:{event.n} is late or duplicate")
+        self.run.ignore(f"event {event.event_id} for {event.step}:{event.n} is late or duplicate")
 
     def on_deadline(self, event: TimerFired) -> None:
         """The saga's deadline passed: stop going forward and compensate."""
-        if self.state.status.terminal:
-            self.ignore(f"deadline after the saga ended ({self.state.status})")
+        if self.run.state.status.terminal:
+            self.run.ignore(f"deadline after the saga ended ({self.run.state.status})")
             return
-        if self.state.expired is not None or event.timer_id != deadline_timer_id(self.state.id):
-            self.ignore("the deadline has passed already")
+        if self.run.state.expired is not None or event.timer_id != deadline_timer_id(self.run.state.id):
+            self.run.ignore("the deadline has passed already")
             return
-        seconds = self.definition.deadline_s or 0
+        seconds = self.run.definition.deadline_s or 0
         note = Note(
             at_ms=event.at_ms, what="deadline exceeded", reason=f"not finished {seconds:g}s after start"
         )
-        self.state.expired = self.state.error = note
-        self.stop()
-
-    def stop(self) -> None:
-        """After a cancel or the deadline: undo what completed, as soon as it is safe."""
-        raise NotImplementedError
+        self.run.state.expired = self.run.state.error = note
+        self.run.stop()
 
     def deadline_effects(self, *, started: bool, was_terminal: bool) -> None:
         """Start the deadline timer with the saga; cancel it when the saga ends before it."""
-        seconds = self.definition.deadline_s
+        seconds = self.run.definition.deadline_s
         if not seconds:
             return
-        timer_id = deadline_timer_id(self.state.id)
-        if started and not self.state.status.terminal:
-            self.effects.append(
+        timer_id = deadline_timer_id(self.run.state.id)
+        if started and not self.run.state.status.terminal:
+            self.run.effects.append(
                 StartTimer(
                     timer_id=timer_id,
                     delay_ms=int(seconds * 1000),
@@ -370,12 +350,14 @@ class WaitRules:
                     attempt=0,
                 )
             )
-        elif not started and not was_terminal and self.state.status.terminal and not self._deadline_fired():
-            self.effects.append(CancelTimer(timer_id=timer_id))
+        elif (
+            not started and not was_terminal and self.run.state.status.terminal and not self._deadline_fired()
+        ):
+            self.run.effects.append(CancelTimer(timer_id=timer_id))
 
     def _deadline_fired(self) -> bool:
         """Whether the deadline timer has fired (a TCC expiry also sets ``expired``)."""
-        expired = self.state.expired
+        expired = self.run.state.expired
         return expired is not None and expired.what == "deadline exceeded"
 
 

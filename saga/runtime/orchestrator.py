@@ -41,7 +41,8 @@ from bus.lowlevel import (
     get_logger,
 )
 from saga.core.child_messages import CHILD
-from saga.core.decider import Decision, LocalCall, decide
+from saga.core.commands import LocalCall
+from saga.core.decider import Decision, decide
 from saga.core.decider import start as decide_start
 from saga.core.model import SagaState, SignalReceived, Started
 from saga.core.tokens import Signer, check_wait

@@ -19,7 +19,7 @@ from typing import Any
 from bus import Delivery, Envelope, FakeClock, MalformedEntry, Reply
 from bus.lowlevel import encode_result, reply_envelope
 from saga.core.child_messages import CHILD
-from saga.core.decider import LocalCall
+from saga.core.commands import LocalCall
 from saga.core.model import SagaState, StepReplied
 from saga.definition.saga import LOCAL
 from saga.runtime.config import EngineConfig

@@ -394,11 +394,11 @@ def test_the_checks_catch_a_decider_that_undoes_branches_in_completion_order(
             return None
         done = [
             (r.seq, k)
-            for k, r in self.state.branches.items()
+            for k, r in self.run.state.branches.items()
             if k.startswith(f"{group}#")
             and r.status == "succeeded"
             and r.seq
-            and self.definition.step_named(k).compensation is not None
+            and self.run.definition.step_named(k).compensation is not None
         ]
         return min(done)[1]
 

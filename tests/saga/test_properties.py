@@ -271,18 +271,20 @@ def test_without_permanent_failures_or_cancels_every_saga_completes_or_waits_for
 
 def test_the_property_checks_catch_a_broken_decider(monkeypatch: pytest.MonkeyPatch) -> None:
     # The checks are not vacuous: a decider that undoes in completion order is caught.
-    from saga.core import decider
+    from saga.core.compensation_rules import CompensationRules
+    from saga.core.states import move_saga
 
     def forward_order(self: Any) -> None:
-        for name in self.state.completed:
-            step = self.definition.step_named(name)
-            if step.compensation is not None and self.state.steps[name].status == "succeeded":
-                self._dispatch(step, "undo")
+        run = self.run
+        for name in run.state.completed:
+            step = run.definition.step_named(name)
+            if step.compensation is not None and run.state.steps[name].status == "succeeded":
+                run.dispatch(step, "undo")
                 return
-        end = SagaStatus.CANCELLED if self.state.cancel is not None else SagaStatus.COMPENSATED
-        self.state.status = decider.move_saga(self.state.status, end)
+        end = SagaStatus.CANCELLED if run.state.cancel is not None else SagaStatus.COMPENSATED
+        run.state.status = move_saga(run.state.status, end)
 
-    monkeypatch.setattr(decider._Run, "_continue_compensation", forward_order)
+    monkeypatch.setattr(CompensationRules, "continue_compensation", forward_order)
     world = {
         "on_exhausted": "dead_letter",
         "sagas": 1,
