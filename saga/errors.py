@@ -38,7 +38,23 @@ class SagaError(Exception):
 
 
 class DefinitionError(SagaError):
-    """A saga definition is wrong; the message names the saga and the step."""
+    """A saga definition is wrong; ``saga`` and ``step`` say where, and so does the message.
+
+    ``step`` is the step, branch or compensation that is wrong (empty when the whole saga
+    is); ``saga`` is empty only for what belongs to no saga (a context, a participant, a
+    name that cannot be a saga's).
+    The message is ``<saga>.<step>: <reason>``, ``saga '<saga>': <reason>`` or the reason.
+    """
+
+    def __init__(self, reason: str, *, saga: str = "", step: str = "") -> None:
+        if saga and step:
+            message = f"{saga}.{step}: {reason}"
+        else:
+            message = f"saga {saga!r}: {reason}" if saga else reason
+        super().__init__(message)
+        self.reason = reason
+        self.saga = saga
+        self.step = step
 
 
 class InvalidInput(SagaError):

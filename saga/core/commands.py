@@ -149,7 +149,9 @@ class Commands:
         built = invoke(target, self.run.definition.decode_data(self.run.state.data), context)
         if not isinstance(built, Command):
             raise DefinitionError(
-                f"{step.saga}.{step.name}: the builder returned {type(built).__name__}, not command(...)"
+                f"the builder returned {type(built).__name__}, not command(...)",
+                saga=step.saga,
+                step=step.name,
             )
         return built.participant, message_type(type(built.message)), _json.encode(built.message)
 

@@ -91,11 +91,12 @@ def start(
 ) -> Decision:
     """Decide a new saga: record its data, start its deadline and begin the first step."""
     if event.saga and event.saga != definition.key:
-        raise DefinitionError(f"saga {saga_id} started on {event.saga}, not {definition.key}")
+        raise DefinitionError(f"saga {saga_id} started on {event.saga}", saga=definition.name)
     names = [s.name for s in definition.steps]
     if event.steps and event.steps != names[: len(event.steps)]:
         raise DefinitionError(
-            f"saga {saga_id} started with steps {event.steps}; {definition.key} has {names}"
+            f"saga {saga_id} started with steps {event.steps}; {definition.key} has {names}",
+            saga=definition.name,
         )
     state = SagaState(
         id=saga_id,
@@ -120,7 +121,9 @@ def decide(
 ) -> Decision:
     """Decide ``event`` for a saga in ``state``; ``state`` itself is not modified."""
     if (definition.name, definition.version) != (state.name, state.version):
-        raise DefinitionError(f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}")
+        raise DefinitionError(
+            f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}", saga=definition.name
+        )
     run = _Run(definition, state.working_copy(), event.at_ms, signer)
     if isinstance(event, OperatorEvent) and event.expected_revision not in (0, state.revision):
         return Decision(
@@ -154,11 +157,9 @@ def decide(
 
 
 class _Run:
-    """One decision in progress: a mutable working copy of the state and the rule sets.
+    """One decision in progress (the :class:`~saga.core.rules.Run` its rule sets see).
 
-    It is the :class:`~saga.core.rules.Run` its rule sets see: it owns the forward path (a
-    step's reply, timers, retries, cancel and stop) and the records, and hands each kind of
-    step or event to the rule set that knows it.
+    It owns the working copy, the records and the forward path, and composes the rule sets.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """The decider's rules for waiting: sleeps, signals, event waits and the saga's deadline.
 
-Part of the pure decider (``saga/core/decider.py``): :class:`WaitRules` is the base of a
-decision in progress and owns everything about a suspended saga. A wait is one attempt of
+Part of the pure decider (``saga/core/decider.py``): :class:`WaitRules` is the rule object
+a decision composes for everything about a suspended saga. A wait is one attempt of
 its step (input: what it waits for; output: the signal's data or the event), the saga is
 ``suspended`` while it lasts, and it ends exactly once: the first of its timer, its signal
 or event, a cancel, the deadline, or an operator's force-complete wins, and whatever comes
@@ -94,7 +94,7 @@ class WaitRules:
 
         def token(name: str) -> str:
             if self.run.definition.step_named(name).kind != "signal":
-                raise DefinitionError(f"{self.run.definition.key}.{name} does not wait for a signal")
+                raise DefinitionError("does not wait for a signal", saga=self.run.definition.name, step=name)
             return signer.token(
                 self.run.state.partition,
                 self.run.state.id,

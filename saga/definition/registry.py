@@ -19,12 +19,13 @@ class Registry:
             definition.validate()
             key = (definition.name, definition.version)
             if key in self._by_key and self._by_key[key] is not definition:
-                raise DefinitionError(f"two definitions of {definition.key}")
+                raise DefinitionError(f"two definitions of {definition.key}", saga=definition.name)
             known = self.contexts.setdefault(definition.context.name, definition.context)
             if known != definition.context:
                 raise DefinitionError(
                     f"context {known.name!r} is declared with {known.partitions} and "
-                    f"{definition.context.partitions} partitions"
+                    f"{definition.context.partitions} partitions",
+                    saga=definition.name,
                 )
             self._by_key[key] = definition
 

@@ -1,6 +1,6 @@
 """What a waiting step waits for: a sleep, a signal, or another context's event.
 
-These are the ``wait`` of a :class:`~saga.definition.saga.Step` whose ``kind`` is ``"sleep"``, ``"signal"``
+These are the ``wait`` of a :class:`~saga.definition.step.Step` whose ``kind`` is ``"sleep"``, ``"signal"``
 or ``"event"``; :meth:`Saga.sleep`, :meth:`Saga.wait_signal` and :meth:`Saga.wait_event`
 build them. The decider calls :meth:`Sleep.target` and :meth:`EventWait.key_of_data`;
 the orchestrator calls :meth:`EventWait.key_of_event` on every event of the stream.
@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from redsaga.ids import message_type
 from redsaga.streams import Stream
-from saga.errors import DefinitionError
+from saga.definition.where import Where
 
 WAITS: Final = "_waits"
 """The participant name of event-wait registrations (handled by the orchestrator)."""
@@ -81,27 +81,27 @@ def _key(value: object) -> str:
     return str(value)
 
 
-def check_one_argument(function: object, where: str, what: str) -> None:
+def check_one_argument(function: object, where: Where, what: str) -> None:
     """A wait's function takes exactly one argument (the saga's data, or the event)."""
     if not callable(function):
-        raise DefinitionError(f"{where}: {what} must be callable")
+        raise where.error(f"{what} must be callable")
     parameters = [
         p
         for p in inspect.signature(function).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     if len(parameters) != 1:
-        raise DefinitionError(f"{where}: {what} takes one argument, not {len(parameters)}")
+        raise where.error(f"{what} takes one argument, not {len(parameters)}")
 
 
-def check_duration(duration: object, where: str) -> None:
+def check_duration(duration: object, where: Where) -> None:
     """A fixed sleep must be a non-negative ``timedelta`` or an aware ``datetime``."""
     if callable(duration):
         check_one_argument(duration, where, "a computed sleep duration")
         return
     if isinstance(duration, datetime):
         if duration.tzinfo is None or duration.utcoffset() is None:
-            raise DefinitionError(f"{where}: sleep until an aware datetime (with a timezone)")
+            raise where.error("sleep until an aware datetime (with a timezone)")
         return
     if not isinstance(duration, timedelta) or duration < timedelta():
-        raise DefinitionError(f"{where}: sleep for a timedelta >= 0 or until a datetime, not {duration!r}")
+        raise where.error(f"sleep for a timedelta >= 0 or until a datetime, not {duration!r}")

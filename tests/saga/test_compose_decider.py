@@ -80,8 +80,11 @@ def test_a_group_without_branches_is_refused() -> None:
     ],
 )
 def test_composed_steps_check_their_arguments(declare: Any, message: str) -> None:
-    with pytest.raises(DefinitionError, match=message):
+    with pytest.raises(DefinitionError, match=message) as caught:
         declare(fresh("bad"))
+    assert caught.value.saga == "bad"
+    assert caught.value.step in ("g", "m", "ping", "c")
+    assert str(caught.value) == f"bad.{caught.value.step}: {caught.value.reason}"
 
 
 def test_branch_names_are_unique_across_the_saga() -> None:

@@ -131,8 +131,9 @@ def test_a_step_and_an_action_cannot_share_a_name() -> None:
 def test_duplicate_compensation_names_are_refused() -> None:
     saga = fresh("dupe_comps")
     saga.compensation("undo")(ping)
-    with raises(r"dupe_comps\.undo: a compensation with this name is already declared"):
+    with raises(r"dupe_comps\.undo: a compensation with this name is already declared") as caught:
         saga.compensation("undo")(ping)
+    assert (caught.value.saga, caught.value.step) == ("dupe_comps", "undo")
 
 
 def test_a_participant_handles_each_command_type_once() -> None:
@@ -184,8 +185,9 @@ def test_a_misspelt_compensation_lists_the_declared_ones() -> None:
 
 
 def test_a_saga_needs_steps() -> None:
-    with raises("saga 'empty' has no steps"):
+    with raises("saga 'empty': has no steps") as caught:
         fresh("empty").validate()
+    assert (caught.value.saga, caught.value.step) == ("empty", "")
 
 
 def test_two_definitions_of_one_version_are_refused() -> None:
@@ -254,8 +256,35 @@ def test_a_command_step_builder_must_not_be_async() -> None:
     async def charge(_data: Data) -> Command:
         return command("pinger", Ping())
 
-    with raises(r"async_builder\.charge: a command step's builder must be a plain function"):
+    with raises(r"async_builder\.charge: a command step's builder must be a plain function") as caught:
         saga.step(reply=Pong)(charge)
+    assert (caught.value.saga, caught.value.step) == ("async_builder", "charge")
+    assert caught.value.reason.startswith("a command step's builder must be a plain function")
+
+
+def test_a_group_declares_its_branches_as_a_saga_declares_its_steps() -> None:
+    # One decorator core: the same checks, the same errors, the same output types.
+    saga, group = fresh("branches"), fresh("branches").parallel("both")
+
+    async def charge(_data: Data) -> Command:
+        return command("pinger", Ping())
+
+    def local(_data: Data) -> Pong:
+        return Pong()
+
+    async def act(_data: Data) -> Pong:
+        return Pong()
+
+    for declare_step, declare_action in ((saga.step, saga.action), (group.step, group.action)):
+        with raises("a command step's builder must be a plain function") as not_plain:
+            declare_step(reply=Pong)(charge)
+        with raises("an action must be an 'async def' function") as not_async:
+            declare_action()(local)
+        assert [(e.value.saga, e.value.step) for e in (not_plain, not_async)] == [
+            ("branches", "charge"),
+            ("branches", "local"),
+        ]
+        assert declare_action()(act).output_type is Pong
 
 
 def test_an_action_must_be_async() -> None:

@@ -1,0 +1,26 @@
+"""A bounded context: the name and the partitions a saga's state lives under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from saga.definition.step import NAME
+from saga.errors import DefinitionError
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A bounded context: its name and how many partitions its sagas are spread over.
+
+    Every saga of the context lives in partition ``crc32(saga_id) % partitions``; all keys of
+    one partition share a hash tag, so transitions stay single-slot on Redis Cluster.
+    """
+
+    name: str
+    partitions: int = 1
+
+    def __post_init__(self) -> None:
+        if not NAME.fullmatch(self.name) or ":" in self.name:
+            raise DefinitionError(f"invalid context name {self.name!r}")
+        if not 1 <= self.partitions <= 1024:
+            raise DefinitionError(f"context {self.name!r}: partitions must be between 1 and 1024")
