@@ -24,7 +24,7 @@ from saga.core.rules import Run
 from saga.core.states import StepStatus, move_step
 from saga.core.wait_rules import WaitRules
 from saga.definition.retry import Retry
-from saga.definition.saga import LOCAL, Command, Compensation, Step, StepContext, invoke
+from saga.definition.step import LOCAL, Command, Compensation, Step, StepContext, invoke
 from saga.errors import DefinitionError
 
 _json = msgspec.json.Encoder()

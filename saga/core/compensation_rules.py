@@ -15,7 +15,7 @@ from typing import Any
 from saga.core.group_rules import GroupRules
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
-from saga.definition.saga import Step
+from saga.definition.step import Step
 
 
 class CompensationRules:

@@ -28,7 +28,7 @@ from saga.core.group_rules import completed_output
 from saga.core.model import Note, NotifyParent, StartTimer, StepState
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus
-from saga.definition.saga import Step
+from saga.definition.step import Step
 
 _CONFIRM_BUSY = frozenset({StepStatus.CONFIRMING, StepStatus.CONFIRM_RETRYING, StepStatus.CONFIRM_FAILED})
 _CONFIRM_BEGUN = _CONFIRM_BUSY | {StepStatus.CONFIRMED}

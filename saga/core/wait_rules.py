@@ -42,7 +42,7 @@ from saga.core.model import (
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.core.tokens import Signer
-from saga.definition.saga import Step
+from saga.definition.step import Step
 from saga.definition.waits import EventWait, Sleep
 from saga.errors import DefinitionError
 
