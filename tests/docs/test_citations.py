@@ -65,12 +65,12 @@ def test_the_scan_sees_the_repository() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "see FAULTS.md",
+        "see " + "FAULTS" + ".md",
         "(FAULTS 10)",
         "DESIGN §4",
         "design brief §9",
-        "the " + "DESIGN.md" + " section",
-        "fixed in issue 9",
+        "the " + "DESIGN" + ".md section",
+        "fixed in " + "issue 9",
         "issue #12",
     ],
 )
