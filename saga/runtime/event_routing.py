@@ -11,7 +11,8 @@ never lost between them. Matches reach the saga as ``EventReceived`` on its part
 with an id derived from the event and the wait, so a repeat is deduped by the publish
 window and, after it, ignored by the decider (the wait has ended). The index itself
 (its keys, both scripts and their in-memory twin) is :mod:`saga.store.wait_index`; this
-module reads events and addresses the deliveries.
+module reads events and addresses the deliveries, and its :class:`EventRouter` is the
+orchestrator's handler of both streams.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from typing import Any
 
 import msgspec
 
-from bus import Envelope, Stream, derived_id
+from bus import Clock, Delivery, Envelope, PermanentError, Publisher, Stream, derived_id
 from bus.lowlevel import get_logger
 from saga.definition.saga import Saga
 from saga.definition.waits import EventWait
+from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import EVENT, EventDelivery
+from saga.store import wait_index
+from saga.store.commit import WatchRequest
 from saga.store.keys import Partition
 from saga.store.wait_index import BufferedEvent, Waiter
 
@@ -76,3 +80,70 @@ def keys_of(waits: Iterable[EventWait], envelope: Envelope) -> list[str]:
         if key not in keys:
             keys.append(key)
     return keys
+
+
+class EventRouter:
+    """A context's handler of its ``cmd:_waits`` registrations and of the events its sagas await.
+
+    ``streams`` maps every stream a wait of ``definitions`` names to those waits; the
+    orchestrator subscribes to each and registers :meth:`on_waits` and :meth:`on_event`.
+    Deliveries go out through ``publisher``, addressed to ``audience`` (the orchestrator).
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        context: str,
+        definitions: Iterable[Saga[Any]],
+        *,
+        clock: Clock,
+        config: EngineConfig,
+        publisher: Publisher,
+        audience: str,
+    ) -> None:
+        self.redis = redis
+        self.context = context
+        self.streams = event_waits(definitions)
+        """The waits of the context's definitions, by the stream their events come on."""
+        self.clock = clock
+        self.config = config
+        self._publisher = publisher
+        self._audience = audience
+
+    async def on_waits(self, envelope: Envelope, _delivery: Delivery) -> None:
+        """Register (or remove) an event wait; deliver an event that came before it."""
+        try:
+            request = msgspec.json.decode(envelope.payload, type=WatchRequest)
+        except (msgspec.DecodeError, RecursionError) as error:
+            raise PermanentError(f"invalid event-wait registration: {error}") from error
+        if envelope.type == "UnwatchEvent":
+            await wait_index.unwatch(self.redis, self.context, request)
+            return
+        if envelope.type != "WatchEvent":
+            raise PermanentError(f"unknown event-wait command {envelope.type!r}")
+        early = await wait_index.watch(self.redis, self.context, request)
+        if early is not None:
+            await self._deliver([Waiter.of(request)], early)
+
+    async def on_event(self, envelope: Envelope, delivery: Delivery) -> None:
+        """Route another context's event to the sagas waiting for it (or buffer it)."""
+        stream = delivery.stream
+        event = BufferedEvent(id=envelope.id, type=envelope.type, payload=msgspec.Raw(envelope.payload))
+        for key in keys_of(self.streams.get(stream, []), envelope):
+            found = await wait_index.route(
+                self.redis,
+                self.context,
+                stream,
+                event,
+                key,
+                ttl_ms=self.config.event_buffer_s * 1000,
+                cap=self.config.event_buffer_cap,
+            )
+            await self._deliver(found, event)
+
+    async def _deliver(self, waiters: list[Waiter], event: BufferedEvent) -> None:
+        if not waiters:
+            return
+        now = self.clock.now_ms()
+        items = [delivery(self.context, w, event, source=self.context, now_ms=now) for w in waiters]
+        await self._publisher.publish_many(items, audience=self._audience)

@@ -9,29 +9,26 @@ re-decided on fresh state; one whose lease was taken over is dropped (the new ho
 it). Replies and signals that do not match their step's declared output type, entries for
 unknown sagas and malformed entries are dead-lettered by the bus with the reason.
 
-It also keeps the context's index of event waits (``saga/store/wait_index.py``): it handles the
-``cmd:_waits`` registrations its transitions write, and subscribes to every stream an event
-wait names to route the events to the waiting sagas. And it runs child sagas
-(``saga/runtime/children.py``): it handles the ``cmd:_child`` commands of its sagas' child steps,
-and forwards its child sagas' end reports (``ParentReport`` inbox entries) to their parents.
+It also installs the handlers of the partitions' other streams, each in a module of its
+own: local actions (``cmd:_local``, ``saga/runtime/local_actions.py``); the context's index of
+event waits (``cmd:_waits`` and every stream an event wait names,
+``saga/runtime/event_routing.py``); and child sagas (``cmd:_child``,
+``saga/runtime/children.py``), whose end reports (``ParentReport`` inbox entries) it forwards
+to their parents.
 
-Entries of one saga are decided one at a time in this process (a lock per saga id, and one
-entry per saga in each round of a batch): a saga with many branches gets many replies at
-once, and deciding them side by side would only lose revision races. Workers in other
-processes still race, and the revision check makes the loser decide again on fresh state.
+Entries of one saga are decided one at a time in this process (a lock per saga id,
+``saga/runtime/saga_locks.py``, and one entry per saga in each round of a batch).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, Publisher, Stream, TransientError
+from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, Publisher, TransientError
 from bus.lowlevel import (
     AFTER_COMMIT_BEFORE_ACK,
     BEFORE_COMMIT,
@@ -47,19 +44,19 @@ from saga.core.decider import start as decide_start
 from saga.core.model import SagaState, SignalReceived, Started
 from saga.core.tokens import Signer, check_wait
 from saga.definition.registry import Registry
-from saga.definition.saga import LOCAL, Context, StepContext, invoke
+from saga.definition.saga import LOCAL, Context
 from saga.definition.waits import WAITS
 from saga.errors import InvalidInput, InvalidToken, UnknownDefinition
-from saga.runtime import event_routing as waits
 from saga.runtime.children import Children
 from saga.runtime.config import EngineConfig
+from saga.runtime.event_routing import EventRouter
+from saga.runtime.local_actions import LocalActions
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
-from saga.runtime.step_reply import reply_for
-from saga.store import wait_index
+from saga.runtime.saga_locks import SagaLocks
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
-from saga.store.commit import PARENT_REPORT, WatchRequest, commit_call, commit_result
+from saga.store.commit import PARENT_REPORT, commit_call, commit_result
 from saga.store.keys import Partition, check_saga_id
 from saga.store.token_keys import load_signer, publish_verifier
 from saga.store.trust import Seal, authorize, credited, orchestrator_of
@@ -98,12 +95,23 @@ class Orchestrator:
             redis, source=context.name, config=config.bus, auth=config.auth, principal=self.principal
         )
         definitions = [d for d in registry if d.context.name == context.name]
-        self._event_waits = waits.event_waits(definitions)
+        self.local_actions = LocalActions(registry, self.signer)
+        """The handler of the partitions' ``cmd:_local`` streams."""
+        self.events = EventRouter(
+            redis,
+            context.name,
+            definitions,
+            clock=clock,
+            config=config,
+            publisher=self._publisher,
+            audience=self.principal,
+        )
+        """The handler of event-wait registrations and of the events the sagas wait for."""
         self._children = Children(redis, registry, clock=clock, config=config, source=context.name)
         self._has_children = any(
             s.child is not None for d in definitions for s in [*d.steps, *d.branch_steps()]
         )
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks = SagaLocks()
         self._by_tag = {partition.tag: partition for partition in self.partitions}
 
     async def signer(self) -> Signer:
@@ -141,8 +149,8 @@ class Orchestrator:
             local = bus.handler(
                 partition.commands(LOCAL), LocalCall, group=LOCAL, principal=me, senders=only_me
             )
-            local(self.on_local)
-            if self._event_waits:
+            local(self.local_actions.run)
+            if self.events.streams:
                 waiting = bus.handler(
                     partition.commands(WAITS),
                     None,
@@ -151,7 +159,7 @@ class Orchestrator:
                     principal=me,
                     senders=only_me,
                 )
-                waiting(self.on_waits)
+                waiting(self.events.on_waits)
             if self._has_children:
                 children = bus.handler(
                     partition.commands(CHILD),
@@ -162,9 +170,9 @@ class Orchestrator:
                     senders=only_me,
                 )
                 children(self._children.on_command)
-        for stream in self._event_waits:
+        for stream in self.events.streams:
             group = f"{self.context.name}.waits"
-            bus.subscribe(stream, group=group, idempotent=False, principal=me)(self.on_event)
+            bus.subscribe(stream, group=group, idempotent=False, principal=me)(self.events.on_event)
 
     def _cached(self, saga_id: str) -> Loaded | None:
         cached = self._cache.get(saga_id)
@@ -228,7 +236,7 @@ class Orchestrator:
 
     async def _decide_round(self, items: list[_Item], outcomes: list[BaseException | None]) -> None:
         """Decide and commit entries of distinct sagas; re-decide those that lost a race."""
-        async with self._holding(sorted(envelope.correlation_id for _, envelope, _ in items)):
+        async with self._locks.holding(sorted(envelope.correlation_id for _, envelope, _ in items)):
             for _ in range(self.config.max_conflicts):
                 items = await self._decide_once(items, outcomes)
                 if not items:
@@ -237,33 +245,6 @@ class Orchestrator:
             outcomes[index] = TransientError(
                 f"saga {envelope.correlation_id}: {self.config.max_conflicts} concurrent updates in a row"
             )
-
-    @asynccontextmanager
-    async def _holding(self, saga_ids: list[str]) -> AsyncIterator[None]:
-        """Hold the lock of every saga in ``saga_ids`` (sorted: two rounds cannot deadlock).
-
-        An asyncio lock, not anyio's: that one yields to the loop even when it is free.
-        """
-        locks: list[asyncio.Lock] = []
-        for saga_id in saga_ids:
-            lock, users = self._locks.get(saga_id) or (asyncio.Lock(), 0)
-            self._locks[saga_id] = (lock, users + 1)
-            locks.append(lock)
-        held = 0
-        try:
-            for lock in locks:
-                await lock.acquire()
-                held += 1
-            yield
-        finally:
-            for lock in locks[:held]:
-                lock.release()
-            for saga_id in saga_ids:
-                lock, users = self._locks[saga_id]
-                if users == 1:
-                    del self._locks[saga_id]
-                else:
-                    self._locks[saga_id] = (lock, users - 1)
 
     async def _decide_once(self, items: list[_Item], outcomes: list[BaseException | None]) -> list[_Item]:
         """One pass: load, decide, commit all of ``items``; return those that lost a race."""
@@ -475,81 +456,6 @@ class Orchestrator:
                 status=decision.state.status,
                 revision=revision,
             )
-
-    async def on_local(self, call: LocalCall, delivery: Delivery) -> Any:
-        """Run a local action (or a local compensation) and reply like a participant."""
-        headers = delivery.envelope.headers
-        name, _, version = headers.get("saga", "").rpartition("@")
-        try:
-            definition = self.registry.get(name, int(version))
-            step = definition.step_named(headers.get("step", ""))
-        except (UnknownDefinition, KeyError, ValueError) as error:
-            raise TransientError(f"cannot run local action: {error}") from error
-        target = step if headers.get("kind") == "do" else step.compensation
-        if target is None:
-            raise PermanentError(f"{definition.key}.{step.name} has no local compensation")
-        saga_id = delivery.envelope.correlation_id
-        signer = await self.signer() if call.waits else None
-        partition = int(delivery.stream.tag.rsplit(":", 1)[1])
-
-        def token(name: str) -> str:
-            if signer is None or name not in call.waits:
-                raise KeyError(f"{definition.key}.{name} does not wait for a signal")
-            return signer.token(
-                partition, saga_id, name, call.waits[name], incarnation=call.incarnation, now_ms=call.at_ms
-            )
-
-        context = StepContext(
-            saga_id,
-            headers.get("step", ""),  # a branch's key, <group>#<index>: ctx.branch and ctx.item
-            delivery.envelope.attempt,
-            {k: bytes(v) for k, v in call.outputs.items()},
-            token,
-        )
-        data = definition.decode_data(call.data)
-        return await reply_for(invoke(target, data, context), wrap=True)
-
-    async def on_waits(self, envelope: Envelope, _delivery: Delivery) -> None:
-        """Register (or remove) an event wait; deliver an event that came before it."""
-        try:
-            request = msgspec.json.decode(envelope.payload, type=WatchRequest)
-        except (msgspec.DecodeError, RecursionError) as error:
-            raise PermanentError(f"invalid event-wait registration: {error}") from error
-        if envelope.type == "UnwatchEvent":
-            await wait_index.unwatch(self.redis, self.context.name, request)
-            return
-        if envelope.type != "WatchEvent":
-            raise PermanentError(f"unknown event-wait command {envelope.type!r}")
-        early = await wait_index.watch(self.redis, self.context.name, request)
-        if early is not None:
-            await self._deliver_event([wait_index.Waiter.of(request)], early)
-
-    async def on_event(self, envelope: Envelope, delivery: Delivery) -> None:
-        """Route another context's event to the sagas waiting for it (or buffer it)."""
-        stream = delivery.stream
-        event = wait_index.BufferedEvent(
-            id=envelope.id, type=envelope.type, payload=msgspec.Raw(envelope.payload)
-        )
-        for key in waits.keys_of(self._event_waits.get(stream, []), envelope):
-            found = await wait_index.route(
-                self.redis,
-                self.context.name,
-                stream,
-                event,
-                key,
-                ttl_ms=self.config.event_buffer_s * 1000,
-                cap=self.config.event_buffer_cap,
-            )
-            await self._deliver_event(found, event)
-
-    async def _deliver_event(self, waiters: list[wait_index.Waiter], event: wait_index.BufferedEvent) -> None:
-        if not waiters:
-            return
-        now = self.clock.now_ms()
-        items: list[tuple[Stream, Envelope]] = [
-            waits.delivery(self.context.name, w, event, source=self.context.name, now_ms=now) for w in waiters
-        ]
-        await self._publisher.publish_many(items, audience=self.principal)
 
 
 class _AlreadyStarted(Exception):

@@ -54,14 +54,13 @@ from saga.definition.registry import Registry
 from saga.definition.saga import Saga, Step
 from saga.definition.schedule import Schedule, ScheduleState
 from saga.runtime.config import EngineConfig
-from saga.runtime.orchestrator import Orchestrator
 from saga.runtime.participant import Participant
 from saga.store.commit import WatchRequest, command_envelope
 from saga.store.memory import MemoryStore
 from saga.testing.fakes import FakeParticipant, participants_of
 from saga.testing.invariants import Summary, invariant_violations, replay, summarize
 from saga.testing.runner_children import Children
-from saga.testing.runner_delivery import Deliveries
+from saga.testing.runner_delivery import Deliveries, local_actions
 from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Item, Published, RunnerError, Watch
 from saga.testing.runner_sagas import PendingTimer, Record, Sagas
 from saga.testing.runner_schedules import Schedules
@@ -136,13 +135,9 @@ class SagaRunner:
             lambda saga_id, reason, by: self.cancel(saga_id, reason=reason, by=by),
             lambda saga_id: not self._sagas.has(saga_id) or self.status(saga_id).terminal,
         )  # fmt: skip
-        locals_: dict[str, Orchestrator] = {}
-        for context in self.registry.contexts.values():
-            local = Orchestrator(None, self.registry, context, clock=self.clock, config=self.config)
-            local._signer = self.signer(context.name)
-            locals_[context.name] = local
         self._deliveries = Deliveries(
-            participants_of(participants), self.config, self.clock, locals_, self._queue.append,
+            participants_of(participants), self.config, self.clock,
+            local_actions(self.registry, self.signer), self._queue.append,
             self._children.command, self._ids,
         )  # fmt: skip
         self.calls = self._deliveries.calls

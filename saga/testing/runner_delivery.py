@@ -5,14 +5,14 @@ result, so a repeat is answered without running the handler again, as in product
 and, as in production, forgotten ``BusConfig.dedupe_ttl_s`` (virtual time) later. Replies
 go through the code a real participant's reply goes through (``reply_for``, the bus's
 result encoding and reply envelope, ``to_event``); local actions run on a real
-:class:`~saga.runtime.orchestrator.Orchestrator`'s ``on_local``, ``cmd:_child`` commands
-go to the runner's child sagas.
+:class:`~saga.runtime.local_actions.LocalActions`, as the orchestrator's worker runs them;
+``cmd:_child`` commands go to the runner's child sagas.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,14 +21,30 @@ from bus.lowlevel import encode_result, reply_envelope
 from saga.core.child_messages import CHILD
 from saga.core.commands import LocalCall
 from saga.core.model import SagaState, StepReplied
+from saga.core.tokens import Signer
+from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL
 from saga.runtime.config import EngineConfig
-from saga.runtime.orchestrator import Orchestrator
+from saga.runtime.local_actions import LocalActions
 from saga.runtime.participant import CommandContext
 from saga.runtime.protocol import StepFailed, to_event
 from saga.runtime.step_reply import reply_for
 from saga.testing.fakes import Call, CallOutcome, FakeParticipant, Response
 from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Held, Item, RunnerError
+
+
+def local_actions(registry: Registry, signer: Callable[[str], Signer]) -> dict[str, LocalActions]:
+    """Each context's local actions, making tokens with ``signer`` of the context."""
+
+    def signer_of(context: str) -> Callable[[], Awaitable[Signer]]:
+        made = signer(context)
+
+        async def ready() -> Signer:
+            return made
+
+        return ready
+
+    return {name: LocalActions(registry, signer_of(name)) for name in registry.contexts}
 
 
 @dataclass
@@ -38,8 +54,8 @@ class Deliveries:
     participants: Mapping[str, FakeParticipant]
     config: EngineConfig
     clock: FakeClock
-    locals: Mapping[str, Orchestrator]
-    """Each context's orchestrator, for local actions."""
+    locals: Mapping[str, LocalActions]
+    """Each context's local actions (see :func:`local_actions`)."""
     enqueue: Callable[[Item], None]
     child_command: Callable[[Envelope], None]
     ids: itertools.count[int]
@@ -84,7 +100,7 @@ class Deliveries:
             first = self._first_result(key)
             if first is None:
                 local = self.locals[command.partition.context]
-                reply = await local.on_local(envelope.decode(LocalCall), delivery)
+                reply = await local.run(envelope.decode(LocalCall), delivery)
                 first = self._result(key, reply, idempotent=True)
             self._reply(command, LOCAL, first, Response(None))
             return
