@@ -4,7 +4,8 @@ Every entry read ends in exactly one of: acknowledged after its handler succeede
 reply and dedupe record, in one script), scheduled for redelivery, moved to the dead-letter
 stream with its context (atomically with the ack), or left pending for the reclaimer when
 this worker loses its lease or stops. Nothing is dropped, and bad input never raises out of
-here.
+here. Reading entries and deciding whether each can be handled at all is the group's
+:class:`~bus._intake.Intake` (``bus/_intake.py``); this module runs and ends them.
 """
 
 from __future__ import annotations
@@ -14,18 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis.exceptions import ResponseError
-
 from bus._app import BatchHandler, Route, Subscription
 from bus._auth import OFF, Authenticator
 from bus._client import Redis
 from bus._clock import Clock
 from bus._completer import Completer
 from bus._config import BusConfig
-from bus._connection import is_lean, send_batch
 from bus._crash import AFTER_SIDE_EFFECT, crash_point
 from bus._delivery import Delivery, LeaseLost
-from bus._envelope import Envelope, Fields, decode_fields
+from bus._envelope import Envelope
 from bus._errors import (
     AuthError,
     BusError,
@@ -38,8 +36,8 @@ from bus._errors import (
     Unauthenticated,
     redis_errors,
 )
+from bus._intake import Entry, Intake, Refused
 from bus._log import Logger, get_logger
-from bus._lua import PUBLISH
 from bus._outcomes import (
     RESULT_PREFIX,
     Reply,
@@ -59,17 +57,12 @@ from bus._pool import HandlerPool
 from bus._publisher import Publisher, publish_call
 from bus._scripts import BatchPart, ScriptCall
 from bus._slots import Slots
-from redsaga.ids import derived_id
 from redsaga.streams import Stream
 
 _log = get_logger("redsaga.bus")
 _PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge, Unauthenticated)
-Entry = tuple[str, Fields | None, int]
-"""(entry id, fields or ``None`` if deleted, delivery count)."""
 GROUP_RECREATED = "group_recreated"
-ENTRY_LOST = "entry_lost"
 LEASE_LOST = "lease_lost"
-UNAUTHENTICATED = "unauthenticated"
 
 
 @dataclass(slots=True)
@@ -108,6 +101,8 @@ class GroupConsumer:
         self.redelivered = 0
         """Of those, entries taken over after their lease expired."""
         self.log = _log.bind(stream=subscription.stream.key, group=subscription.group)
+        self.intake = Intake(runtime, subscription, self.log)
+        """Reads the group's entries and admits or refuses each."""
 
     @property
     def stream(self) -> Stream:
@@ -155,7 +150,7 @@ class GroupConsumer:
         wanted = await self.rt.slots.reserve(self.rt.read_share)
         try:
             with redis_errors():
-                entries = await self._read_new(wanted, block_ms)
+                entries = await self.intake.read_new(wanted, block_ms)
         except BaseException:
             self.rt.slots.release(wanted)
             raise
@@ -164,53 +159,25 @@ class GroupConsumer:
         await self._process(handlers, entries)
         return len(entries)
 
-    async def _read_new(self, count: int, block_ms: int | None) -> list[Entry]:
-        """XREADGROUP ``>``: the lean path on real Redis (raw reply, one read per loop turn)."""
-        redis = self.rt.redis
-        if not is_lean(redis):
-            reply: Any = await redis.xreadgroup(
-                self.sub.group, self.rt.consumer, {self.stream.key: ">"}, count=count, block=block_ms
-            )
-            return [(i.decode(), f, 1) for _, batch in reply or () for i, f in batch]
-        block = () if block_ms is None else ("BLOCK", block_ms)
-        command = ("XREADGROUP", "GROUP", self.sub.group, self.rt.consumer, "COUNT", count, *block)
-        [raw] = await send_batch(redis, [(*command, "STREAMS", self.stream.key, ">")], parse=False)
-        if isinstance(raw, ResponseError):
-            raise raw
-        return [
-            (i.decode(), None if f is None else dict(zip(f[::2], f[1::2], strict=True)), 1)
-            for _, batch in raw or ()
-            for i, f in batch
-        ]
-
     async def reclaim(self, handlers: HandlerPool) -> int:
         """Take over entries whose lease expired (XAUTOCLAIM) and handle them."""
         cursor, total = "0-0", 0
         while True:
             wanted = await self.rt.slots.reserve(self.rt.read_share)
             try:
-                with redis_errors():
-                    cursor_raw, claimed, deleted = await self.rt.redis.xautoclaim(
-                        self.stream.key,
-                        self.sub.group,
-                        self.rt.consumer,
-                        self.rt.config.lease_ms,
-                        cursor,
-                        count=wanted,
-                    )
-                counts = await self._delivery_counts([i.decode() for i, _ in claimed])
+                cursor, entries, deleted = await self.intake.claim_expired(
+                    cursor, wanted, among=len(self.inflight)
+                )
             except BaseException:
                 self.rt.slots.release(wanted)
                 raise
-            self.rt.slots.release(wanted - len(claimed))
+            self.rt.slots.release(wanted - len(entries))
             for entry_id in deleted:
-                await self._report_lost(entry_id.decode())
-            entries = [(i.decode(), f, counts.get(i.decode(), 1)) for i, f in claimed]
+                await self.intake.report_lost(entry_id)
             self.delivered += len(entries)
             self.redelivered += len(entries)
             await self._process(handlers, entries)
             total += len(entries)
-            cursor = cursor_raw.decode()
             if cursor == "0-0":
                 return total
 
@@ -250,50 +217,6 @@ class GroupConsumer:
     async def _beat_one(self, delivery: Delivery) -> bool:
         return not await self.heartbeat([delivery])
 
-    async def _delivery_counts(self, entry_ids: list[str]) -> dict[str, int]:
-        if not entry_ids:
-            return {}
-        with redis_errors():
-            rows: Any = await self.rt.redis.xpending_range(
-                self.stream.key,
-                self.sub.group,
-                min=entry_ids[0],
-                max=entry_ids[-1],
-                count=len(entry_ids) + len(self.inflight),
-                consumername=self.rt.consumer,
-            )
-        return {row["message_id"].decode(): int(row["times_delivered"]) for row in rows}
-
-    async def _report_lost(self, entry_id: str) -> None:
-        """Record an entry that was deleted or trimmed while pending (it cannot be handled)."""
-        self.log.error(
-            "pending entry was deleted or trimmed before it was handled", entry=entry_id, incident=ENTRY_LOST
-        )
-        self.rt.incidents[ENTRY_LOST] += 1
-        dlq = Stream(self.stream.tag, "dlq")
-        # Written with the publish script so that a re-sent report adds one letter only; its
-        # window is this group's own (a participant's user may write the letter, not read it).
-        fields: list[str | bytes | int | float] = [
-            dlq.key,
-            derived_id(f"{self.stream.key}/{entry_id}", "lost"),
-            self.rt.config.publish_dedupe_window_ms,
-            "stream",
-            self.stream.key,
-            "entry",
-            entry_id,
-            "group",
-            self.sub.group,
-            "consumer",
-            self.rt.consumer,
-            "reason",
-            "entry was deleted or trimmed while pending",
-            "raw_missing",
-            1,
-            "last_failed_ms",
-            self.rt.clock.now_ms(),
-        ]
-        await PUBLISH(self.rt.redis, [self.stream.lost_key(self.sub.group)], fields)
-
     async def _process(self, handlers: HandlerPool, entries: list[Entry]) -> None:
         ready: list[tuple[Delivery, Route, Any]] = []
         for entry_id, fields, deliveries in entries:
@@ -302,9 +225,11 @@ class GroupConsumer:
                     self.rt.slots.release()
                 self._parked[entry_id] = (handlers, (entry_id, fields, deliveries))
                 continue
-            prepared = self._prepare(entry_id, fields, deliveries)
-            if prepared is not None:
-                ready.append(prepared)
+            admitted = self.intake.admit(entry_id, fields, deliveries, self._beat_one)
+            if isinstance(admitted, Refused):
+                self._refuse(entry_id, admitted)
+            else:
+                ready.append(admitted)
         deduped = [item for item in ready if item[0].dedupe_key]
         try:
             # The claim rides in the completer's next pipeline (with other streams' claims and
@@ -340,88 +265,12 @@ class GroupConsumer:
         for route, batch in batches.items():
             handlers.start(self._run_batch, route, batch)
 
-    def _prepare(  # noqa: PLR0911 - one early exit per way an entry can be unusable
-        self, entry_id: str, fields: Fields | None, deliveries: int
-    ) -> tuple[Delivery, Route, Any] | None:
-        """Decode an entry and pick its route; dead-letter or skip it when that fails."""
-        config = self.rt.config
-        if fields is None:
-            self._dead(entry_id, "entry was deleted while pending")
-            return None
-        try:
-            envelope = decode_fields(fields, max_bytes=config.max_entry_bytes, max_fields=config.max_fields)
-        except MalformedEntry as error:
-            self._dead(entry_id, f"malformed entry: {error.reason}")
-            return None
-        signer = self._authenticate(entry_id, envelope)
-        if signer is None:
-            return None
-        if deliveries > config.max_deliveries:
-            self._dead(
-                entry_id,
-                f"delivery limit of {config.max_deliveries} exceeded "
-                "(the handler crashed or stalled on every delivery)",
-                envelope,
-            )
-            return None
-        route = self.sub.route_for(envelope.type)
-        if route is None:
-            if self.sub.ignore_unknown:
-                self._settle(entry_id, self._ack_call(entry_id), "skipped")
-            else:
-                self._dead(entry_id, f"no handler for message type {envelope.type!r}", envelope)
-            return None
-        if envelope.reply_to and reply_key_stream(envelope) is None:
-            self._dead(entry_id, f"reply_to {envelope.reply_to!r} is not a redsaga stream key", envelope)
-            return None
-        try:
-            message = route.decode(envelope)
-        except MalformedEntry as error:
-            self._dead(entry_id, f"malformed payload: {error.reason}", envelope)
-            return None
-        delivery = Delivery(
-            envelope=envelope,
-            stream=self.stream,
-            group=self.sub.group,
-            entry_id=entry_id,
-            deliveries=deliveries,
-            consumer=self.rt.consumer,
-            dedupe_key=self.stream.dedupe_key(self.sub.group, envelope.dedupe_key)
-            if self.sub.idempotent
-            else None,
-            principal=signer,
-            handler_principal=self.sub.principal,
-            _beat=self._beat_one,
-            _publisher=self.rt.publisher,
-            _call=self.rt.completer.call,
-            _call_many=self.rt.completer.call_many,
-        )
-        return delivery, route, message
-
-    def _authenticate(self, entry_id: str, envelope: Envelope) -> str | None:
-        """Who signed the entry (``""`` with signing off); ``None`` once it is dead-lettered.
-
-        In ``log`` mode a failed check is reported (a warning and an ``unauthenticated``
-        incident) and the entry goes on, with the signer it names.
-        """
-        auth = self.rt.auth
-        if not auth.enabled:
-            return ""
-        try:
-            signer = auth.verify(envelope, self.sub.audience, self.sub.principal, senders=self.sub.senders)
-        except Unauthenticated as error:
-            if auth.mode == "require":
-                self._dead(entry_id, f"unauthenticated entry: {error.reason}", envelope)
-                return None
-            self.rt.incidents[UNAUTHENTICATED] += 1
-            self.log.warning(
-                "unauthenticated entry accepted (verification mode 'log')",
-                entry=entry_id,
-                reason=error.reason,
-                incident=UNAUTHENTICATED,
-            )
-            return envelope.signer
-        return signer
+    def _refuse(self, entry_id: str, refused: Refused) -> None:
+        """Dead-letter an entry that cannot be handled, or acknowledge one the group skips."""
+        if refused.dead:
+            self._dead(entry_id, refused.reason, refused.envelope)
+        else:
+            self._settle(entry_id, self._ack_call(entry_id), "skipped")
 
     async def _run(self, delivery: Delivery, route: Route, message: Any) -> None:
         with delivery.scope as scope:
@@ -609,7 +458,7 @@ class GroupConsumer:
         """
         entry_id, fields, _ = entry
         try:
-            pending = await self._delivery_counts([entry_id])
+            pending = await self.intake.delivery_counts([entry_id])
         except BusError as error:
             pending = {}
             self.log.warning(

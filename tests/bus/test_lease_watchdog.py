@@ -105,7 +105,7 @@ async def test_an_entry_given_back_while_its_handler_runs_waits_for_that_handler
             release.set()
         else:
             if first_ends == "unchecked":
-                monkeypatch.setattr(consumer, "_delivery_counts", unreachable)
+                monkeypatch.setattr(consumer.intake, "delivery_counts", unreachable)
             first.scope.cancel()  # what the watchdog does
         await eventually(lambda: worker.runtime.slots.busy == 0, 10, "every slot was given back")
         pool.close()
@@ -114,8 +114,8 @@ async def test_an_entry_given_back_while_its_handler_runs_waits_for_that_handler
     assert [reply.correlation_id for reply in await replies(redis)] == ([] if left_pending else ["saga-o1"])
 
 
-async def unreachable(entry_ids: list[str]) -> dict[str, int]:
-    """``GroupConsumer._delivery_counts`` with Redis gone (an empty ask needs no Redis)."""
+async def unreachable(entry_ids: list[str], *, among: int = 0) -> dict[str, int]:
+    """``Intake.delivery_counts`` with Redis gone (an empty ask needs no Redis)."""
     if entry_ids:
         raise bus.RedisUnavailable("connection refused")
     return {}
