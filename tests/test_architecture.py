@@ -163,3 +163,17 @@ def test_the_pure_layers_load_neither_redis_nor_the_bus(package: str) -> None:
         f"assert len([m for m in sys.modules if m.startswith('{package}.')]) > 3\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=ROOT)
+
+
+MAX_LINES = 500
+"""The longest a module of the engine's packages may be: a newcomer reads one at a sitting."""
+
+
+def test_no_module_of_the_packages_is_over_500_lines() -> None:
+    too_long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for name, path in modules()
+        if package_of(name) in ("saga", "bus", "relay", "redsaga.cli")
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    ]
+    assert too_long == []
