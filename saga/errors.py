@@ -4,6 +4,10 @@
 
     SagaError
     ├── DefinitionError        a saga is declared wrongly (raised at import time)
+    ├── InvalidSchedule*       a schedule is declared wrongly (its id, time zone, dates)
+    │   ├── CronError*         ... its cron expression is invalid (says which field)
+    │   └── CalendarError*     ... it names a holiday calendar the holidays package lacks
+    ├── TooManyItems*          a map step's items() returned more items than its limit
     ├── InvalidInput           start data or an operator's output does not match its type
     ├── IllegalTransition      the state machine was asked for a transition it does not allow
     ├── SagaNotFound           no saga has this id
@@ -17,11 +21,23 @@
     ├── WaitEnded              the wait a resume token names has ended: nothing was sent
     ├── ScheduleNotFound       no schedule has this id (in this context)
     ├── ScheduleExists         a schedule with this id exists already
+    ├── PartitionMismatch      a participant serves a context with another partition count
+    ├── ReplayMismatch†        replaying a history decided something else (saga.testing.replay)
+    ├── TraceMismatch†         an exported trace does not replay (saga.testing.replay_trace)
+    ├── RunnerError            saga.testing's runner cannot go on: a mistake in the test's set-up
+    │   └── ChildError         ... a child saga's definition was not given to the runner
     └── VersionError           a definition-version operation is refused (saga/versions/registry.py)
         ├── IncompatibleChange a registered version's shape changed incompatibly
         ├── VersionDrained     new sagas may not start on a drained version
         ├── VersionInUse       a version with sagas in flight cannot be decommissioned
         └── MigrationRefused   a migration cannot move this instance (or any, and says why)
+
+``*`` is also a :class:`ValueError` (what such a mistake was before, and what msgspec turns
+into a ``ValidationError`` when it decodes a schedule); ``†`` is also an
+:class:`AssertionError`, so a test that fails on one fails as an assertion does. Every error
+carries what it is about as attributes (the saga, step, schedule, expression, ...), and its
+message says what to do; code that needs to tell errors apart reads the class and the
+attributes, never the message.
 
 Participants signal step failures with :class:`bus.TransientError` (the step's retry
 policy applies) and :class:`bus.PermanentError` (compensate); any other exception counts as
@@ -29,6 +45,12 @@ transient.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the types of fields only: this module imports nothing of ours when it runs
+    from saga.core.replay import Mismatch
+    from saga.ops.trace import Trace
 
 
 class SagaError(Exception):
@@ -55,6 +77,61 @@ class DefinitionError(SagaError):
         self.reason = reason
         self.saga = saga
         self.step = step
+
+
+class InvalidSchedule(SagaError, ValueError):
+    """A schedule is declared wrongly; nothing was stored.
+
+    ``reason`` says what is wrong; ``schedule_id`` is the schedule's id (empty when the
+    mistake was found outside a schedule, as in a cron expression parsed on its own).
+    """
+
+    def __init__(self, reason: str, *, schedule_id: str = "") -> None:
+        super().__init__(f"schedule {schedule_id!r}: {reason}" if schedule_id else reason)
+        self.reason = reason
+        self.schedule_id = schedule_id
+
+
+class CronError(InvalidSchedule):
+    """A cron expression is invalid; the message says which field and what it may hold.
+
+    Attributes:
+        expression: The expression as given.
+        field: The field that is wrong (``minute`` … ``day of week``), or ``""`` when the
+            expression as a whole is (wrong number of fields, a day that never comes).
+
+    """
+
+    def __init__(self, expression: str, problem: str, *, field: str = "") -> None:
+        super().__init__(f"cron {expression!r}: {problem}")
+        self.expression = expression
+        self.field = field
+
+
+class CalendarError(InvalidSchedule):
+    """A holiday calendar name is not one the ``holidays`` package knows; the message says why.
+
+    Attributes:
+        calendar: The name as given.
+
+    """
+
+    def __init__(self, calendar: str, problem: str) -> None:
+        super().__init__(f"holiday calendar {calendar!r}: {problem}")
+        self.calendar = calendar
+
+
+class TooManyItems(SagaError, ValueError):
+    """A map step's ``items()`` returned ``count`` items, more than its ``limit``.
+
+    The step fails (and the saga compensates) with this message as its reason; raise the
+    map's ``limit`` or split the work if that many items are expected.
+    """
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"{count} items, over the map's limit of {limit}")
+        self.count = count
+        self.limit = limit
 
 
 class InvalidInput(SagaError):
@@ -129,12 +206,15 @@ class WaitEnded(SagaError):
 class InvalidToken(SagaError):
     """A resume token is malformed, forged, tampered with, expired or for another saga.
 
-    Nothing was delivered. ``saga`` is the saga id the token names, when it could be read.
+    Nothing was delivered. ``reason`` says which; ``saga`` and ``step`` are the saga id and
+    the waiting step the token names, when it could be read.
     """
 
-    def __init__(self, message: str, *, saga: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, reason: str, *, saga: str = "", step: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
         self.saga = saga
+        self.step = step
 
 
 class CodeRequired(UnknownDefinition):
@@ -192,7 +272,80 @@ class PartitionMismatch(SagaError):
     """A participant serves a context with another partition count than the context registered.
 
     Commands sent from the partitions it does not know about would never be handled.
+    ``participant`` serves ``context`` with ``partitions``; Redis has ``registered``.
     """
+
+    def __init__(self, participant: str, context: str, partitions: int, registered: int) -> None:
+        super().__init__(
+            f"participant {participant!r} serves context {context!r} with {partitions} partition(s) "
+            f"but {context!r} is registered with {registered}: commands of the other partitions "
+            f"would never be handled; pass serves=[saga.Context({context!r}, partitions={registered})]"
+        )
+        self.participant = participant
+        self.context = context
+        self.partitions = partitions
+        self.registered = registered
+
+
+class ReplayMismatch(SagaError, AssertionError):
+    """Replaying a history through the decider decided something else (``mismatch`` says what).
+
+    ``index`` is the history entry that differs and ``step`` the step its decision is about
+    (``""`` when none is); ``saga_id`` is the replayed saga. The definition changed in a way
+    running sagas would see: make it a new version (``docs/versions.md``).
+    """
+
+    def __init__(self, mismatch: Mismatch, *, saga_id: str = "") -> None:
+        super().__init__(mismatch.message)
+        self.mismatch = mismatch
+        self.index = mismatch.index
+        self.step = mismatch.step
+        self.saga_id = saga_id
+
+
+class TraceMismatch(SagaError, AssertionError):
+    """Replaying an exported trace decided something else, or ended in another state.
+
+    ``mismatch`` is the first differing decision (``None`` when every decision matched and
+    only the final state differs); ``differences`` lists what differs in the final state;
+    ``saga_id`` and ``definition`` (``name@version``) name the trace's saga.
+    """
+
+    def __init__(self, trace: Trace, mismatch: Mismatch | None, differences: list[str]) -> None:
+        definition = f"{trace.definition}@{trace.version}"
+        head = f"trace of saga {trace.saga_id} ({definition}) does not replay"
+        body = mismatch.message if mismatch else "final state differs: " + "; ".join(differences)
+        super().__init__(f"{head}: {body}")
+        self.trace = trace
+        self.mismatch = mismatch
+        self.differences = differences
+        self.saga_id = trace.saga_id
+        self.definition = definition
+
+
+class RunnerError(SagaError):
+    """The in-process runner cannot go on: a mistake in the test's set-up, not a saga outcome.
+
+    For example a command for a participant the runner was not given, a fake without a
+    behaviour for a command type, or a reply of the wrong type for its step. ``reason`` says
+    what to change; ``participant`` and ``saga_id`` name what it is about, when one is.
+    """
+
+    def __init__(self, reason: str, *, participant: str = "", saga_id: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.participant = participant
+        self.saga_id = saga_id
+
+
+class ChildError(RunnerError):
+    """A saga started a child saga (``child``, ``name@version``) the runner was not given."""
+
+    def __init__(self, child: str, *, saga_id: str = "") -> None:
+        super().__init__(
+            f"give the runner the child saga {child} too (SagaRunner(parent, child, ...))", saga_id=saga_id
+        )
+        self.child = child
 
 
 class MigrationRefused(VersionError):
@@ -230,21 +383,32 @@ class ScheduleExists(SagaError):
 
 __all__ = [
     "ActionRefused",
+    "CalendarError",
+    "ChildError",
     "CodeRequired",
     "ConcurrentUpdate",
+    "CronError",
     "DefinitionError",
     "IllegalTransition",
     "IncompatibleChange",
     "InvalidInput",
+    "InvalidSchedule",
+    "InvalidToken",
     "MigrationRefused",
+    "PartitionMismatch",
+    "ReplayMismatch",
+    "RunnerError",
     "SagaError",
     "SagaExists",
     "SagaNotFound",
     "ScheduleExists",
     "ScheduleNotFound",
     "StartConflict",
+    "TooManyItems",
+    "TraceMismatch",
     "UnknownDefinition",
     "VersionDrained",
     "VersionError",
     "VersionInUse",
+    "WaitEnded",
 ]

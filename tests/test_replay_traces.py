@@ -41,6 +41,12 @@ def test_a_changed_command_fails_the_replay_naming_the_step() -> None:
     assert mismatch is not None
     assert (mismatch.step, mismatch.what) == ("charge_payment", "effects")
     assert "at step 'charge_payment'" in str(failure.value)
+    trace = decode_trace(Path(__file__).parent / "traces" / "demo-completed.json")
+    assert (failure.value.saga_id, failure.value.definition) == (
+        trace.saga_id,
+        f"{trace.definition}@{trace.version}",
+    )
+    assert isinstance(failure.value, AssertionError)
 
 
 def test_an_inserted_step_fails_the_replay_naming_it() -> None:

@@ -50,6 +50,7 @@ from saga.core.model import (
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.definition.saga import Saga, Step
+from saga.errors import TooManyItems
 
 _json = msgspec.json.Encoder()
 
@@ -127,15 +128,11 @@ class GroupRules:
         step_state = self.run.state.steps[step.name]
         try:
             total = spec.count(self.run.definition.decode_data(self.run.state.data))
+        except TooManyItems as error:
+            self._refuse(step, step_state, str(error))
+            return
         except Exception as error:  # noqa: BLE001 - a user function's bug fails the step, not the worker
-            reason = f"items() raised {type(error).__name__}: {error}"
-            if isinstance(error, ValueError) and "over the map's limit" in str(error):
-                reason = str(error)
-            step_state.status = move_step(step_state.status, StepStatus.FAILED)
-            self.run.state.error = Note(
-                at_ms=self.run.now_ms, what="group refused", step=step.name, reason=reason
-            )
-            self.run.begin_compensation()
+            self._refuse(step, step_state, f"items() raised {type(error).__name__}: {error}")
             return
         step_state.status = move_step(step_state.status, StepStatus.DISPATCHED)
         step_state.group = GroupState(total=total)
@@ -143,6 +140,14 @@ class GroupRules:
             self.run.succeeded(step, step_state, self.group_output(step))
             return
         self.fill(step)
+
+    def _refuse(self, step: Step[Any, Any], step_state: StepState, reason: str) -> None:
+        """Fail a group step whose items could not be had, and compensate."""
+        step_state.status = move_step(step_state.status, StepStatus.FAILED)
+        self.run.state.error = Note(
+            at_ms=self.run.now_ms, what="group refused", step=step.name, reason=reason
+        )
+        self.run.begin_compensation()
 
     def fill(self, group_step: Step[Any, Any]) -> None:
         """Start branches in index order while the group is open and has free slots."""

@@ -96,15 +96,20 @@ class TokenVerifier:
             raise InvalidToken(
                 "resume token is not valid (for another context, or signed with a retired key)",
                 saga=ref.saga_id,
+                step=ref.step,
             )
         try:
             key.verify(signature, _LABEL + payload)
         except InvalidSignature as error:
             raise InvalidToken(
-                "resume token is not valid (forged or tampered with)", saga=ref.saga_id
+                "resume token is not valid (forged or tampered with)", saga=ref.saga_id, step=ref.step
             ) from error
         if now_ms is not None and ref.expires_ms and now_ms > ref.expires_ms:
-            raise InvalidToken(f"resume token expired at {ref.expires_ms} ms", saga=ref.saga_id)
+            raise InvalidToken(
+                f"resume token expired at {ref.expires_ms} ms: ask for a new one",
+                saga=ref.saga_id,
+                step=ref.step,
+            )
         return ref
 
 
@@ -183,15 +188,18 @@ def check_wait(
     names another. ``wait`` (step, number), when given, is the wait the delivery claims.
     """
     if wait is not None and wait != (ref.step, ref.n):
-        raise InvalidToken("the signal names another wait than its resume token", saga=saga_id)
+        raise InvalidToken("the signal names another wait than its resume token", saga=saga_id, step=ref.step)
     if (ref.context, ref.partition, ref.saga_id) != (context, partition, saga_id):
         raise InvalidToken(
-            "resume token names another saga or partition than it was delivered to", saga=saga_id
+            "resume token names another saga or partition than it was delivered to",
+            saga=saga_id,
+            step=ref.step,
         )
     if ref.incarnation != incarnation:
         raise InvalidToken(
             "resume token is for an earlier saga under the same id (it ended; this one started later)",
             saga=saga_id,
+            step=ref.step,
         )
 
 

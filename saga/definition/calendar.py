@@ -15,18 +15,7 @@ from __future__ import annotations
 from datetime import date
 from functools import lru_cache
 
-
-class CalendarError(ValueError):
-    """A holiday calendar name is not one the ``holidays`` package knows; the message says why.
-
-    Attributes:
-        calendar: The name as given.
-
-    """
-
-    def __init__(self, calendar: str, problem: str) -> None:
-        super().__init__(f"holiday calendar {calendar!r}: {problem}")
-        self.calendar = calendar
+from saga.errors import CalendarError
 
 
 def check_calendar(name: str) -> None:

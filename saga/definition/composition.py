@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from saga.definition.declare import Declarations, action_step, command_step, no_builder
 from saga.definition.retry import NO_RETRY, Retry
 from saga.definition.where import Where
-from saga.errors import DefinitionError
+from saga.errors import DefinitionError, TooManyItems
 
 if TYPE_CHECKING:
     from saga.definition.saga import Saga
@@ -74,13 +74,13 @@ class GroupSpec:
         return self.items is not None
 
     def items_of(self, data: object) -> Sequence[Any]:
-        """A map's items (``ValueError`` when there are more than ``limit``)."""
+        """A map's items (:class:`~saga.errors.TooManyItems` when there are more than ``limit``)."""
         assert self.items is not None  # noqa: S101 - maps only
         found = self.items(data)
         if not isinstance(found, Sequence) or isinstance(found, str | bytes):
             raise TypeError(f"items() must return a list, not {type(found).__name__}")
         if len(found) > self.limit:
-            raise ValueError(f"{len(found)} items, over the map's limit of {self.limit}")
+            raise TooManyItems(len(found), self.limit)
         return found
 
     def count(self, data: object) -> int:

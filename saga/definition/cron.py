@@ -36,6 +36,8 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
+from saga.errors import CronError
+
 _MACROS: Final = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -53,22 +55,6 @@ _FIELDS: Final = (
     ("day of week", "0-7 or sun-sat, 5L for the last Friday, mon#1 for the first Monday"),
 )
 _ANY_DAY: Final = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class CronError(ValueError):
-    """A cron expression is invalid; the message says which field and what it may hold.
-
-    Attributes:
-        expression: The expression as given.
-        field: The field that is wrong (``minute`` … ``day of week``), or ``""`` when the
-            expression as a whole is (wrong number of fields, a day that never comes).
-
-    """
-
-    def __init__(self, expression: str, problem: str, *, field: str = "") -> None:
-        super().__init__(f"cron {expression!r}: {problem}")
-        self.expression = expression
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ import msgspec
 
 from saga.definition.calendar import check_calendar, is_holiday
 from saga.definition.cron import Cron
+from saga.errors import InvalidSchedule
 
 Overlap = Literal["skip", "buffer_one", "allow_all", "cancel_previous"]
 CatchUp = Literal["skip", "run_once", "run_all"]
@@ -98,21 +99,28 @@ class Schedule(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
 
     def __post_init__(self) -> None:
         if not self.id or len(self.id) > 128 or any(c in self.id for c in " {}@"):
-            raise ValueError(f"schedule id {self.id!r}: 1-128 characters, no spaces, braces or '@'")
+            raise InvalidSchedule("an id is 1-128 characters, no spaces, braces or '@'", schedule_id=self.id)
         if not self.cron and self.start_at_ms is None:
-            raise ValueError(f"schedule {self.id!r}: give a cron expression, a start time, or both")
+            raise InvalidSchedule("give a cron expression, a start time, or both", schedule_id=self.id)
         if self.cron:
             Cron.parse(self.cron)
         try:
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError) as error:
-            raise ValueError(f"schedule {self.id!r}: unknown time zone {self.timezone!r}") from error
+            raise InvalidSchedule(
+                f"unknown time zone {self.timezone!r} (an IANA name such as Europe/Berlin)",
+                schedule_id=self.id,
+            ) from error
         for day in self.holidays:
-            date.fromisoformat(day)
+            try:
+                date.fromisoformat(day)
+            except ValueError as error:
+                reason = f"holiday {day!r} is no YYYY-MM-DD date ({error})"
+                raise InvalidSchedule(reason, schedule_id=self.id) from None
         for calendar in self.holiday_calendars:
             check_calendar(calendar)
         if self.catch_up_window_ms is not None and self.catch_up_window_ms < 0:
-            raise ValueError(f"schedule {self.id!r}: catch_up_window_ms must be >= 0")
+            raise InvalidSchedule("catch_up_window_ms must be >= 0", schedule_id=self.id)
 
     @property
     def window_ms(self) -> int | None:

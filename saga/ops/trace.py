@@ -25,9 +25,10 @@ from typing import Any, Final
 import msgspec
 
 from saga.core.model import HistoryEntry, SagaState
-from saga.core.replay import Mismatch, replay_history, same_json
+from saga.core.replay import replay_history, same_json
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
+from saga.errors import TraceMismatch
 from saga.runtime.app import App
 from saga.store.branches import encode_branches
 from saga.store.codec import encode_state
@@ -64,22 +65,6 @@ class Trace(msgspec.Struct, kw_only=True):
     exported_at_ms: int
     state: SagaState
     history: list[HistoryEntry]
-
-
-class TraceMismatch(AssertionError):
-    """Replaying a trace decided something else, or ended in another state.
-
-    ``mismatch`` is the first differing decision (``None`` when every decision matched and
-    only the final state differs); ``differences`` lists what differs in the final state.
-    """
-
-    def __init__(self, trace: Trace, mismatch: Mismatch | None, differences: list[str]) -> None:
-        head = f"trace of saga {trace.saga_id} ({trace.definition}@{trace.version}) does not replay"
-        body = mismatch.message if mismatch else "final state differs: " + "; ".join(differences)
-        super().__init__(f"{head}: {body}")
-        self.trace = trace
-        self.mismatch = mismatch
-        self.differences = differences
 
 
 _trace_decoder = msgspec.json.Decoder(Trace)

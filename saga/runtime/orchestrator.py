@@ -254,12 +254,13 @@ class Orchestrator:
         for item, loaded in zip(items, loads, strict=True):
             index, envelope, delivery = item
             try:
-                decision, call, after = await self._plan(envelope, delivery, loaded)
-            except _AlreadyStarted:  # a repeated start request: acknowledged, nothing to do
-                continue
+                planned = await self._plan(envelope, delivery, loaded)
             except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
                 outcomes[index] = error
                 continue
+            if planned is None:  # a repeated start request: acknowledged, nothing to do
+                continue
+            decision, call, after = planned
             crash_point(BEFORE_COMMIT)
             commits.append((item, decision, after, loaded.state if isinstance(loaded, Loaded) else None))
             calls.append(call)
@@ -313,8 +314,11 @@ class Orchestrator:
 
     async def _plan(
         self, envelope: Envelope, delivery: Delivery, loaded: Loaded | BaseException | None
-    ) -> tuple[Decision, ScriptCall, Loaded]:
-        """Decide an entry for its saga; the transition call and the saga as it will be."""
+    ) -> tuple[Decision, ScriptCall, Loaded] | None:
+        """Decide an entry for its saga; the transition call and the saga as it will be.
+
+        ``None`` for a start request of a saga that exists already with the same data.
+        """
         if isinstance(loaded, BaseException):  # the saga could not be read
             raise loaded
         if delivery.scope.cancel_called:  # the lease was lost: the new holder decides
@@ -359,8 +363,11 @@ class Orchestrator:
         partition: Partition,
         loaded: Loaded | None,
         signer: Signer,
-    ) -> tuple[Decision, ScriptCall, Loaded]:
-        """Decide a client's start request (see :meth:`saga.SagaClient.start`)."""
+    ) -> tuple[Decision, ScriptCall, Loaded] | None:
+        """Decide a client's start request (see :meth:`saga.SagaClient.start`).
+
+        ``None`` when the saga exists with the same definition and data: the start is repeated.
+        """
         started = to_event(envelope)
         assert isinstance(started, Started)  # noqa: S101 - to_event of a start request
         event: Started = started
@@ -375,7 +382,7 @@ class Orchestrator:
         if loaded is not None:
             existing = loaded.state
             if existing.name == definition.name and bytes(existing.data) == bytes(event.data):
-                raise _AlreadyStarted
+                return None
             runs = f"{existing.name}@{existing.version}"
             raise PermanentError(
                 f"start request refused: saga {existing.id!r} exists and runs {runs} with other data"
@@ -456,10 +463,6 @@ class Orchestrator:
                 status=decision.state.status,
                 revision=revision,
             )
-
-
-class _AlreadyStarted(Exception):
-    """A start request for a saga that exists with the same definition and data."""
 
 
 def _taken_over(delivery: Delivery) -> LeaseLost:

@@ -128,12 +128,7 @@ class SagaWorker:
             for context in participant.serves:
                 registered = await self.versions.registered_partitions(context.name)
                 if registered is not None and registered != context.partitions:
-                    raise PartitionMismatch(
-                        f"participant {participant.name!r} serves context {context.name!r} with "
-                        f"{context.partitions} partition(s) but {context.name!r} is registered with "
-                        f"{registered}: commands of the other partitions would never be handled; pass "
-                        f"serves=[saga.Context({context.name!r}, partitions={registered})]"
-                    )
+                    raise PartitionMismatch(participant.name, context.name, context.partitions, registered)
                 await self.versions.register_participant(
                     context.name, participant.name, by=f"{self.app.name}/{self.bus_worker.consumer}"
                 )

@@ -44,7 +44,8 @@ Versions: give the runner several versions of a definition and :meth:`SagaRunner
 runs a migration function over its sagas exactly as ``saga versions migrate`` does.
 """
 
-from saga.ops.trace import TraceMismatch, replay_trace
+from saga.errors import ReplayMismatch, RunnerError, TraceMismatch
+from saga.ops.trace import replay_trace
 from saga.testing.fakes import (
     Behaviour,
     Call,
@@ -60,7 +61,6 @@ from saga.testing.fakes import (
     succeed,
 )
 from saga.testing.invariants import (
-    ReplayMismatch,
     StepSummary,
     Summary,
     compensation_order,
@@ -70,7 +70,6 @@ from saga.testing.invariants import (
     summarize,
 )
 from saga.testing.runner import SagaRunner
-from saga.testing.runner_queue import RunnerError
 from saga.testing.runner_sagas import PendingTimer
 
 __all__ = [

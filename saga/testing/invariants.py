@@ -24,11 +24,12 @@ from saga.core.model import (
     SagaState,
     StepReplied,
 )
-from saga.core.replay import Mismatch, replay_history
+from saga.core.replay import replay_history
 from saga.core.states import SAGA_TRANSITIONS, SagaStatus, StepStatus
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
+from saga.errors import ReplayMismatch
 
 _json = msgspec.json.Encoder()
 _history_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -281,15 +282,6 @@ def _reachable(status: SagaStatus) -> set[SagaStatus]:
     return seen
 
 
-class ReplayMismatch(AssertionError):
-    """Replaying a history through the decider decided something else (``mismatch`` says what)."""
-
-    def __init__(self, mismatch: Mismatch) -> None:
-        super().__init__(mismatch.message)
-        self.mismatch = mismatch
-        self.index = mismatch.index
-
-
 def replay(
     definition: Saga[Any] | Registry | Iterable[Saga[Any]],
     history: bytes | str | Iterable[HistoryEntry | bytes | str],
@@ -312,7 +304,7 @@ def replay(
         definition, decode_history(history), saga_id=saga_id, partition=partition, signer=signer
     )
     if report.mismatch is not None:
-        raise ReplayMismatch(report.mismatch)
+        raise ReplayMismatch(report.mismatch, saga_id=saga_id)
     if report.state is None:
         raise ValueError("an empty history: a history starts with the saga's Started event")
     return report.state

@@ -53,6 +53,7 @@ from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga, Step
 from saga.definition.schedule import Schedule, ScheduleState
+from saga.errors import RunnerError
 from saga.runtime.config import EngineConfig
 from saga.runtime.participant import Participant
 from saga.store.commit import WatchRequest, command_envelope
@@ -61,7 +62,7 @@ from saga.testing.fakes import FakeParticipant, participants_of
 from saga.testing.invariants import Summary, invariant_violations, replay, summarize
 from saga.testing.runner_children import Children
 from saga.testing.runner_delivery import Deliveries, local_actions
-from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Item, Published, RunnerError, Watch
+from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Item, Published, Watch
 from saga.testing.runner_sagas import PendingTimer, Record, Sagas
 from saga.testing.runner_schedules import Schedules
 from saga.testing.runner_session import Session

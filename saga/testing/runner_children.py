@@ -21,7 +21,7 @@ from saga.core.model import CancelRequested, NotifyParent, ParentLink, SagaState
 from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.errors import InvalidInput, SagaError, SagaExists, UnknownDefinition, VersionDrained
+from saga.errors import ChildError, InvalidInput, SagaExists, UnknownDefinition, VersionDrained
 from saga.runtime.children import child_definition, parent_reply
 from saga.runtime.protocol import to_event
 from saga.store.commit import ParentReport
@@ -29,10 +29,6 @@ from saga.testing.runner_queue import EventItem, Item
 
 _start = msgspec.json.Decoder(StartChild)
 _cancel = msgspec.json.Decoder(CancelChild)
-
-
-class ChildError(SagaError):
-    """A child saga's definition was not given to the runner."""
 
 
 @dataclass
@@ -53,9 +49,7 @@ class Children:
         try:
             self.registry.get(definition.name, definition.version)
         except UnknownDefinition:
-            raise ChildError(
-                f"give the runner the child saga {definition.key} too (SagaRunner(parent, child, ...))"
-            ) from None
+            raise ChildError(definition.key, saga_id=envelope.correlation_id) from None
         if envelope.type == "StartChild":
             command = _start.decode(envelope.payload)
             try:

@@ -24,13 +24,14 @@ from saga.core.model import SagaState, StepReplied
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL
+from saga.errors import RunnerError
 from saga.runtime.config import EngineConfig
 from saga.runtime.local_actions import LocalActions
 from saga.runtime.participant import CommandContext
 from saga.runtime.protocol import StepFailed, to_event
 from saga.runtime.step_reply import reply_for
 from saga.testing.fakes import Call, CallOutcome, FakeParticipant, Response
-from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Held, Item, RunnerError
+from saga.testing.runner_queue import CONSUMER, CommandItem, EventItem, Held, Item
 
 
 def local_actions(registry: Registry, signer: Callable[[str], Signer]) -> dict[str, LocalActions]:
@@ -70,7 +71,10 @@ class Deliveries:
         try:
             return self.participants[name]
         except KeyError:
-            raise RunnerError(f"no participant {name!r} (known: {sorted(self.participants)})") from None
+            raise RunnerError(
+                f"no participant {name!r} (known: {sorted(self.participants)}): give the runner its fake",
+                participant=name,
+            ) from None
 
     def resume(self, name: str) -> None:
         """Queue a paused participant's backlog, in order."""
@@ -109,7 +113,9 @@ class Deliveries:
         if found is None:
             raise RunnerError(
                 f"participant {name!r} has no behaviour for {envelope.type} (sent by step "
-                f"{envelope.headers.get('step')!r}); add one with .on({envelope.type}, ...)"
+                f"{envelope.headers.get('step')!r}); add one with .on({envelope.type}, ...)",
+                participant=name,
+                saga_id=command.saga_id,
             )
         message = envelope.decode(found[0])
         ctx = CommandContext.of(delivery)
@@ -185,7 +191,11 @@ class Deliveries:
         try:
             event = to_event(reply)
         except MalformedEntry as error:
-            raise RunnerError(f"participant {name!r} replied with something unusable: {error}") from error
+            raise RunnerError(
+                f"participant {name!r} replied with something unusable: {error}",
+                participant=name,
+                saga_id=command.saga_id,
+            ) from error
         item = EventItem(command.saga_id, event, reply)
         assert isinstance(event, StepReplied)  # noqa: S101 - replies always decode as StepReplied
         for _ in range(max(1, response.copies)):

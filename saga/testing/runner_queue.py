@@ -12,20 +12,11 @@ from dataclasses import dataclass
 
 from bus import Envelope, Stream
 from saga.core.model import Event, Kind
-from saga.errors import SagaError
 from saga.store.commit import WatchRequest
 from saga.store.keys import Partition
 
 CONSUMER = "saga-runner"
 """The consumer name the runner's deliveries carry (attempts record it as their worker)."""
-
-
-class RunnerError(SagaError):
-    """The runner cannot go on: a test set-up mistake, not a saga outcome.
-
-    For example a command for a participant the runner was not given, a fake without a
-    behaviour for a command type, or a reply of the wrong type for its step.
-    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,12 @@ from saga.core.model import (
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.errors import SagaExists, SagaNotFound
+from saga.errors import RunnerError, SagaExists, SagaNotFound
 from saga.runtime.payload_checks import accepted
 from saga.store.codec import Loaded
 from saga.store.keys import Partition, partition_of
 from saga.store.memory import MemoryStore, Saved, completed
-from saga.testing.runner_queue import CONSUMER, EventItem, RunnerError
+from saga.testing.runner_queue import CONSUMER, EventItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,11 @@ class Sagas:
             try:
                 event = accepted(record.definition, event, item.envelope)
             except PermanentError as error:
-                raise RunnerError(f"participant {item.envelope.source!r} replied wrongly: {error}") from error
+                raise RunnerError(
+                    f"participant {item.envelope.source!r} replied wrongly: {error}",
+                    participant=item.envelope.source,
+                    saga_id=item.saga_id,
+                ) from error
         decision = decide(record.definition, record.state, event, signer=self.signer_for(record.definition))
         self._commit(record.definition, record.partition, record.saved.loaded, decision, event)
         return record
@@ -144,7 +148,9 @@ class Sagas:
         result = completed(self.store.commit(partition, before, decision, event, now_ms=self.clock.now_ms()))
         saved = self.store.saved(partition, decision.state.id)
         if result.outcome != "ok" or saved is None:  # decided on the store's own copy: never stale
-            raise RunnerError(f"the memory store refused a commit: {result.outcome}")
+            raise RunnerError(
+                f"the memory store refused a commit: {result.outcome}", saga_id=decision.state.id
+            )
         record = self.records.setdefault(decision.state.id, Record(definition, partition, saved))
         self.carry(record, decision, event)
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from saga.testing.runner_queue import RunnerError
+from saga.errors import RunnerError
 
 T = TypeVar("T")
 

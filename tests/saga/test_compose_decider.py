@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from saga import Command, DefinitionError, Saga, SagaError, SagaStatus, command
+from saga import Command, DefinitionError, Saga, SagaStatus, command
+from saga.errors import ChildError
 from saga.testing import FakeParticipant, RunnerError, SagaRunner, fail_transiently, no_reply, succeed
 from tests.saga.compose_sagas import (
     DEFINITIONS,
@@ -260,8 +261,11 @@ def test_a_runner_not_given_the_child_saga_says_which_one_to_add() -> None:
     parent_saga: Saga[Data] = Saga("listing_parent", context="rules", data=Data)
     parent_saga.child("c", saga=child, data=lambda d: d)
     runner = SagaRunner(parent_saga, participants=[FakeParticipant("p", {Ping: Pong()})])
-    with pytest.raises(SagaError, match=r"give the runner the child saga unlisted_child@1 too"):
-        runner.run(Data(), definition=parent_saga)
+    saga_id = runner.start(Data(), definition=parent_saga, saga_id="lp-1")
+    with pytest.raises(ChildError, match=r"give the runner the child saga unlisted_child@1 too") as missing:
+        runner.run_until_idle()
+    assert isinstance(missing.value, RunnerError)
+    assert (missing.value.child, missing.value.saga_id) == ("unlisted_child@1", saga_id)
 
 
 def test_the_parents_cancel_reaches_a_child_in_another_context() -> None:

@@ -1054,8 +1054,10 @@ def test_replay_reproduces_the_runner_history_and_catches_a_changed_definition()
     assert replay(define(), encoded, saga_id=saga_id).status == SagaStatus.COMPENSATED
 
     changed = define(hotel_retry=Retry(attempts=3, initial=5, jitter=0))
-    with pytest.raises(ReplayMismatch, match=r"history entry 2 .*effects differ"):
+    with pytest.raises(ReplayMismatch, match=r"history entry 2 .*effects differ") as differs:
         replay(changed, history, saga_id=saga_id)
+    assert (differs.value.saga_id, differs.value.index) == (saga_id, 2)
+    assert differs.value.step == differs.value.mismatch.step != ""
 
 
 @pytest.mark.anyio

@@ -392,8 +392,15 @@ async def test_a_participant_that_knows_fewer_partitions_than_registered_refuses
     await SagaWorker(redis, App("naps", sagas=[nap]), clock=clock).register()  # 4 partitions
     one_partition = recorder(redis)
     one_partition.serves = [Context(NAPS.name)]  # as Participant("recorder", serves=["naps"]) would
-    with pytest.raises(PartitionMismatch, match=r"registered with 4.*partitions=4"):
+    with pytest.raises(PartitionMismatch, match=r"registered with 4.*partitions=4") as refused:
         await SagaWorker(redis, App("recorder", participants=[one_partition]), clock=clock).register()
+    found = refused.value
+    assert (found.participant, found.context, found.partitions, found.registered) == (
+        "recorder",
+        NAPS.name,
+        1,
+        4,
+    )
     assert (
         await SagaWorker(redis, App("recorder", participants=[recorder(redis)]), clock=clock).register()
     ) is not None
