@@ -43,6 +43,21 @@ _cancel = msgspec.json.Decoder(CancelChild)
 _report = msgspec.json.Decoder(ParentReport)
 CHILD_FAILED = "ChildSagaFailed"
 """The ``error_type`` of the failure a parent step gets when its child did not complete."""
+NOT_STARTED = (VersionDrained, InvalidInput, SagaExists, msgspec.DecodeError)
+"""Why a child saga may not start: its version is drained, its data is refused, its id is
+taken by another saga. Its parent's step fails for good with :func:`not_started`'s report."""
+
+
+def not_started(command: StartChild, error: Exception) -> ParentReport:
+    """The end report of a child saga that could not start (``error``, one of :data:`NOT_STARTED`)."""
+    return ParentReport(
+        child=command.saga_id,
+        saga=command.saga,
+        parent=command.parent,
+        status="not_started",
+        ok=False,
+        error=f"child saga {command.saga_id} could not start: {type(error).__name__}: {error}",
+    )
 
 
 def child_definition(registry: Registry, envelope: Envelope) -> Saga[Any]:
@@ -138,8 +153,8 @@ class Children:
                     parent=command.parent,
                     by=command.parent.saga_id,
                 )
-            except (VersionDrained, InvalidInput, SagaExists, msgspec.DecodeError) as error:
-                await self._refused(command, f"{type(error).__name__}: {error}")
+            except NOT_STARTED as error:
+                await self._refused(command, error)
             return
         if envelope.type == "CancelChild":
             try:
@@ -155,17 +170,10 @@ class Children:
             return
         raise PermanentError(f"unknown child-saga command {envelope.type!r}")
 
-    async def _refused(self, command: StartChild, error: str) -> None:
+    async def _refused(self, command: StartChild, error: Exception) -> None:
         """The child could not start: the parent's step fails (permanently) with the reason."""
-        _log.warning("child saga not started", child=command.saga_id, error=error)
-        report = ParentReport(
-            child=command.saga_id,
-            saga=command.saga,
-            parent=command.parent,
-            status="not_started",
-            ok=False,
-            error=f"child saga {command.saga_id} could not start: {error}",
-        )
+        report = not_started(command, error)
+        _log.warning("child saga not started", child=command.saga_id, error=report.error)
         reply = parent_reply(report, None, source=self.source, now_ms=self.clock.now_ms())
         link = command.parent
         inbox = Partition(link.context, link.partition).inbox

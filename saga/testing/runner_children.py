@@ -21,8 +21,8 @@ from saga.core.model import CancelRequested, NotifyParent, ParentLink, SagaState
 from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.errors import ChildError, InvalidInput, SagaExists, UnknownDefinition, VersionDrained
-from saga.runtime.children import child_definition, parent_reply
+from saga.errors import ChildError, UnknownDefinition
+from saga.runtime.children import NOT_STARTED, child_definition, not_started, parent_reply
 from saga.runtime.protocol import to_event
 from saga.store.commit import ParentReport
 from saga.testing.runner_queue import EventItem, Item
@@ -54,16 +54,8 @@ class Children:
             command = _start.decode(envelope.payload)
             try:
                 self.start_linked(bytes(command.data), definition, command.saga_id, command.parent)
-            except (InvalidInput, SagaExists, VersionDrained) as error:
-                report = ParentReport(
-                    child=command.saga_id,
-                    saga=command.saga,
-                    parent=command.parent,
-                    status="not_started",
-                    ok=False,
-                    error=f"child saga {command.saga_id} could not start: {type(error).__name__}: {error}",
-                )
-                self._report(report, None)
+            except NOT_STARTED as error:
+                self._report(not_started(command, error), None)
             return
         cancel = _cancel.decode(envelope.payload)
         if self.has_saga(cancel.saga_id):
