@@ -276,7 +276,7 @@ class SagaAdmin(SagaReader):
         if dry_run:
             if judged is None:
                 raise CodeRequired(f"a dry run of {name}", f"{state.name}@{state.version}")
-            return preview_result(action, judged)
+            return preview_result(action, state, judged)
         return await submit(
             self.redis,
             self._publisher,

@@ -34,6 +34,7 @@ from saga.core.tokens import Signer
 from saga.definition.saga import Saga
 from saga.errors import ActionRefused
 from saga.runtime.protocol import CANCEL, FORCE, RETRY, OperatorRequest, operator_event
+from saga.store.codec import state_write
 from saga.store.keys import Partition
 from saga.store.trust import inbox_audience
 
@@ -171,12 +172,12 @@ async def submit(
             revision=state.revision,
             dispatched=[],
         )
-    return _result(action, "queued", action.event.id, judged)
+    return _result(action, "queued", action.event.id, state, judged)
 
 
-def dry_run(action: Action, judged: Decision) -> ActionResult:
-    """The result of an action judged but not sent."""
-    return _result(action, "dry-run", "", judged)
+def dry_run(action: Action, state: SagaState, judged: Decision) -> ActionResult:
+    """The result of an action judged on ``state`` but not sent."""
+    return _result(action, "dry-run", "", state, judged)
 
 
 def _decided(action: Action, saga_id: str, entry: HistoryEntry) -> ActionResult:
@@ -195,7 +196,11 @@ def _decided(action: Action, saga_id: str, entry: HistoryEntry) -> ActionResult:
     )
 
 
-def _result(action: Action, outcome: Outcome, request_id: str, decision: Decision) -> ActionResult:
+def _result(
+    action: Action, outcome: Outcome, request_id: str, before: SagaState, decision: Decision
+) -> ActionResult:
+    """The result of ``decision``, with the revision the store will give it (``state_write``)."""
+    write = state_write(before, None, decision.state, changed=decision.changed, touched=decision.touched)
     return ActionResult(
         action=action.name,
         saga_id=decision.state.id,
@@ -204,7 +209,7 @@ def _result(action: Action, outcome: Outcome, request_id: str, decision: Decisio
         by=action.request.by,
         reason=action.request.reason,
         status=decision.state.status,
-        revision=decision.state.revision + 1,
+        revision=write.revision,
         dispatched=[describe_dispatch(e) for e in decision.effects if isinstance(e, Dispatch)],
     )
 

@@ -191,3 +191,12 @@ def state_write(
     diff = {name: value for name, value in fields.items() if old.get(name) != value}
     branches = changed_branches(before, after, touched)
     return StateWrite(fields, diff, branches, revision + 1 if diff or branches else revision)
+
+
+def migrated_revision(before: SagaState) -> int:
+    """The revision a migration gives the saga: always a new one (``migrate.lua``).
+
+    A migration changes the saga's version, so unlike :func:`state_write`'s decisions it
+    never leaves the hash as it was; the store, the migrator and the runner share this rule.
+    """
+    return before.revision + 1

@@ -34,7 +34,7 @@ from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import RunnerError, SagaExists, SagaNotFound
 from saga.runtime.payload_checks import accepted
-from saga.store.codec import Loaded
+from saga.store.codec import Loaded, migrated_revision
 from saga.store.keys import Partition, partition_of
 from saga.store.memory import MemoryStore, Saved, completed
 from saga.testing.runner_queue import CONSUMER, EventItem
@@ -194,7 +194,7 @@ class Sagas:
             if decision.state is None or decision.event is None:
                 continue
             new_state = decision.state
-            new_state.revision = record.state.revision + 1  # migrate.lua's rule: always a new revision
+            new_state.revision = migrated_revision(record.state)
             record.definition = migration.target
             entry = HistoryEntry(event=decision.event, status=new_state.status, revision=new_state.revision)
             self.store.replace(record.partition, new_state, entry)

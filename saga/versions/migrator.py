@@ -20,7 +20,15 @@ from bus.lowlevel import redis_errors
 from saga.core.migration import Migration, current_step, decide_migration
 from saga.core.model import HistoryEntry, SagaState
 from saga.errors import MigrationRefused
-from saga.store.codec import STEP_PREFIX, Loaded, decode_state, encode_state, expected, new_tag
+from saga.store.codec import (
+    STEP_PREFIX,
+    Loaded,
+    decode_state,
+    encode_state,
+    expected,
+    migrated_revision,
+    new_tag,
+)
 from saga.store.keys import Partition
 from saga.store.scripts import MIGRATE
 from saga.versions.registry import IN_FLIGHT, Versions
@@ -157,7 +165,8 @@ async def _migrate_one(
             to_step = target.steps[cursor].name if cursor < len(target.steps) else ""
             outcome = "would_migrate" if dry_run else "migrated"
             if not dry_run:
-                entry = HistoryEntry(event=decision.event, status=state.status, revision=state.revision + 1)
+                revision = migrated_revision(state)
+                entry = HistoryEntry(event=decision.event, status=state.status, revision=revision)
                 if not await _commit(
                     redis,
                     partition=partition,

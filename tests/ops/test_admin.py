@@ -277,6 +277,7 @@ async def test_redrive_a_stuck_saga_from_its_step(
 
     result = await while_deciding(worker, admin.redrive(saga_id, "reserve_stock", reason="command lost"))
     assert result.outcome == "applied"
+    assert plan.revision == result.revision  # the store's revision rule, predicted by the dry run
     await worker.run_until_idle()
     state = await admin.get(saga_id)
     assert state.status == SagaStatus.COMPLETED
