@@ -75,11 +75,6 @@ class TokenVerifier:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(context={self.context!r}, key_ids={sorted(self._public)!r})"
 
-    @property
-    def key_ids(self) -> list[str]:
-        """The key ids whose tokens this verifier accepts."""
-        return sorted(self._public)
-
     def public_keys(self) -> dict[str, bytes]:
         """The raw public keys, by key id (what the orchestrator publishes)."""
         return {kid: key.public_bytes(Encoding.Raw, PublicFormat.Raw) for kid, key in self._public.items()}
