@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bus._auth import check_principal, stream_audience
 from bus._envelope import Envelope
 from bus._errors import AuthError, DefinitionError
+from bus._tracing import traced
 from redsaga.ids import message_type
 from redsaga.streams import Stream
 
@@ -217,7 +218,7 @@ class Bus:
         batch: bool = False,
     ) -> None:
         name = getattr(function, "__qualname__", repr(function))
-        handler = _batch_handler(function, name) if batch else _normalise(function, name)
+        handler = _batch_handler(function, name) if batch else traced(_normalise(function, name))
         try:
             check_principal(principal)
             allowed = None if senders is None else frozenset(check_principal(s) for s in senders)

@@ -11,6 +11,7 @@ from bus._envelope import Envelope, new_envelope
 from bus._errors import BusError, PayloadTooLarge
 from bus._lua import PUBLISH, PUBLISH_BATCH
 from bus._scripts import BatchPart, ScriptCall, acks_of, merge, run_batch
+from bus._tracing import with_current
 from redsaga.streams import Stream
 
 MAX_BATCH = 100
@@ -85,7 +86,8 @@ class Publisher:
         """Publish ``message``; return its entry id, or ``None`` if the id was published already.
 
         Raises :class:`~bus.PayloadTooLarge` before writing anything when the encoded
-        message is over the limit.
+        message is over the limit. With tracing on, the headers carry the current span's
+        trace context (unless ``headers`` name one already; ``bus/_tracing.py``).
         """
         envelope = new_envelope(
             message,
@@ -95,7 +97,7 @@ class Publisher:
             causation_id=causation_id,
             idempotency_key=idempotency_key,
             reply_to=reply_to.key if reply_to else "",
-            headers=headers,
+            headers=with_current(headers),
             message_id=message_id,
         )
         return await self.publish_envelope(stream, envelope, audience=audience, signer=signer)

@@ -194,6 +194,12 @@ class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     from the saga hash; see ``saga/store/commit.py``)."""
     parent: ParentLink | None = None
     """Set when the saga is a child saga: whom it reports its end to."""
+    trace: str = ""
+    """The W3C ``traceparent`` of the saga's start (``""``: not traced). Every command,
+    follow-up after a timer and child saga it sends carries it, so its spans form one trace
+    whichever worker sends them (``bus/_tracing.py``)."""
+    trace_state: str = ""
+    """The W3C ``tracestate`` that came with :attr:`trace`."""
 
     def outputs(self) -> dict[str, bytes]:
         """Raw outputs of the steps that succeeded (even if undone since), by step name."""

@@ -24,6 +24,7 @@ import msgspec
 
 from bus import Clock, Delivery, Envelope, PermanentError, Publisher, TransientError, derived_id, message_type
 from bus.lowlevel import get_logger
+from bus.tracing import trace_headers
 from saga.core.child_messages import CancelChild, StartChild
 from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry
@@ -32,6 +33,7 @@ from saga.errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinitio
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import FAILED, SUCCEEDED, StepFailed, StepSucceeded
+from saga.runtime.tracing import trace_of
 from saga.store.commit import ParentReport
 from saga.store.keys import Partition
 from saga.store.trust import orchestrator_of
@@ -73,8 +75,13 @@ def child_definition(registry: Registry, envelope: Envelope) -> Saga[Any]:
     return step.child.definition
 
 
-def parent_reply(report: ParentReport, output_type: Any, *, source: str, now_ms: int) -> Envelope:
-    """The reply the parent's attempt gets when its child ended (see the module docstring)."""
+def parent_reply(
+    report: ParentReport, output_type: Any, *, source: str, now_ms: int, trace: tuple[str, str] = ("", "")
+) -> Envelope:
+    """The reply the parent's attempt gets when its child ended (see the module docstring).
+
+    ``trace`` is the child's trace context (the report's), which the reply carries on.
+    """
     link = report.parent
     if report.ok and output_type is None:
         type_name, payload = SUCCEEDED, _json.encode(StepSucceeded(output=report.output))
@@ -92,7 +99,13 @@ def parent_reply(report: ParentReport, output_type: Any, *, source: str, now_ms:
         causation_id=link.command_id,
         created_at_ms=now_ms,
         attempt=link.attempt,
-        headers={"saga": link.saga, "step": link.step, "kind": "do", "replied-by": report.child},
+        headers={
+            "saga": link.saga,
+            "step": link.step,
+            "kind": "do",
+            "replied-by": report.child,
+            **trace_headers(*trace),
+        },
     )
 
 
@@ -152,6 +165,7 @@ class Children:
                     saga_id=command.saga_id,
                     parent=command.parent,
                     by=command.parent.saga_id,
+                    trace=trace_of(envelope),  # kept if this process does not trace
                 )
             except NOT_STARTED as error:
                 await self._refused(command, error)
@@ -188,7 +202,9 @@ class Children:
         except (UnknownDefinition, ValueError) as error:
             raise TransientError(f"{error}; a worker serving it must forward this report") from error
         output_type = child_output_type(definition) if report.ok else None
-        reply = parent_reply(report, output_type, source=self.source, now_ms=self.clock.now_ms())
+        reply = parent_reply(
+            report, output_type, source=self.source, now_ms=self.clock.now_ms(), trace=trace_of(envelope)
+        )
         link = report.parent
         inbox = Partition(link.context, link.partition).inbox
         await self._publisher.publish_envelope(inbox, reply, audience=orchestrator_of(link.context))

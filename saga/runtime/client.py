@@ -15,6 +15,7 @@ import msgspec
 
 from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, derived_id, uuid7
 from bus.lowlevel import Batcher, acks_of, redis_errors
+from bus.tracing import trace_headers
 from saga.core.decider import start as decide_start
 from saga.core.model import ParentLink, SagaState, Started
 from saga.core.query import SagaQuery, describe, timer_ids
@@ -34,6 +35,7 @@ from saga.errors import (
 )
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
+from saga.runtime.tracing import keep_trace, signal_span, start_span
 from saga.store.branches import load_saga
 from saga.store.commit import commit_call, commit_result
 from saga.store.keys import Partition, check_saga_id, partition_of
@@ -119,6 +121,7 @@ class SagaClient:
         saga_id: str | None = None,
         by: str = "",
         parent: ParentLink | None = None,
+        trace: tuple[str, str] | None = None,
     ) -> str:
         """Start a saga with ``data``; return its id.
 
@@ -138,6 +141,11 @@ class SagaClient:
         itself, and returns once the request is stored; the orchestrator starts the saga
         (a repeat of the same start changes nothing; a drained version, or an id taken by
         another definition or other data, is dead-lettered with the reason).
+
+        With tracing on, the start is a span (``saga start <name>``, child of the current
+        span) whose trace the saga keeps for everything it sends (``saga/runtime/tracing.py``);
+        ``trace``, a W3C ``(traceparent, tracestate)``, is the context kept when this process
+        does not trace (a child saga passes its parent's on).
         """
         saga_id = check_saga_id(uuid7() if saga_id is None else saga_id)
         definition = self._definition(definition, version)
@@ -155,8 +163,23 @@ class SagaClient:
             steps=[s.name for s in definition.steps],
             parent=parent,
         )
+        with start_span(definition, saga_id, partition.inbox.key, trace) as kept:
+            return await self._start(definition, saga_id, encoded, partition, event, trace=kept)
+
+    async def _start(
+        self,
+        definition: Saga[Any],
+        saga_id: str,
+        encoded: bytes,
+        partition: Partition,
+        event: Started,
+        *,
+        trace: tuple[str, str],
+    ) -> str:
+        """Write the saga (or, without its orchestrator's keyring, ask its orchestrator to)."""
+        now = event.at_ms
         if not self.orchestrates(definition.context.name):
-            request = StartRequest(saga=event.saga, data=event.data, by=event.by, parent=parent)
+            request = StartRequest(saga=event.saga, data=event.data, by=event.by, parent=event.parent)
             envelope = Envelope(
                 # a repeat of this very start is deduped; a start with other data is not
                 id=derived_id(saga_id, f"start:{hashlib.sha256(encoded).hexdigest()[:32]}"),
@@ -165,6 +188,7 @@ class SagaClient:
                 source=self.source,
                 correlation_id=saga_id,
                 created_at_ms=now,
+                headers=trace_headers(*trace),
             )
             await self._publisher.publish_envelope(
                 partition.inbox, envelope, audience=inbox_audience(definition.context.name)
@@ -172,6 +196,7 @@ class SagaClient:
             return saga_id
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
+        keep_trace(decision, trace)
         call, _ = commit_call(
             partition,
             None,
@@ -267,17 +292,19 @@ class SagaClient:
         delivery = SignalDelivery(
             step=ref.step, n=ref.n, data=msgspec.Raw(encoded), by=by or self.source, token=token
         )
-        envelope = Envelope(
-            id=uuid7(),
-            type=SIGNAL,
-            payload=_json.encode(delivery),
-            source=self.source,
-            correlation_id=ref.saga_id,
-            created_at_ms=self.clock.now_ms(),
-        )
-        await self._publisher.publish_envelope(
-            partition.inbox, envelope, audience=inbox_audience(ref.context)
-        )
+        with signal_span(state, ref.step, partition.inbox.key) as trace:
+            envelope = Envelope(
+                id=uuid7(),
+                type=SIGNAL,
+                payload=_json.encode(delivery),
+                source=self.source,
+                correlation_id=ref.saga_id,
+                created_at_ms=self.clock.now_ms(),
+                headers=trace_headers(*trace),
+            )
+            await self._publisher.publish_envelope(
+                partition.inbox, envelope, audience=inbox_audience(ref.context)
+            )
         return envelope.id
 
     async def _signal_data(self, state: SagaState, step: str, data: object) -> bytes:

@@ -17,7 +17,7 @@ from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import StepContext, invoke
 from saga.errors import UnknownDefinition
-from saga.runtime.step_reply import reply_for
+from saga.runtime.tracing import traced_reply
 
 
 class LocalActions:
@@ -62,4 +62,4 @@ class LocalActions:
             token,
         )
         data = definition.decode_data(call.data)
-        return await reply_for(invoke(target, data, context), wrap=True)
+        return await traced_reply(delivery.envelope, invoke(target, data, context), wrap=True)

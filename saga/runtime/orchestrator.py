@@ -54,6 +54,7 @@ from saga.runtime.local_actions import LocalActions
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.saga_locks import SagaLocks
+from saga.runtime.tracing import keep_trace, trace_of
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
 from saga.store.commit import PARENT_REPORT, commit_call, commit_result
@@ -402,6 +403,7 @@ class Orchestrator:
             event,
             signer=signer if definition.takes_signals else None,
         )
+        keep_trace(decision, trace_of(envelope))  # the client's start span, from the request
         return (
             decision,
             *commit_call(

@@ -19,7 +19,7 @@ from bus import Bus, Delivery, Envelope, Reply
 from saga.definition.saga import Context, check_participant_name
 from saga.errors import DefinitionError
 from saga.runtime.protocol import StepFailed
-from saga.runtime.step_reply import reply_for
+from saga.runtime.tracing import traced_reply
 from saga.store.keys import Partition
 from saga.store.trust import orchestrator_of, participant_named
 
@@ -143,7 +143,7 @@ class Participant:
 def _adapt(function: CommandHandler, *, outbox: bool) -> Callable[[Any, Delivery], Awaitable[Any]]:
     async def handle(message: Any, delivery: Delivery) -> Any:
         context = CommandContext.of(delivery, outbox=outbox)
-        reply = await reply_for(function(message, context), wrap=False)
+        reply = await traced_reply(delivery.envelope, function(message, context), wrap=False)
         if outbox and not isinstance(reply, StepFailed | Reply):
             return None  # success: the handler's own transaction put the reply in the outbox
         return reply

@@ -12,6 +12,8 @@ A saga hash holds small fields so that a transition rewrites only what changed::
                                                          the current wait, early signals,
                                                          the parent (child sagas)
     s:<step> one step's state with every attempt (JSON)
+    trace    the W3C traceparent of the saga's start, when it was traced (written once)
+    tstate   the W3C tracestate that came with it, if any
 
 The records of a group step's branches live in a hash of their own, written by the same
 script (``saga/store/branches.py``), so the saga hash stays small however many branches run.
@@ -100,6 +102,10 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
     }
     for name, step in state.steps.items():
         fields[STEP_PREFIX + name] = _json.encode(step)
+    if state.trace:
+        fields["trace"] = state.trace.encode()
+        if state.trace_state:
+            fields["tstate"] = state.trace_state.encode()
     return fields
 
 
@@ -132,6 +138,8 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         revision=int(fields.get("rev", b"0")),
         created_ms=int(fields["created"]),
         updated_ms=int(fields["updated"]),
+        trace=fields.get("trace", b"").decode(),
+        trace_state=fields.get("tstate", b"").decode(),
     )
     fields.pop("rev", None)
     tag = fields.pop("tag", b"").decode()

@@ -21,6 +21,7 @@ import msgspec
 
 from bus import Delivery, Envelope, derived_id
 from bus.lowlevel import ScriptCall
+from bus.tracing import trace_headers
 from saga.core.decider import Decision
 from saga.core.model import (
     CancelTimer,
@@ -162,7 +163,14 @@ class CommitResult:
 def command_envelope(
     state: SagaState, dispatch: Dispatch, partition: Partition, *, cause: str, now_ms: int
 ) -> Envelope:
-    """The envelope of a dispatched command: keyed for dedupe, addressed back to the inbox."""
+    """The envelope of a dispatched command: keyed for dedupe, addressed back to the inbox.
+
+    Its headers name the saga's definition, the step and the kind, and carry the saga's trace
+    context when it was traced (its reply carries them back).
+    """
+    headers = {"saga": f"{state.name}@{state.version}", "step": dispatch.step, "kind": dispatch.kind}
+    if state.trace:
+        headers.update(trace_headers(state.trace, state.trace_state))
     return Envelope(
         id=dispatch.command_id,
         type=dispatch.message_type,
@@ -179,11 +187,7 @@ def command_envelope(
         reply_to=partition.inbox.key,
         created_at_ms=now_ms,
         attempt=dispatch.attempt,
-        headers={
-            "saga": f"{state.name}@{state.version}",
-            "step": dispatch.step,
-            "kind": dispatch.kind,
-        },
+        headers=headers,
     )
 
 
@@ -366,6 +370,7 @@ def parent_envelope(state: SagaState, effect: NotifyParent, *, now_ms: int) -> E
         source=state.context,
         correlation_id=state.id,
         created_at_ms=now_ms,
+        headers=trace_headers(state.trace, state.trace_state),
     )
 
 
@@ -380,6 +385,7 @@ def watch_envelope(state: SagaState, effect: WatchEvent | UnwatchEvent, *, now_m
         source=state.context,
         correlation_id=state.id,
         created_at_ms=now_ms,
+        headers=trace_headers(state.trace, state.trace_state),
     )
 
 

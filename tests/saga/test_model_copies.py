@@ -90,6 +90,8 @@ def full_state() -> SagaState:
             attempt=1,
             command_id="c9",
         ),
+        trace="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        trace_state="vendor=1",
     )
 
 
