@@ -6,15 +6,20 @@ participants run as two workers (two services) on fakeredis and on a real Redis.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from structlog.testing import capture_logs
 
 import bus
+import bus._tracing as bus_tracing
 from bus import FakeClock
 from bus.tracing import use_tracer_provider
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
@@ -91,19 +96,22 @@ async def test_one_trace_spans_the_saga_its_timer_and_its_child(
     [book] = named["saga step book"]
     assert book.kind == SpanKind.CONSUMER
     assert parent_of(book) == start.context.span_id
-    assert dict(book.attributes or {}).items() >= {
-        "redsaga.saga.id": "t1",
-        "redsaga.definition": "trip",
-        "redsaga.version": 3,
-        "redsaga.context": "trips",
-        "redsaga.step": "book",
-        "redsaga.kind": "do",
-        "redsaga.attempt": 1,
-        "redsaga.outcome": "ok",
-        "messaging.system": "redis",
-        "messaging.operation.type": "process",
-        "messaging.consumer.group.name": "hotels",
-    }.items()
+    assert (
+        dict(book.attributes or {}).items()
+        >= {
+            "redsaga.saga.id": "t1",
+            "redsaga.definition": "trip",
+            "redsaga.version": 3,
+            "redsaga.context": "trips",
+            "redsaga.step": "book",
+            "redsaga.kind": "do",
+            "redsaga.attempt": 1,
+            "redsaga.outcome": "ok",
+            "messaging.system": "redis",
+            "messaging.operation.type": "process",
+            "messaging.consumer.group.name": "hotels",
+        }.items()
+    )
     [lookup] = named["hotel lookup"]  # the handler's own span nests in the step's
     assert parent_of(lookup) == book.context.span_id
 
@@ -151,3 +159,167 @@ async def test_the_saga_keeps_its_trace_in_its_state(redis: bus.Redis, spans: In
     assert state.trace.startswith(f"00-{start.context.trace_id:032x}-{start.context.span_id:016x}-")
     raw = await redis.hget(Partition(TRIPS.name, 0).saga("t3"), "trace")
     assert raw == state.trace.encode()
+
+
+def asks_its_orchestrator(client: SagaClient) -> SagaClient:
+    """The client as one without the orchestrator's keyring: it starts sagas by a request."""
+    client.orchestrates = lambda _context: False  # type: ignore[method-assign]
+    return client
+
+
+async def commands_of(redis: bus.Redis, participant: str) -> list[dict[bytes, bytes]]:
+    return [fields for _, fields in await redis.xrange(Partition(TRIPS.name, 0).commands(participant).key)]
+
+
+async def test_a_start_request_carries_the_start_span_to_the_orchestrator(
+    fake_redis: bus.Redis, spans: InMemorySpanExporter
+) -> None:
+    system = System(fake_redis)
+    asks_its_orchestrator(system.client)
+    assert await system.run(Trip(id="t4")) == SagaStatus.COMPLETED
+    named = by_name(list(spans.get_finished_spans()))
+    [start] = named["saga start trip"]
+    [book] = named["saga step book"]
+    assert parent_of(book) == start.context.span_id
+    assert book.context.trace_id == start.context.trace_id
+
+
+async def test_nothing_is_traced_without_a_tracer_provider(fake_redis: bus.Redis) -> None:
+    system = System(fake_redis)
+    assert await system.run(Trip(id="t5")) == SagaStatus.COMPLETED
+    assert await fake_redis.hget(Partition(TRIPS.name, 0).saga("t5"), "trace") is None
+    [command] = await commands_of(fake_redis, "hotels")
+    assert b"traceparent" not in command.get(b"hdr", b"")
+
+
+async def test_a_process_that_does_not_trace_passes_the_trace_on(fake_redis: bus.Redis) -> None:
+    """No tracer here: the trace context a start request brings is kept and sent on as it is."""
+    system = System(fake_redis)
+    asks_its_orchestrator(system.client)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    await system.client.start("trip", Trip(id="t6"), saga_id="t6", trace=(parent, "vendor=x"))
+    await system.settle()
+    state = await system.client.get("t6", context=TRIPS.name)
+    assert (state.trace, state.trace_state) == (parent, "vendor=x")
+    [command] = await commands_of(fake_redis, "hotels")
+    assert msgspec.json.decode(command[b"hdr"])["traceparent"] == parent
+
+
+async def test_a_malformed_traceparent_is_ignored_and_logged_once(
+    fake_redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start request with a broken context starts its saga untraced (no dead letter)."""
+    monkeypatch.setitem(bus_tracing._state, "warned", False)
+    system = System(fake_redis)
+    asks_its_orchestrator(system.client)
+    with capture_logs() as logs:
+        for trip_id in ("t7", "t8"):
+            await system.client.start("trip", Trip(id=trip_id), saga_id=trip_id, trace=("00-nonsense-01", ""))
+        await system.orchestrators.run_until_idle()
+    for trip_id in ("t7", "t8"):
+        state = await system.client.get(trip_id, context=TRIPS.name)
+        assert state.status == SagaStatus.RUNNING  # started, not dead-lettered
+        assert state.trace == ""
+    assert await fake_redis.xlen(Partition(TRIPS.name, 0).inbox.dlq_key) == 0
+    warnings = [log for log in logs if "malformed traceparent" in log["event"]]
+    assert len(warnings) == 1
+    assert warnings[0]["traceparent"] == "00-nonsense-01"
+
+
+class Ping(msgspec.Struct, tag=True, frozen=True):
+    n: int
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        "garbage",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",  # the invalid trace id
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",  # the invalid span id
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  # the forbidden version
+        "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",  # upper case
+    ],
+)
+async def test_a_traced_handler_of_an_entry_with_a_malformed_traceparent_runs_in_a_root_span(
+    fake_redis: bus.Redis, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, traceparent: str
+) -> None:
+    monkeypatch.setitem(bus_tracing._state, "warned", False)
+    app = bus.Bus("pinger")
+    seen: list[int] = []
+
+    @app.handler("pings", Ping)
+    async def on_ping(message: Ping) -> None:
+        seen.append(message.n)
+
+    worker = bus.Worker(fake_redis, app, clock=FakeClock())
+    await worker.setup()
+    publisher = bus.Publisher(fake_redis)
+    with capture_logs() as logs:
+        await publisher.publish("pings", Ping(n=1), headers={"traceparent": traceparent})
+        await publisher.publish("pings", Ping(n=2), headers={"traceparent": traceparent})
+        await worker.run_until_idle()
+    assert seen == [1, 2]
+    found = [s for s in spans.get_finished_spans() if s.name == f"process {bus.Stream.named('pings').key}"]
+    assert [s.parent for s in found] == [None, None]
+    assert len({s.context.trace_id for s in found}) == 2
+    assert len([log for log in logs if "malformed traceparent" in log["event"]]) == 1
+    assert await fake_redis.xlen(bus.Stream.named("pings").dlq_key) == 0
+
+
+async def test_a_domain_event_carries_its_publishers_span_to_the_saga_it_starts(
+    fake_redis: bus.Redis, spans: InMemorySpanExporter
+) -> None:
+    """A subscriber that starts a saga: the start is a child of the event's process span."""
+    system = System(fake_redis)
+    app = bus.Bus("trip-desk")
+
+    @app.subscribe("desk.events", group="desk", messages=[Ping], from_beginning=True)
+    async def on_request(message: Ping) -> None:
+        await system.client.start("trip", Trip(id=f"t-{message.n}"), saga_id=f"t-{message.n}")
+
+    worker = bus.Worker(fake_redis, app, clock=system.clock)
+    await worker.setup()
+    found = bus_tracing.tracer()
+    assert found is not None
+    with found.start_as_current_span("order placed") as placed:
+        await bus.Publisher(fake_redis).publish("desk.events", Ping(n=9))
+    await worker.run_until_idle()
+    await system.settle()
+    named = by_name(list(spans.get_finished_spans()))
+    [process] = named[f"process {bus.Stream.named('desk.events').key}"]
+    [start] = named["saga start trip"]
+    [book] = named["saga step book"]
+    assert parent_of(process) == placed.get_span_context().span_id
+    assert parent_of(start) == process.context.span_id
+    assert parent_of(book) == start.context.span_id
+    assert {process.context.trace_id, start.context.trace_id, book.context.trace_id} == {
+        placed.get_span_context().trace_id
+    }
+
+
+NO_OPENTELEMETRY = """
+import sys
+sys.modules["opentelemetry"] = None  # as if the tracing extra were not installed
+import anyio, bus
+from bus.tracing import carried, tracer
+from saga import SagaClient
+from tests.tracing.traced_sagas import TRIPS, Trip, orchestrators
+
+async def main():
+    assert tracer() is None
+    redis = bus.connect(bus.MEMORY_URL)
+    client = SagaClient(redis, orchestrators.registry)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    await client.start("trip", Trip(id="a"), saga_id="a", trace=(parent, ""))
+    assert (await client.get("a", context=TRIPS.name)).trace == parent
+    print("ok")
+
+anyio.run(main)
+"""
+
+
+def test_without_opentelemetry_the_trace_context_still_travels() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_OPENTELEMETRY], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
