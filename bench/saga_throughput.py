@@ -13,6 +13,12 @@ per batch. Compare ratios, not absolute numbers: the machine is shared and noisy
 installed (``saga.metrics.WorkerMetrics``: transition hooks, delivery counts, round-trip
 timing; lines named ``….metrics``), scraped once at the end, to price the hot path's part.
 
+``--tracing off,on`` runs redsaga a second time with OpenTelemetry tracing on (lines named
+``….traced``): the SDK's ``TracerProvider`` with a ``SimpleSpanProcessor`` and an exporter
+that counts and drops the spans, so every span is recorded and handed over as it ends, as
+with a real exporter minus its I/O; ``spans_per_saga`` says how many. One process only: the
+child process does not trace.
+
 ``--signing off,on`` runs redsaga a second time with every entry signed and checked
 (lines named ``….signed``; every principal's keyring issued from one master for the run,
 the child process holding only the participants'), to price signing beside the same floor.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import resource
@@ -46,7 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -54,10 +61,13 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import msgspec
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 import bus
 from bus._auth import KEYRING_ENV, encode_keyrings, load_keyrings
 from bus._connection import FastConnection
+from bus.tracing import use_tracer_provider
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import inventory, payments, shipping
@@ -180,7 +190,47 @@ async def one_saga(start: Start, n: int) -> None:
 # -- redsaga --------------------------------------------------------------------------------
 
 
+class CountingExporter(SpanExporter):
+    """Counts the spans handed to it and drops them (the SDK's work without an exporter's I/O)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+def tracing_on() -> tuple[TracerProvider, CountingExporter]:
+    exporter = CountingExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    use_tracer_provider(provider)
+    return provider, exporter
+
+
 async def run_redsaga(
+    url: str,
+    shape: str,
+    count: int,
+    procs: int,
+    tag: str,
+    *,
+    signed: bool = False,
+    metrics: bool = False,
+    traced: bool = False,
+) -> dict[str, object]:
+    tracing = tracing_on() if traced else None
+    try:
+        result = await _run_redsaga(url, shape, count, procs, tag, signed=signed, metrics=metrics)
+    finally:
+        use_tracer_provider(None)
+    if tracing is not None:
+        result["spans_per_saga"] = round(tracing[1].spans / count, 2)
+    return result
+
+
+async def _run_redsaga(
     url: str, shape: str, count: int, procs: int, tag: str, *, signed: bool = False, metrics: bool = False
 ) -> dict[str, object]:
     redis = bus.connect(url)
@@ -613,6 +663,7 @@ def main() -> None:
     parser.add_argument("--fanout-concurrency", type=int, default=50)
     parser.add_argument("--signing", default="off", help="off, on, or off,on (both, signed lines '.signed')")
     parser.add_argument("--metrics", default="off", help="off, on, or off,on (lines '.metrics' with them on)")
+    parser.add_argument("--tracing", default="off", help="off, on, or off,on (lines '.traced' with it on)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tune_gc()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
@@ -630,12 +681,19 @@ def main() -> None:
                     print(json.dumps({"name": "saga.fanout.1proc.floor", **floor}), flush=True)
                 continue
             count = args.serial if shape == "serial" else args.sagas
-            for signing in args.signing.split(","):
-                for metrics in args.metrics.split(","):
-                    run = functools.partial(run_redsaga, signed=signing == "on", metrics=metrics == "on")
-                    result = anyio.run(run, args.redis_url, shape, count, procs, f"{shape}-")
-                    suffix = f"{'.signed' if signing == 'on' else ''}{'.metrics' if metrics == 'on' else ''}"
-                    print(json.dumps({"name": f"saga.{shape}.{procs}proc{suffix}", **result}), flush=True)
+            for signing, metrics, tracing in itertools.product(
+                args.signing.split(","), args.metrics.split(","), args.tracing.split(",")
+            ):
+                run = functools.partial(
+                    run_redsaga, signed=signing == "on", metrics=metrics == "on", traced=tracing == "on"
+                )
+                result = anyio.run(run, args.redis_url, shape, count, procs, f"{shape}-")
+                suffix = "".join(
+                    name
+                    for name, on in ((".signed", signing), (".metrics", metrics), (".traced", tracing))
+                    if on == "on"
+                )
+                print(json.dumps({"name": f"saga.{shape}.{procs}proc{suffix}", **result}), flush=True)
             result = anyio.run(run_floor, args.redis_url, shape, count, procs, f"{shape}-")
             print(json.dumps({"name": f"saga.{shape}.{procs}proc.floor", **result}), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -20,6 +20,7 @@ puts the current span's context in the headers of what it publishes. A malformed
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -48,6 +49,8 @@ _TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-
 _TRACESTATE_MAX: Final = 512
 """W3C lets a vendor drop a ``tracestate`` over 512 characters; so do we."""
 _log = get_logger("redsaga.bus")
+_LAZY_PROVIDER: Final = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+"""Whether OpenTelemetry loads its global provider from the environment on first use."""
 _state: dict[str, Any] = {"provider": None, "tracer": None, "tracer_of": None, "warned": False}
 Handler = Callable[[Any, "Delivery"], Awaitable[object | None]]
 
@@ -58,21 +61,35 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
     For tests and for services that keep redsaga's spans apart; most set the global provider.
     """
     _state["provider"] = provider
-    _state["tracer_of"] = None
+    _state["tracer"] = _state["tracer_of"] = None  # worked out again on the next call
 
 
 def tracer() -> Tracer | None:
     """The tracer of redsaga's spans, or ``None`` when there is nothing to trace with (fast)."""
     if _trace is None:
         return None
-    provider = _state["provider"] or _trace.get_tracer_provider()
+    provider = _state["provider"] or _global_provider()
     if provider is _state["tracer_of"]:
         return _state["tracer"]  # type: ignore[no-any-return]
     found = None
-    if not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
+    if provider is not None and not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
         found = provider.get_tracer("redsaga")
     _state["tracer"], _state["tracer_of"] = found, provider
     return found
+
+
+def _global_provider() -> Any:
+    """OpenTelemetry's global provider (``None`` while unset), read without its per-call cost.
+
+    ``get_tracer_provider()`` looks ``OTEL_PYTHON_TRACER_PROVIDER`` up in ``os.environ`` on every
+    call until a provider is set (3 µs, the whole cost of tracing off on every handler);
+    the module attribute it returns is read directly, and the API's function is used only
+    when that variable names a provider or a later API lacks the attribute.
+    """
+    found = getattr(_trace, "_TRACER_PROVIDER", _trace)
+    if found is None and not _LAZY_PROVIDER:
+        return None
+    return _trace.get_tracer_provider() if found is None or found is _trace else found
 
 
 def carried(headers: Mapping[str, str]) -> tuple[str, str] | None:

@@ -323,3 +323,25 @@ def test_without_opentelemetry_the_trace_context_still_travels() -> None:
         [sys.executable, "-c", NO_OPENTELEMETRY], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+async def test_a_signal_is_a_span_in_the_sagas_trace(
+    fake_redis: bus.Redis, spans: InMemorySpanExporter
+) -> None:
+    system = System(fake_redis)
+    await system.client.start("approval", Trip(id="a1"), saga_id="a1")
+    await system.settle()
+    wait = (await system.client.query("a1", context=TRIPS.name)).wait
+    assert wait is not None
+    assert wait.token is not None
+    token = wait.token
+    await system.client.signal(token)
+    await system.settle()
+    assert (await system.client.get("a1", context=TRIPS.name)).status == SagaStatus.COMPLETED
+    named = by_name(list(spans.get_finished_spans()))
+    [start] = named["saga start approval"]
+    [signal] = named["saga signal ok"]
+    [book] = named["saga step book_approved"]
+    assert signal.kind == SpanKind.PRODUCER
+    assert parent_of(signal) == parent_of(book) == start.context.span_id
+    assert signal.context.trace_id == start.context.trace_id

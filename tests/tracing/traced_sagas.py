@@ -85,6 +85,15 @@ def pay(data: Trip) -> Command:
 trip.sleep("nap", timedelta(hours=1))
 trip.child("papers", saga=visa, data=lambda data: Visa(trip=data.id))
 
+approval: Saga[Trip] = Saga("approval", context=TRIPS, data=Trip)
+approval.wait_signal("ok")
+
+
+@approval.step(reply=Booked)
+def book_approved(data: Trip) -> Command:
+    return command("hotels", Book(trip=data.id))
+
+
 hotels = Participant("hotels", serves=[TRIPS])
 bank = Participant("bank", serves=[TRIPS])
 consulate = Participant("consulate", serves=[VISAS])
@@ -116,5 +125,5 @@ async def on_stamp(message: Stamp, _ctx: CommandContext) -> Stamped:
     return Stamped(ref=f"v-{message.trip}")
 
 
-orchestrators = App("trips-orchestrators", sagas=[trip, visa])
+orchestrators = App("trips-orchestrators", sagas=[trip, visa, approval])
 services = App("trip-services", participants=[hotels, bank, consulate])
