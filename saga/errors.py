@@ -26,6 +26,12 @@
     ├── TraceMismatch†         an exported trace does not replay (saga.testing.replay_trace)
     ├── RunnerError            saga.testing's runner cannot go on: a mistake in the test's set-up
     │   └── ChildError         ... a child saga's definition was not given to the runner
+    ├── TaskError              a human-task action was refused (``task`` names the task)
+    │   ├── TaskNotFound       no open task has this id
+    │   ├── TaskAlreadyClaimed another person holds the task's claim (``holder``, ``until_ms``)
+    │   ├── TaskClosed         the task was completed, withdrawn or failed already (``state``)
+    │   ├── NotAuthorized      the person may not do this to the task (``by``, ``action``)
+    │   └── InvalidAnswer      the answer does not match the task's form (nothing was written)
     └── VersionError           a definition-version operation is refused (saga/versions/registry.py)
         ├── IncompatibleChange a registered version's shape changed incompatibly
         ├── VersionDrained     new sagas may not start on a drained version
@@ -381,6 +387,56 @@ class ScheduleExists(SagaError):
     """A schedule with this id exists already (pass ``replace=True`` to replace it)."""
 
 
+class TaskError(SagaError):
+    """A human-task action was refused; ``task`` names the task. Nothing was written."""
+
+    def __init__(self, message: str, *, task: str) -> None:
+        super().__init__(message)
+        self.task = task
+
+
+class TaskNotFound(TaskError):
+    """No task has this id (in the contexts this client knows)."""
+
+    def __init__(self, task: str) -> None:
+        super().__init__(f"no task with id {task!r}", task=task)
+
+
+class TaskAlreadyClaimed(TaskError):
+    """Another person holds the task's claim until ``until_ms`` (Unix ms)."""
+
+    def __init__(self, task: str, *, holder: str, until_ms: int) -> None:
+        super().__init__(f"task {task!r} is claimed by {holder!r} until {until_ms} ms", task=task)
+        self.holder = holder
+        self.until_ms = until_ms
+
+
+class TaskClosed(TaskError):
+    """The task is no longer open: it was completed, withdrawn or failed (``state``)."""
+
+    def __init__(self, task: str, *, state: str) -> None:
+        super().__init__(f"task {task!r} is {state}", task=task)
+        self.state = state
+
+
+class NotAuthorized(TaskError):
+    """``by`` may not ``action`` the task (the application's authorizer said no)."""
+
+    def __init__(self, task: str, *, by: str, action: str) -> None:
+        super().__init__(f"{by!r} may not {action} task {task!r}", task=task)
+        self.by = by
+        self.action = action
+
+
+class InvalidAnswer(TaskError):
+    """The answer does not match the task's form ``form``; ``reason`` says where."""
+
+    def __init__(self, task: str, *, form: str, reason: str) -> None:
+        super().__init__(f"answer to task {task!r} is not a valid {form}: {reason}", task=task)
+        self.form = form
+        self.reason = reason
+
+
 __all__ = [
     "ActionRefused",
     "CalendarError",
@@ -391,10 +447,12 @@ __all__ = [
     "DefinitionError",
     "IllegalTransition",
     "IncompatibleChange",
+    "InvalidAnswer",
     "InvalidInput",
     "InvalidSchedule",
     "InvalidToken",
     "MigrationRefused",
+    "NotAuthorized",
     "PartitionMismatch",
     "ReplayMismatch",
     "RunnerError",
@@ -404,6 +462,10 @@ __all__ = [
     "ScheduleExists",
     "ScheduleNotFound",
     "StartConflict",
+    "TaskAlreadyClaimed",
+    "TaskClosed",
+    "TaskError",
+    "TaskNotFound",
     "TooManyItems",
     "TraceMismatch",
     "UnknownDefinition",

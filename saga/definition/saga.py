@@ -36,6 +36,7 @@ from saga.definition.declare import (
     seconds,
     takes_context,
 )
+from saga.definition.human_tasks import declare_human_task
 from saga.definition.retry import NO_RETRY, Retry
 from saga.definition.step import (
     LOCAL,
@@ -187,6 +188,9 @@ class Saga(Generic[D]):
             timeout=None,
             wait=Sleep(duration),
         )
+
+    human_task = declare_human_task
+    """Add a human task (``saga/definition/human_tasks.py``): a typed answer from a person."""
 
     def wait_signal(
         self, name: str, *, output: type[O] | None = None, timeout: float | timedelta | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from bus import Bus, BusError, Clock, RedisDataLost, SystemClock, Worker
+from bus import Bus, BusError, Clock, Publisher, RedisDataLost, SystemClock, Worker
 from bus.lowlevel import Backoff, get_logger
 from saga.core.model import SagaState
 from saga.errors import PartitionMismatch
@@ -23,8 +23,10 @@ from saga.runtime.config import EngineConfig
 from saga.runtime.liveness import keep_health_file, remove_health_file
 from saga.runtime.orchestrator import Orchestrator
 from saga.runtime.schedule_runner import Scheduler, run_schedules
+from saga.runtime.tasks import TaskEngine, install_tasks
 from saga.runtime.timer_firing import Round, fire_round, run_scheduler
 from saga.store.pruning import prune_ended
+from saga.store.tasks import RedisTaskStore
 from saga.versions.records import Registration, Stranded, worker_info
 from saga.versions.registry import Versions
 
@@ -64,6 +66,17 @@ class SagaWorker:
             orchestrator.install(bus)
         for participant in app.participants:
             participant.install(bus)
+        auth = self.config.auth
+        publisher = Publisher(
+            redis,
+            source=app.name,
+            config=self.config.bus,
+            auth=auth,
+            principal=auth.signer_for("orchestrator"),
+        )
+        self.tasks = TaskEngine(RedisTaskStore(redis), self.clock, publisher, source=app.name)
+        """The task inbox: the ``tasks`` participant and the firing of task timers."""
+        self.has_tasks = install_tasks(bus, self.tasks, app.registry)
         self.bus_worker = Worker(
             redis,
             bus,
@@ -200,6 +213,8 @@ class SagaWorker:
                     )
                     tg.start_soon(self._every, self.config.prune_interval_ms, "prune ended", self.prune_ended)
                     tg.start_soon(run_schedules, self.schedulers, self.clock, self.config)
+                    if self.has_tasks:
+                        tg.start_soon(self._every, self.config.timer_poll_ms, "task timers", self.fire_tasks)
                 try:
                     await self.bus_worker.run()
                 except RedisDataLost as error:  # raised as itself below, not wrapped in a group
@@ -219,6 +234,10 @@ class SagaWorker:
                 await job()
             except BusError as error:
                 _log.warning("periodic job failed; trying again later", job=name, error=str(error))
+
+    async def fire_tasks(self) -> int:
+        """Fire the due reminders and escalation steps of the task inbox."""
+        return await self.tasks.fire_due(self.partitions) if self.has_tasks else 0
 
     def _fired(self, timers: Round) -> None:
         for observer in self.timer_observers:
@@ -242,6 +261,7 @@ class SagaWorker:
             fired = timers.fired
             for scheduler in self.schedulers:
                 fired += await scheduler.tick()
+            fired += await self.fire_tasks()
             await self.bus_worker.run_until_idle()
             if not fired:
                 return

@@ -37,6 +37,14 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
     rs:{orders:0}:drained            set: 'name@version' that new sagas may not start on (drain);
                                      the start transition checks it in the same script;
                                      versions drain (saga/versions/registry.py)
+    rs:{orders:0}:task:<id>          hash: one human task ('rev', 'task' JSON: saga/core/task_rules.py);
+                                     task_write.lua
+    rs:{orders:0}:tasks:<assignee>   zset: open task id -> due (ms), per 'role:<r>' or 'user:<u>';
+                                     task_write.lua
+    rs:{orders:0}:tasktimers         zset: '<task id>|<stage>' -> when (ms): reminders and
+                                     escalation steps; task_write.lua
+    rs:{orders:0}:tasklog:<id>       list: a saga's task actions (who, what, when; JSON);
+                                     task_write.lua
     rs:{orders:0}:dlq                stream: dead letters of every stream in the partition; the
                                      bus's consumers (``Stream.dlq_key``), read by ``saga dlq``
 
@@ -215,6 +223,23 @@ class PartitionKeys:
         """The dead-letter stream of every stream in the partition (the bus writes it)."""
         return self.inbox.dlq_key
 
+    def task(self, task_id: str) -> str:
+        """The hash holding one human task."""
+        return tagged_key(self.tag, "task", task_id)
+
+    def tasks_for(self, assignee: str) -> str:
+        """The open tasks of ``assignee`` (``role:<r>`` or ``user:<u>``), scored by due time."""
+        return tagged_key(self.tag, "tasks", assignee)
+
+    @property
+    def task_timers(self) -> str:
+        """The sorted set of task timers (reminders, escalation steps; score: when)."""
+        return _key(self.tag, "tasktimers")
+
+    def task_log(self, saga_id: str) -> str:
+        """The list of a saga's task actions."""
+        return tagged_key(self.tag, "tasklog", saga_id)
+
     @property
     def everything(self) -> str:
         """A pattern matching every key of the partition (for ACL patterns and scans)."""
@@ -347,6 +372,23 @@ class ScheduleKeys:
     def due(self) -> str:
         """Sorted set: schedule id -> when to look at it next (Unix ms)."""
         return tagged_key(self.tag, "due")
+
+    def task(self, task_id: str) -> str:
+        """The hash holding one human task."""
+        return tagged_key(self.tag, "task", task_id)
+
+    def tasks_for(self, assignee: str) -> str:
+        """The open tasks of ``assignee`` (``role:<r>`` or ``user:<u>``), scored by due time."""
+        return tagged_key(self.tag, "tasks", assignee)
+
+    @property
+    def task_timers(self) -> str:
+        """The sorted set of task timers (reminders, escalation steps; score: when)."""
+        return _key(self.tag, "tasktimers")
+
+    def task_log(self, saga_id: str) -> str:
+        """The list of a saga's task actions."""
+        return tagged_key(self.tag, "tasklog", saga_id)
 
     @property
     def everything(self) -> str:

@@ -34,9 +34,11 @@ WATCH_EVENT: Final = Script.load(PACKAGE, "watch_event")
 """Register an event wait, find an event that came first (saga/store/wait_index.py)."""
 ROUTE_EVENT: Final = Script.load(PACKAGE, "route_event")
 """Route an event to its waits, or buffer it (saga/store/wait_index.py)."""
+TASK_WRITE: Final = Script.load(PACKAGE, "task_write")
+"""Apply one change to one human task (saga/store/tasks.py)."""
 
 SCRIPTS: Final = (
     TRANSITION, FIRE_TIMERS, PRUNE_ENDED, MIGRATE, REGISTER_SHAPE, WORKERS, SCHEDULE_WRITE,
-    WATCH_EVENT, ROUTE_EVENT,
+    WATCH_EVENT, ROUTE_EVENT, TASK_WRITE,
 )  # fmt: skip
 """Every script above (a test checks it is every file of ``saga/store/lua/``)."""

@@ -1,0 +1,256 @@
+"""Human tasks: a step that waits for a person's typed answer.
+
+``saga.human_task("approve", title=..., form=Approval, assignee=Role("managers"), due=...)``
+adds three steps, made by the decorator core like any other:
+
+- ``<name>.open``: a command to the task inbox (the participant :data:`TASKS`, run by
+  :func:`saga.runtime.tasks.task_participant`) carrying an :class:`OpenTask`: the title,
+  the details a person needs, the form's type name, the assignee, the due time, the
+  reminder and the escalation policy, and the resume token of the wait. Its compensation
+  withdraws the task (a cancel or a failure after it, a quorum reached elsewhere).
+- ``<name>.answer``: a signal wait (the saga is ``suspended``) for a :class:`TaskResult`,
+  which ``TaskClient.complete`` sends once the answer has been checked against the form,
+  and the escalation policy sends when it takes the default answer or fails the task.
+- ``<name>``: a local action that returns the answer (of type ``form``; use
+  ``ctx.output(step)`` in later steps) or fails the saga when the task failed.
+
+Assignees are a :class:`Role`, a :class:`User`, or a function of the saga's data returning
+one. Their names become part of Redis keys, so they are checked (:func:`check_actor`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
+
+import msgspec
+
+from saga.definition.retry import Retry
+from saga.definition.step import Command, Step, StepContext, command
+from saga.definition.waits import check_one_argument
+from saga.definition.where import Where
+from saga.errors import InvalidInput, TaskError
+
+if TYPE_CHECKING:
+    from saga.definition.saga import Saga
+
+TASKS: Final = "tasks"
+"""The participant that keeps the task inbox (``cmd:tasks`` of each partition)."""
+_ONCE: Final = Retry(attempts=1, on_exhausted="compensate")
+_ACTOR: Final = re.compile(r"[A-Za-z0-9_.@+-]{1,100}")
+F = TypeVar("F")
+D = TypeVar("D")
+
+
+def check_actor(name: str, what: str = "name") -> str:
+    """``name`` if it may name a role or a user (it becomes part of a key), else :class:`InvalidInput`.
+
+    1-100 characters of ``A-Z a-z 0-9 _ . @ + -``: no glob, hash-tag or separator character.
+    """
+    if not isinstance(name, str) or not _ACTOR.fullmatch(name):
+        raise InvalidInput(f"{what} {name!r} is not valid: 1-100 of A-Z a-z 0-9 _ . @ + -")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """Assign to everyone in a role (the application's authorizer says who is)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        check_actor(self.name, "role")
+
+    @property
+    def key(self) -> str:
+        """How the task inbox writes it: ``role:<name>``."""
+        return f"role:{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """Assign to one person."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        check_actor(self.name, "user")
+
+    @property
+    def key(self) -> str:
+        """How the task inbox writes it: ``user:<name>``."""
+        return f"user:{self.name}"
+
+
+Assignee = Role | User
+"""Who a task is for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """What happens when a task's due time passes unanswered, each step recorded.
+
+    At the due time: reassign to ``reassign_to`` (if given), notify (if ``notify`` and the
+    task names a notifications participant) and, if ``extend`` is given, push the due time
+    back once by it. At the (extended) due time: ``then`` -- ``"fail"`` fails the task (the
+    saga compensates) or ``"default"`` completes it with ``default`` (an instance of the form).
+    """
+
+    reassign_to: Assignee | None = None
+    notify: bool = True
+    extend: timedelta | None = None
+    then: Literal["fail", "default"] = "fail"
+    default: Any = None
+
+
+class OpenTask(msgspec.Struct, tag="OpenTask", kw_only=True, frozen=True):
+    """The command that opens a task in the inbox (sent by ``<name>.open``)."""
+
+    saga: str
+    """``name@version`` of the saga."""
+    step: str
+    title: str
+    details: msgspec.Raw
+    form: str
+    assignee: str
+    due_in_ms: int
+    token: str
+    remind_before_ms: int = 0
+    notify: str = ""
+    escalate_to: str = ""
+    escalate_notify: bool = False
+    extend_ms: int = 0
+    then: str = "fail"
+    default: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class TaskOpened(msgspec.Struct, tag="TaskOpened", kw_only=True, frozen=True):
+    """The inbox's reply: the task's id and its due time (Unix ms)."""
+
+    task_id: str
+    due_ms: int
+
+
+class WithdrawTask(msgspec.Struct, tag="WithdrawTask", kw_only=True, frozen=True):
+    """The compensation of ``<name>.open``: withdraw the task if it is still open."""
+
+    token: str
+
+
+class TaskWithdrawn(msgspec.Struct, tag="TaskWithdrawn", kw_only=True, frozen=True):
+    """The inbox's reply to :class:`WithdrawTask` (``withdrawn``: it was still open)."""
+
+    task_id: str
+    withdrawn: bool
+
+
+class TaskResult(msgspec.Struct, Generic[F], kw_only=True, frozen=True):
+    """What the task's wait receives: the answer, or why there is none."""
+
+    answer: F | None = None
+    by: str = ""
+    outcome: Literal["answered", "default", "failed"] = "answered"
+    reason: str = ""
+
+
+AssigneeSpec = Assignee | Callable[[Any], Assignee]
+TextSpec = str | Callable[[Any], str]
+
+
+def declare_human_task(
+    saga: Saga[D],
+    name: str,
+    *,
+    title: TextSpec,
+    form: type[F],
+    assignee: AssigneeSpec,
+    due: timedelta,
+    details: Callable[[Any], object] | None = None,
+    reminder: timedelta | None = None,
+    escalation: Escalation | None = None,
+    notify: str = "",
+) -> Step[D, F]:
+    """Add a human task to ``saga`` (see the module docstring); return the step whose output is the answer.
+
+    ``details(data)`` is what the person sees beside the title (default: the saga's data);
+    ``reminder`` sends a reminder that long before the due time to ``notify`` (the
+    application's notifications participant).
+    """
+    where = Where(saga.name, name)
+    if not isinstance(form, type) or not issubclass(form, msgspec.Struct):
+        raise where.error("a human task's form is a msgspec.Struct type")
+    if not isinstance(due, timedelta) or due <= timedelta():
+        raise where.error(f"due is a positive timedelta, not {due!r}")
+    if reminder is not None and not timedelta() < reminder < due:
+        raise where.error("reminder is a timedelta before the due time")
+    if reminder is not None and not notify:
+        raise where.error("a reminder needs a notifications participant (notify=...)")
+    for function, what in ((assignee, "assignee"), (title, "title"), (details, "details")):
+        if callable(function) and not isinstance(function, type):
+            check_one_argument(function, where, f"a computed {what}")
+    if not callable(assignee) and not isinstance(assignee, Role | User):
+        raise where.error("assignee is a Role, a User, or a function of the data returning one")
+    policy = escalation or Escalation()
+    default = _default_of(policy, form, where)
+    result_type: Any = TaskResult[form]  # type: ignore[valid-type]
+    answer_name = f"{name}.answer"
+
+    def open_task(data: Any, ctx: StepContext) -> Command:
+        chosen = assignee(data) if callable(assignee) else assignee
+        if not isinstance(chosen, Role | User):
+            raise InvalidInput(f"{saga.name}.{name}: the assignee function returned {chosen!r}")
+        text = title(data) if callable(title) else title
+        return command(
+            TASKS,
+            OpenTask(
+                saga=saga.key,
+                step=name,
+                title=text,
+                details=msgspec.Raw(msgspec.json.encode(details(data) if details else data)),
+                form=form.__name__,
+                assignee=chosen.key,
+                due_in_ms=_ms(due),
+                token=ctx.resume_token(answer_name),
+                remind_before_ms=_ms(reminder) if reminder else 0,
+                notify=notify,
+                escalate_to=policy.reassign_to.key if policy.reassign_to else "",
+                escalate_notify=policy.notify and bool(notify),
+                extend_ms=_ms(policy.extend) if policy.extend else 0,
+                then=policy.then,
+                default=default,
+            ),
+        )
+
+    def withdraw_task(_data: Any, ctx: StepContext) -> Command:
+        return command(TASKS, WithdrawTask(token=ctx.resume_token(answer_name)))
+
+    saga.compensation(f"{name}.withdraw")(withdraw_task)
+    saga.step(reply=TaskOpened, name=f"{name}.open", compensate=f"{name}.withdraw")(open_task)
+    answer_step = saga.wait_signal(answer_name, output=result_type)
+
+    async def take_answer(_data: Any, ctx: StepContext) -> Any:
+        result = ctx.output(answer_step)
+        if result.outcome == "failed" or result.answer is None:
+            raise TaskError(f"task {name!r} failed: {result.reason or 'no answer'}", task=name)
+        return result.answer
+
+    take_answer.__annotations__["return"] = form
+    # One attempt, then compensate: a failed task does not get better by asking again.
+    return saga.action(name=name, retry=_ONCE)(take_answer)
+
+
+def _default_of(policy: Escalation, form: type[Any], where: Where) -> msgspec.Raw:
+    if policy.then not in ("fail", "default"):
+        raise where.error(f"escalation ends with 'fail' or 'default', not {policy.then!r}")
+    if policy.then == "fail":
+        return msgspec.Raw(b"null")
+    if not isinstance(policy.default, form):
+        raise where.error(f"the default answer is a {form.__name__}, not {policy.default!r}")
+    return msgspec.Raw(msgspec.json.encode(policy.default))
+
+
+def _ms(value: timedelta) -> int:
+    return int(value.total_seconds() * 1000)

@@ -1,0 +1,342 @@
+"""The task inbox at run time: the ``tasks`` participant that opens tasks, and :class:`TaskClient`.
+
+A human task's ``<name>.open`` step sends :class:`~saga.definition.human_tasks.OpenTask` to
+the participant :func:`task_participant` makes (the worker runs it for every context whose
+sagas have human tasks); it writes the task beside the saga (``saga/store/tasks.py``).
+People act through :class:`TaskClient`: it checks who may act with the application's
+:data:`Authorizer` **before** it writes, checks an answer against the task's form, and
+completes the task and sends the saga its signal in one atomic write.
+
+Who may send that signal: signals are accepted from any principal that signs (the resume
+token stored in the task is the capability, ``saga/store/trust.py``); the task inbox keeps
+the token, so only principals that may read ``rs:{<context>:*}:task:*`` -- the
+orchestrator's worker and the application's task client -- can complete a task.
+
+Reminders and escalation steps are timers in the partition's task-timer set;
+:meth:`TaskClient.fire_due` fires those due (each once: the write is revision-checked).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from bus import Bus, Clock, Envelope, Publisher, SystemClock
+from redsaga.ids import derived_id
+from saga.core import task_rules as rules
+from saga.core.task_rules import Task, TaskChange, TaskLog
+from saga.core.tokens import peek
+from saga.definition.human_tasks import (
+    TASKS,
+    Assignee,
+    OpenTask,
+    TaskOpened,
+    TaskResult,
+    TaskWithdrawn,
+    WithdrawTask,
+    check_actor,
+)
+from saga.definition.registry import Registry
+from saga.errors import InvalidAnswer, NotAuthorized, TaskNotFound, UnknownDefinition
+from saga.runtime.config import EngineConfig
+from saga.runtime.participant import CommandContext, Participant
+from saga.runtime.protocol import SIGNAL, SignalDelivery
+from saga.store.keys import Partition, check_saga_id
+from saga.store.tasks import Message, TaskStore
+from saga.store.trust import inbox_audience
+
+Authorizer = Callable[[str, str, Task], bool]
+"""``authorize(by, action, task)``: whether person ``by`` may ``action`` (claim, release,
+complete, reassign) ``task``. The engine asks it before every write."""
+CLAIM_TTL_MS: Final = 15 * 60 * 1000
+_json = msgspec.json.Encoder()
+_ATTEMPTS: Final = 20
+
+
+def by_roles(members: Callable[[str, str], bool], *, supervisors: str = "") -> Authorizer:
+    """An :data:`Authorizer` from a role-membership callback ``members(user, role)``.
+
+    A person may act on a task assigned to them or to a role they are in; members of
+    ``supervisors`` may also reassign any task.
+    """
+
+    def authorize(by: str, action: str, task: Task) -> bool:
+        kind, _, name = task.assignee.partition(":")
+        mine = name == by if kind == "user" else members(by, name)
+        return mine or (action == "reassign" and bool(supervisors) and members(by, supervisors))
+
+    return authorize
+
+
+def role_table(roles: Mapping[str, Collection[str]], *, supervisors: str = "") -> Authorizer:
+    """:func:`by_roles` over a fixed table ``{role: users}``."""
+    return by_roles(lambda user, role: user in roles.get(role, ()), supervisors=supervisors)
+
+
+def task_id_of(context: str, partition: int, saga_id: str, step: str, n: int) -> str:
+    """A task's id: ``<context>:<partition>:<uuid>`` (it names its partition, so no search finds it)."""
+    return f"{context}:{partition}:{derived_id(saga_id, f'{step}:task:{n}')}"
+
+
+def partition_of_task(task_id: str) -> Partition:
+    """The partition a task id names; :class:`TaskNotFound` for an id that names none."""
+    context, _, rest = check_saga_id(task_id).partition(":")
+    index, _, _ = rest.partition(":")
+    if not context or not index.isdigit():
+        raise TaskNotFound(task_id)
+    return Partition(context, int(index))
+
+
+class TaskEngine:
+    """The writes every task action shares: decide on the current task, apply, retry on a race."""
+
+    def __init__(self, store: TaskStore, clock: Clock, publisher: Publisher, *, source: str) -> None:
+        self.store, self.clock, self.publisher, self.source = store, clock, publisher, source
+
+    async def task(self, task_id: str) -> Task:
+        """The task ``task_id`` (:class:`TaskNotFound`)."""
+        task = await self.store.load(partition_of_task(task_id), task_id)
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    async def apply(self, task_id: str, decide: Callable[[Task, int], TaskChange]) -> Task:
+        """Decide on the task as stored and write; on a race read again and decide again."""
+        for _ in range(_ATTEMPTS):
+            task = await self.task(task_id)
+            now = self.clock.now_ms()
+            change = decide(task, now)
+            if await self.store.write(partition_of_task(task_id), change, self.messages(change, now)):
+                return change.task
+        raise TaskNotFound(task_id)  # pragma: no cover - only under a storm of writers
+
+    def messages(self, change: TaskChange, now_ms: int) -> list[Message]:
+        """The envelopes ``change`` sends, signed as this client's principal."""
+        task, found = change.task, []
+        partition = Partition(task.context, task.partition)
+        for n, out in enumerate(change.outgoing):
+            common: dict[str, Any] = {"id": derived_id(task.id, f"{task.rev}:{n}"), "source": self.source}
+            if out.kind == "signal":
+                delivery = SignalDelivery(
+                    step=f"{task.step}.answer", n=task.n, data=out.data, by=out.by, token=task.token
+                )
+                envelope = Envelope(
+                    type=SIGNAL,
+                    payload=_json.encode(delivery),
+                    correlation_id=task.saga_id,
+                    created_at_ms=now_ms,
+                    **common,
+                )
+                stream, audience = partition.inbox, inbox_audience(task.context)
+            else:
+                envelope = Envelope(
+                    type="TaskNotice",
+                    payload=bytes(out.data),
+                    correlation_id=task.saga_id,
+                    created_at_ms=now_ms,
+                    **common,
+                )
+                stream = partition.commands(out.participant)
+                audience = None
+            found.append((stream, self.publisher.signed(stream, envelope, audience, None)))
+        return found
+
+    async def open(self, command: OpenTask, _ctx: CommandContext) -> TaskOpened:
+        """Open the task ``command`` asks for (once: a repeat finds it open and changes nothing)."""
+        ref = peek(command.token)
+        task_id = task_id_of(ref.context, ref.partition, ref.saga_id, command.step, ref.n)
+        partition = Partition(ref.context, ref.partition)
+        existing = await self.store.load(partition, task_id)
+        if existing is None:
+            check_actor(command.assignee.partition(":")[2], "assignee")
+            refs = (ref.context, ref.partition, ref.saga_id, ref.n)
+            change = rules.opened(task_id, refs, command, self.clock.now_ms())
+            change.task.rev = 1
+            if await self.store.write(partition, change, []):
+                return TaskOpened(task_id=task_id, due_ms=change.task.due_ms)
+            existing = await self.task(task_id)
+        return TaskOpened(task_id=task_id, due_ms=existing.due_ms)
+
+    async def withdraw(self, command: WithdrawTask, _ctx: CommandContext) -> TaskWithdrawn:
+        """Withdraw the task of ``command``'s wait if it is still open."""
+        ref = peek(command.token)
+        task_id = task_id_of(ref.context, ref.partition, ref.saga_id, ref.step.removesuffix(".answer"), ref.n)
+        task = await self.store.load(partition_of_task(task_id), task_id)
+        if task is None or task.state != "open":
+            return TaskWithdrawn(task_id=task_id, withdrawn=False)
+        await self.apply(task_id, lambda t, now: rules.withdrawn(t, now, "the saga no longer waits for it"))
+        return TaskWithdrawn(task_id=task_id, withdrawn=True)
+
+    async def fire_due(self, partitions: Collection[Partition], *, limit: int = 100) -> int:
+        """Fire every task timer due now (reminders, escalation steps); how many fired."""
+        fired = 0
+        for partition in partitions:
+            for member, _at in await self.store.due_timers(partition, self.clock.now_ms(), limit):
+                task_id, _, stage = member.rpartition("|")
+                fired += await self._fire(task_id, stage)
+        return fired
+
+    async def _fire(self, task_id: str, stage: str) -> int:
+        member = rules.timer_member(task_id, stage)  # type: ignore[arg-type]
+        done = False
+
+        def decide(task: Task, now: int) -> TaskChange:
+            nonlocal done
+            if task.state != "open":
+                done = True
+                change = TaskChange(task=msgspec.structs.replace(task, rev=task.rev + 1), before_rev=task.rev)
+                change.untimers.append(member)
+                return change
+            failed = msgspec.Raw(
+                _json.encode(
+                    TaskResult[Any](outcome="failed", by="escalation", reason="not answered in time")
+                )
+            )
+            default = msgspec.Raw(
+                b'{"answer":' + bytes(task.default) + b',"by":"escalation","outcome":"default"}'
+            )
+            return rules.fired(task, stage, now, failed=failed, default=default)  # type: ignore[arg-type]
+
+        await self.apply(task_id, decide)
+        return 0 if done else 1
+
+
+def task_participant(engine: TaskEngine, contexts: Collection[str]) -> Participant:
+    """The ``tasks`` participant: opens and withdraws the tasks of ``contexts``."""
+    participant = Participant(TASKS, serves=contexts)
+    participant.handles(OpenTask)(engine.open)
+    participant.handles(WithdrawTask)(engine.withdraw)
+    return participant
+
+
+class TaskClient:
+    """What a person's application calls: list, show, claim, release, complete, reassign.
+
+    Every action names who does it (``by``) and is checked by ``authorize`` before anything
+    is written (:class:`NotAuthorized`); each is recorded in the saga's task log.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        registry: Registry,
+        *,
+        authorize: Authorizer,
+        clock: Clock | None = None,
+        config: EngineConfig | None = None,
+        claim_ttl_ms: int = CLAIM_TTL_MS,
+        store: TaskStore | None = None,
+        source: str = "tasks",
+    ) -> None:
+        from saga.store.tasks import RedisTaskStore  # noqa: PLC0415 - only when no store is given
+
+        config = config or EngineConfig()
+        self.registry = registry
+        self.authorize = authorize
+        self.claim_ttl_ms = claim_ttl_ms
+        principal = config.auth.signer_for("client", "operator", "orchestrator")
+        publisher = Publisher(redis, source=source, config=config.bus, auth=config.auth, principal=principal)
+        self.engine = TaskEngine(
+            store or RedisTaskStore(redis), clock or SystemClock(), publisher, source=source
+        )
+
+    def partitions(self, context: str | None = None) -> list[Partition]:
+        """Every partition of ``context`` (or of every context this client knows)."""
+        contexts = [self.registry.context(context)] if context else list(self.registry.contexts.values())
+        return [Partition(c.name, i) for c in contexts for i in range(c.partitions)]
+
+    async def list(
+        self, *, role: str = "", user: str = "", context: str | None = None, limit: int = 100
+    ) -> builtins.list[Task]:
+        """Open tasks assigned to ``role`` or ``user``, soonest due first (no scan: one index each)."""
+        assignee = f"role:{check_actor(role, 'role')}" if role else f"user:{check_actor(user, 'user')}"
+        found = [
+            t for p in self.partitions(context) for t in await self.engine.store.open_for(p, assignee, limit)
+        ]
+        return sorted(found, key=lambda t: (t.due_ms, t.id))[:limit]
+
+    async def show(self, task_id: str) -> Task:
+        """The task, in whatever state (:class:`TaskNotFound`)."""
+        return await self.engine.task(task_id)
+
+    async def log(self, saga_id: str, *, context: str | None = None) -> builtins.list[TaskLog]:
+        """Every task action of saga ``saga_id``, oldest first."""
+        from saga.store.keys import partition_of  # noqa: PLC0415 - a helper of the keys module
+
+        ctx = self.registry.context(context)
+        return await self.engine.store.log(
+            Partition(ctx.name, partition_of(saga_id, ctx.partitions)), saga_id
+        )
+
+    async def claim(self, task_id: str, *, by: str) -> Task:
+        """Claim the task for ``by`` for ``claim_ttl_ms`` (claim again to keep it)."""
+        return await self._act(
+            task_id, by, "claim", lambda t, now: rules.claimed(t, by, now, self.claim_ttl_ms)
+        )
+
+    async def release(self, task_id: str, *, by: str) -> Task:
+        """Give the claim back."""
+        return await self._act(task_id, by, "release", lambda t, now: rules.released(t, by, now))
+
+    async def reassign(self, task_id: str, to: Assignee, *, by: str) -> Task:
+        """Give the task to another role or user (any claim ends)."""
+        return await self._act(task_id, by, "reassign", lambda t, now: rules.reassigned(t, by, now, to.key))
+
+    async def complete(self, task_id: str, answer: object, *, by: str) -> Task:
+        """Answer the task; the saga resumes with ``answer`` (checked against the form first)."""
+        task = await self.engine.task(task_id)
+        encoded = self.check_answer(task, answer)
+        result = b'{"answer":' + encoded + b',"by":' + _json.encode(by) + b',"outcome":"answered"}'
+        return await self._act(
+            task_id,
+            by,
+            "complete",
+            lambda t, now: rules.completed(t, by, now, msgspec.Raw(result), msgspec.Raw(encoded)),
+        )
+
+    def check_answer(self, task: Task, answer: object) -> bytes:
+        """``answer`` encoded, if it is a valid instance of the task's form (:class:`InvalidAnswer`)."""
+        name, _, version = task.saga.rpartition("@")
+        try:
+            form = self.registry.get(name, int(version)).step_named(task.step).output_type
+        except (UnknownDefinition, KeyError, ValueError) as error:
+            raise InvalidAnswer(
+                task.id, form=task.form, reason=f"the form is not known here ({error})"
+            ) from error
+        try:
+            raw = answer if isinstance(answer, bytes | str) else msgspec.json.encode(answer)
+            return msgspec.json.encode(msgspec.json.decode(raw, type=form))
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as error:
+            raise InvalidAnswer(task.id, form=task.form, reason=str(error)) from error
+
+    async def fire_due(self, context: str | None = None) -> int:
+        """Fire the due reminders and escalation steps of ``context``'s tasks (the worker does this)."""
+        return await self.engine.fire_due(self.partitions(context))
+
+    async def _act(
+        self, task_id: str, by: str, action: str, decide: Callable[[Task, int], TaskChange]
+    ) -> Task:
+        check_actor(by, "person")
+
+        def checked(task: Task, now: int) -> TaskChange:
+            if not self.authorize(by, action, task):
+                raise NotAuthorized(task.id, by=by, action=action)
+            return decide(task, now)
+
+        return await self.engine.apply(task_id, checked)
+
+
+def task_contexts(registry: Registry) -> set[str]:
+    """The contexts whose definitions have human tasks (their ``<name>.open`` steps reply ``TaskOpened``)."""
+    return {d.context.name for d in registry for s in d.steps if s.output_type is TaskOpened}
+
+
+def install_tasks(bus: Bus, engine: TaskEngine, registry: Registry) -> bool:
+    """Install the ``tasks`` participant on ``bus`` if any definition has a human task."""
+    contexts = task_contexts(registry)
+    if contexts:
+        task_participant(engine, contexts).install(bus)
+    return bool(contexts)

@@ -1,0 +1,170 @@
+"""The task inbox on real Redis, driven by the saga worker with a fake clock."""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+
+import bus
+from bus import FakeClock
+from saga import App, EngineConfig, SagaClient, SagaWorker
+from saga.core.states import SagaStatus
+from saga.definition.human_tasks import User
+from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskClosed
+from saga.runtime.tasks import TaskClient, role_table
+from saga.store.keys import Partition, partition_of
+from tests.saga.task_sagas import Approval, Refund, lenient, refund
+
+pytestmark = pytest.mark.anyio
+CONFIG = EngineConfig(
+    bus=bus.BusConfig(lease_ms=10_000), signal_secret="a test secret of at least sixteen bytes"
+)
+ROLES = {"managers": {"ann", "bob"}, "leads": {"lee"}}
+HOUR = 3600.0
+
+
+class World:
+    def __init__(self, redis: bus.Redis) -> None:
+        self.clock = FakeClock(1_800_000_000_000)
+        self.app = App("refunds", sagas=[refund, lenient])
+        self.worker = SagaWorker(redis, self.app, config=CONFIG, clock=self.clock, consumer="w1")
+        self.client = SagaClient(redis, self.app.registry, clock=self.clock, config=CONFIG)
+        self.tasks = TaskClient(
+            redis,
+            self.app.registry,
+            authorize=role_table(ROLES, supervisors="leads"),
+            clock=self.clock,
+            config=CONFIG,
+        )
+
+    async def idle(self) -> None:
+        with anyio.fail_after(30):
+            await self.worker.run_until_idle()
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        await self.idle()
+
+    async def started(self, amount: int = 500) -> str:
+        saga_id = await self.client.start(refund, Refund(id=f"r{amount}", amount=amount))
+        await self.idle()
+        return saga_id
+
+
+async def test_a_task_waits_for_a_manager_and_its_answer_resumes_the_saga(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    assert (await world.client.get(saga_id)).status == SagaStatus.SUSPENDED
+    (task,) = await world.tasks.list(role="managers")
+    assert task.title == "Approve refund r500 of 500"
+    await world.tasks.claim(task.id, by="ann")
+    await world.tasks.complete(task.id, Approval(approved=True), by="ann")
+    await world.idle()
+    state = await world.client.get(saga_id)
+    assert state.status == SagaStatus.COMPLETED
+    assert await world.tasks.list(role="managers") == []
+    actions = [(e.action, e.by) for e in await world.tasks.log(saga_id)]
+    assert actions == [("opened", "engine"), ("claimed", "ann"), ("completed", "ann")]
+
+
+async def test_two_clients_race_to_claim_one_task_and_one_wins(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    other = TaskClient(
+        real_redis, world.app.registry, authorize=role_table(ROLES), clock=world.clock, config=CONFIG
+    )
+    outcomes: list[str] = []
+
+    async def claim(client: TaskClient, who: str) -> None:
+        try:
+            await client.claim(task.id, by=who)
+            outcomes.append(who)
+        except TaskAlreadyClaimed as error:
+            outcomes.append(f"refused: held by {error.holder}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(claim, world.tasks, "ann")
+        tg.start_soon(claim, other, "bob")
+    winner = (await world.tasks.show(task.id)).holder
+    assert sorted(outcomes) == sorted([winner, f"refused: held by {winner}"])
+
+
+async def test_a_claim_expires_and_another_manager_takes_the_task(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    await world.tasks.claim(task.id, by="ann")
+    with pytest.raises(TaskAlreadyClaimed):
+        await world.tasks.claim(task.id, by="bob")
+    world.clock.advance(16 * 60)
+    assert (await world.tasks.claim(task.id, by="bob")).holder == "bob"
+
+
+async def test_an_invalid_answer_is_refused_and_nothing_changes(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    key = Partition("refunds", 0).task(task.id)
+    before = await real_redis.hgetall(key)
+    with pytest.raises(InvalidAnswer) as refused:
+        await world.tasks.complete(task.id, {"approved": "maybe"}, by="ann")
+    assert refused.value.form == "Approval"
+    assert (await world.tasks.show(task.id)).rev == task.rev
+    assert await real_redis.hgetall(key) == before
+    with pytest.raises(NotAuthorized):
+        await world.tasks.complete(task.id, Approval(approved=True), by="mallory")
+    await world.idle()
+    assert (await world.client.get(saga_id)).status == SagaStatus.SUSPENDED
+    assert [e.action for e in await world.tasks.log(saga_id)] == ["opened"]
+
+
+async def test_the_reminder_and_each_escalation_step_fire_exactly_once(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    await world.advance(3 * HOUR)  # the reminder is due an hour before the due time
+    await world.advance(1 * HOUR)  # due: reassigned to boss, notified, extended by 2 hours
+    assert await world.tasks.list(role="managers") == []
+    (escalated,) = await world.tasks.list(user="boss")
+    assert escalated.due_ms == task.due_ms + 2 * 3_600_000
+    second = SagaWorker(real_redis, world.app, config=CONFIG, clock=world.clock, consumer="w2")
+    assert await second.fire_tasks() == 0  # nothing fires twice
+    await world.advance(2 * HOUR)  # the extension is over: the task fails, the saga compensates
+    assert await second.fire_tasks() == 0
+    actions = [e.action for e in await world.tasks.log(saga_id)]
+    assert actions == [
+        "opened",
+        "reminded",
+        "escalation: reassigned",
+        "escalation: notified",
+        "escalation: extended",
+        "escalation: failed",
+    ]
+    notices = await real_redis.xrange(escalated_stream(world, saga_id))
+    assert [msgspec.json.decode(f[b"data"])["kind"] for _, f in notices] == ["reminder", "escalated"]
+    state = await world.client.get(saga_id)
+    assert state.status == SagaStatus.COMPENSATED
+    with pytest.raises(TaskClosed):
+        await world.tasks.claim(task.id, by="boss")
+
+
+async def test_reassigning_needs_the_assignee_or_a_supervisor_and_a_default_answer_ends_a_task(
+    real_redis: bus.Redis,
+) -> None:
+    world = World(real_redis)
+    saga_id = await world.client.start(lenient, Refund(id="small", amount=20))
+    await world.idle()
+    (task,) = await world.tasks.list(user="ann")
+    with pytest.raises(NotAuthorized):
+        await world.tasks.reassign(task.id, User("bob"), by="bob")
+    await world.tasks.reassign(task.id, User("bob"), by="lee")
+    assert [t.id for t in await world.tasks.list(user="bob")] == [task.id]
+    await world.advance(HOUR)
+    assert (await world.client.get(saga_id)).status == SagaStatus.COMPLETED
+    assert (await world.tasks.show(task.id)).answered_by == "escalation"
+
+
+def escalated_stream(_world: World, saga_id: str) -> str:
+    return Partition("refunds", partition_of(saga_id, 1)).commands("notices").key
