@@ -16,6 +16,9 @@ from saga.core.model import SagaState as SagaState
 from saga.core.states import SagaStatus as SagaStatus
 from saga.core.states import StepStatus as StepStatus
 from saga.definition.composition import Group as Group
+from saga.definition.human_tasks import Escalation as Escalation
+from saga.definition.human_tasks import Role as Role
+from saga.definition.human_tasks import User as User
 from saga.definition.registry import Registry as Registry
 from saga.definition.retry import Retry as Retry
 from saga.definition.saga import Command as Command
@@ -31,6 +34,7 @@ from saga.errors import SagaError as SagaError
 from saga.errors import SagaExists as SagaExists
 from saga.errors import SagaNotFound as SagaNotFound
 from saga.errors import StartConflict as StartConflict
+from saga.errors import TaskError as TaskError
 from saga.errors import WaitEnded as WaitEnded
 from saga.ops.admin import SagaAdmin as SagaAdmin
 from saga.runtime.app import App as App
@@ -39,6 +43,7 @@ from saga.runtime.config import EngineConfig as EngineConfig
 from saga.runtime.participant import CommandContext as CommandContext
 from saga.runtime.participant import Participant as Participant
 from saga.runtime.schedule_runner import ScheduleClient as ScheduleClient
+from saga.runtime.tasks import TaskClient as TaskClient
 from saga.runtime.worker import SagaWorker as SagaWorker
 from saga.versions.migrator import run_migration as run_migration
 from saga.versions.registry import Versions as Versions
