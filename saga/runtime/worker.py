@@ -23,7 +23,7 @@ from saga.runtime.config import EngineConfig
 from saga.runtime.liveness import keep_health_file, remove_health_file
 from saga.runtime.orchestrator import Orchestrator
 from saga.runtime.schedule_runner import Scheduler, run_schedules
-from saga.runtime.tasks import TaskEngine, install_tasks
+from saga.runtime.tasks import TaskEngine, install_tasks, task_contexts
 from saga.runtime.timer_firing import Round, fire_round, run_scheduler
 from saga.store.pruning import prune_ended
 from saga.store.tasks import RedisTaskStore
@@ -67,16 +67,12 @@ class SagaWorker:
         for participant in app.participants:
             participant.install(bus)
         auth = self.config.auth
-        publisher = Publisher(
-            redis,
-            source=app.name,
-            config=self.config.bus,
-            auth=auth,
-            principal=auth.signer_for("orchestrator"),
-        )
+        self.has_tasks = bool(task_contexts(app.registry))
+        principal = auth.signer_for("orchestrator") if self.has_tasks else ""  # a participant holds none
+        publisher = Publisher(redis, source=app.name, config=self.config.bus, auth=auth, principal=principal)
         self.tasks = TaskEngine(RedisTaskStore(redis), self.clock, publisher, source=app.name)
         """The task inbox: the ``tasks`` participant and the firing of task timers."""
-        self.has_tasks = install_tasks(bus, self.tasks, app.registry)
+        install_tasks(bus, self.tasks, app.registry)
         self.bus_worker = Worker(
             redis,
             bus,
