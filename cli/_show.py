@@ -133,7 +133,7 @@ def inspection(found: Inspection, *, history: bool) -> None:
         ["#", "at", "event", "then", "status", "rev"],
         [
             [
-                r.index,
+                r.index if r.source == "history" else "task",
                 when(r.at_ms),
                 clip(r.summary, 70) + (f"  [ignored: {clip(r.ignored, 60)}]" if r.ignored else ""),
                 clip("; ".join(r.effects), 60) or "-",

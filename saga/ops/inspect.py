@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 import msgspec
 
@@ -43,6 +44,7 @@ from saga.core.model import (
     WatchEvent,
 )
 from saga.core.states import SagaStatus, StepStatus
+from saga.core.task_rules import TaskLog
 from saga.definition.shape import Shape, StepShape
 
 
@@ -95,7 +97,13 @@ class BranchView(msgspec.Struct, kw_only=True):
 
 
 class TimelineRow(msgspec.Struct, kw_only=True):
-    """One history entry in a line: what happened, what was decided, where it left the saga."""
+    """One line of the saga's timeline: a history entry, or an action on one of its human tasks.
+
+    A history entry (``source="history"``, ``index`` its place in the history) says what
+    happened, what was decided and where it left the saga. A task action (``source="task"``,
+    ``index`` its place in the saga's task log, ``by`` who acted) is merged in by time;
+    ``status`` and ``revision`` are then the saga's as of the history entry before it.
+    """
 
     index: int
     at_ms: int
@@ -105,6 +113,8 @@ class TimelineRow(msgspec.Struct, kw_only=True):
     status: SagaStatus
     revision: int
     ignored: str = ""
+    source: Literal["history", "task"] = "history"
+    by: str = ""
 
 
 class Inspection(msgspec.Struct, kw_only=True):
@@ -140,6 +150,7 @@ class Inspection(msgspec.Struct, kw_only=True):
     dead_letters: list[DeadLetter]
     timeline: list[TimelineRow]
     history: list[HistoryEntry]
+    tasks: list[TaskLog] = msgspec.field(default_factory=list)
     history_omitted: bool = False
     branches: list[BranchView] = msgspec.field(default_factory=list)
     parent: ParentLink | None = None
@@ -156,6 +167,7 @@ def build_inspection(
     now_ms: int,
     shape: Shape | None,
     full_history: bool,
+    task_log: Sequence[TaskLog] = (),
 ) -> Inspection:
     """Explain ``state``; its definition's ``shape``, when known, orders the steps and names them."""
     names = [s.name for s in shape.steps] if shape else _dispatch_order(state)
@@ -194,8 +206,9 @@ def build_inspection(
         cancel=state.cancel,
         error_chain=error_chain(state),
         dead_letters=list(letters),
-        timeline=[timeline_row(i, e) for i, e in enumerate(history)],
+        timeline=merge_task_log([timeline_row(i, e) for i, e in enumerate(history)], task_log),
         history=list(history) if full_history else [],
+        tasks=list(task_log),
         history_omitted=not full_history,
         branches=branch_views(state, shape, names),
         parent=state.parent,
@@ -323,6 +336,43 @@ def timeline_row(index: int, entry: HistoryEntry) -> TimelineRow:
         revision=entry.revision,
         ignored=entry.ignored,
     )
+
+
+_ANSWERS_THE_SAGA = frozenset({"opened", "withdrawn"})
+"""Task actions that a command of the saga caused: at a tie in time they follow the history."""
+
+
+def merge_task_log(rows: Sequence[TimelineRow], log: Sequence[TaskLog]) -> list[TimelineRow]:
+    """The history's ``rows`` with the saga's task actions merged in by time.
+
+    The task log is kept beside the history, not in it (``docs/human-tasks.md`` says why):
+    the history stays exactly what the decider read, so replay is untouched, and readers
+    show the two as one timeline. At the same millisecond, opening and withdrawing a task
+    follow the history entries (the saga's command caused them); what people and the
+    escalation policy do precedes them (a completion causes the saga's signal).
+    """
+    merged: list[TimelineRow] = []
+    pending = list(rows)
+    for index, entry in enumerate(log):
+        follows = entry.action in _ANSWERS_THE_SAGA
+        while pending and (pending[0].at_ms < entry.at_ms or (follows and pending[0].at_ms == entry.at_ms)):
+            merged.append(pending.pop(0))
+        before = merged[-1] if merged else None
+        detail = f" ({entry.detail})" if entry.detail else ""
+        merged.append(
+            TimelineRow(
+                index=index,
+                at_ms=entry.at_ms,
+                event="task",
+                summary=f"task {entry.step}: {entry.action} by {entry.by}{detail}",
+                effects=[],
+                status=before.status if before else SagaStatus.RUNNING,
+                revision=before.revision if before else 0,
+                source="task",
+                by=entry.by,
+            )
+        )
+    return merged + pending
 
 
 def describe_event(event: Recorded) -> str:  # noqa: PLR0911 - one line per event kind

@@ -23,6 +23,7 @@ from bus.lowlevel import redis_errors
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, decode_entries, replay_history
 from saga.core.states import SagaStatus
+from saga.core.task_rules import TaskLog
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context, Saga
@@ -40,6 +41,7 @@ from saga.store.branches import decode_branches
 from saga.store.codec import decode_state
 from saga.store.commit import TimerTemplate
 from saga.store.keys import Partition, PartitionKeys, partition_of
+from saga.store.tasks import RedisTaskStore
 from saga.versions.catalogue import Catalogue
 
 _STAND_IN_KEY = b"redsaga: predicting commands, never sent"
@@ -131,6 +133,7 @@ class SagaReader:
             now_ms=now,
             shape=shape,
             full_history=history,
+            task_log=await self._task_log(partition, saga_id),
         )
         found.graph = diagram
         return found
@@ -234,6 +237,7 @@ class SagaReader:
             exported_at_ms=await self.now_ms(),
             state=state,
             history=entries,
+            tasks=await self._task_log(partition, saga_id),
         )
 
     async def replay(self, saga_id: str, *, context: str | None = None) -> ReplayReport:
@@ -356,6 +360,10 @@ class SagaReader:
                 state.branches = decode_branches(branches)
                 return partition, state, decode_entries(history)
         raise SagaNotFound(saga_id)
+
+    async def _task_log(self, partition: Partition, saga_id: str) -> builtins.list[TaskLog]:
+        """The saga's task actions, kept beside its history (``docs/human-tasks.md``)."""
+        return await RedisTaskStore(self.redis).log(partition, saga_id)
 
     async def _timers(self, partition: Partition, state: SagaState, now_ms: int) -> builtins.list[TimerView]:
         ids = [s.timer for s in [*state.steps.values(), *state.branches.values()] if s.timer]

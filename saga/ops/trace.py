@@ -26,6 +26,7 @@ import msgspec
 
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import replay_history, same_json
+from saga.core.task_rules import TaskLog
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import TraceMismatch
@@ -51,6 +52,8 @@ class Trace(msgspec.Struct, kw_only=True):
         exported_at_ms: When it was exported.
         state: The saga's state when exported (status, every step with every attempt).
         history: Every event with its input or output, and what was decided for it.
+        tasks: Every action on the saga's human tasks (who, what, when); replay reads
+            only ``history``, so a trace exported before tasks existed reads the same.
 
     """
 
@@ -65,6 +68,7 @@ class Trace(msgspec.Struct, kw_only=True):
     exported_at_ms: int
     state: SagaState
     history: list[HistoryEntry]
+    tasks: list[TaskLog] = msgspec.field(default_factory=list)
 
 
 _trace_decoder = msgspec.json.Decoder(Trace)

@@ -12,7 +12,8 @@ from saga import App, EngineConfig, SagaClient, SagaWorker
 from saga.core.states import SagaStatus
 from saga.definition.human_tasks import User
 from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskClosed
-from saga.runtime.tasks import TaskClient, role_table
+from saga.ops.admin import SagaAdmin
+from saga.runtime.tasks import CLAIM_TTL_MS, TaskClient, role_table
 from saga.store.keys import Partition, partition_of
 from tests.saga.task_sagas import Approval, Refund, lenient, refund
 
@@ -164,6 +165,38 @@ async def test_reassigning_needs_the_assignee_or_a_supervisor_and_a_default_answ
     await world.advance(HOUR)
     assert (await world.client.get(saga_id)).status == SagaStatus.COMPLETED
     assert (await world.tasks.show(task.id)).answered_by == "escalation"
+
+
+async def test_task_actions_are_in_the_sagas_timeline_and_trace_and_replay_is_untouched(
+    real_redis: bus.Redis,
+) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    world.clock.advance(60)
+    await world.tasks.claim(task.id, by="ann")
+    await world.tasks.complete(task.id, Approval(approved=True), by="ann")
+    await world.idle()
+    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG)
+    found = await admin.inspect(saga_id)
+    rows = [(r.source, r.by or r.event) for r in found.timeline]
+    tasks = [r for r in found.timeline if r.source == "task"]
+    assert [r.summary for r in tasks] == [
+        f"task approve: opened by engine (for role:managers, due {task.due_ms})",
+        f"task approve: claimed by ann (until {world.clock.now_ms() + CLAIM_TTL_MS})",
+        "task approve: completed by ann",
+    ]
+    # merged by time: the claim and the completion come after the task opened, before the signal
+    assert rows.index(("task", "ann")) < rows.index(("history", "signal"))
+    assert tasks[1].status == SagaStatus.SUSPENDED
+    trace = await admin.export(saga_id)
+    assert [(e.action, e.by) for e in trace.tasks] == [
+        ("opened", "engine"),
+        ("claimed", "ann"),
+        ("completed", "ann"),
+    ]
+    assert len(trace.history) == len(await admin.history(saga_id))  # the history holds decisions only
+    assert (await admin.replay(saga_id)).ok
 
 
 def escalated_stream(_world: World, saga_id: str) -> str:
