@@ -135,9 +135,14 @@ class TaskOpened(msgspec.Struct, tag="TaskOpened", kw_only=True, frozen=True):
 
 
 class WithdrawTask(msgspec.Struct, tag="WithdrawTask", kw_only=True, frozen=True):
-    """The compensation of ``<name>.open``: withdraw the task if it is still open."""
+    """The compensation of ``<name>.open``: withdraw the task if it is still open.
 
-    token: str
+    ``task_id`` is what the inbox replied to the open (the wait's resume token would name
+    the *next* wait by then: a cancelled wait has ended).
+    """
+
+    task_id: str
+    reason: str = "the saga no longer waits for it"
 
 
 class TaskWithdrawn(msgspec.Struct, tag="TaskWithdrawn", kw_only=True, frozen=True):
@@ -225,10 +230,10 @@ def declare_human_task(
         )
 
     def withdraw_task(_data: Any, ctx: StepContext) -> Command:
-        return command(TASKS, WithdrawTask(token=ctx.resume_token(answer_name)))
+        return command(TASKS, WithdrawTask(task_id=ctx.output(open_step).task_id))
 
     saga.compensation(f"{name}.withdraw")(withdraw_task)
-    saga.step(reply=TaskOpened, name=f"{name}.open", compensate=f"{name}.withdraw")(open_task)
+    open_step = saga.step(reply=TaskOpened, name=f"{name}.open", compensate=f"{name}.withdraw")(open_task)
     answer_step = saga.wait_signal(answer_name, output=result_type)
 
     async def take_answer(_data: Any, ctx: StepContext) -> Any:

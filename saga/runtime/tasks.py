@@ -40,7 +40,7 @@ from saga.definition.human_tasks import (
     check_actor,
 )
 from saga.definition.registry import Registry
-from saga.errors import InvalidAnswer, NotAuthorized, TaskNotFound, UnknownDefinition
+from saga.errors import InvalidAnswer, NotAuthorized, TaskClosed, TaskNotFound, UnknownDefinition
 from saga.runtime.config import EngineConfig
 from saga.runtime.participant import CommandContext, Participant
 from saga.runtime.protocol import SIGNAL, SignalDelivery
@@ -161,13 +161,15 @@ class TaskEngine:
         return TaskOpened(task_id=task_id, due_ms=existing.due_ms)
 
     async def withdraw(self, command: WithdrawTask, _ctx: CommandContext) -> TaskWithdrawn:
-        """Withdraw the task of ``command``'s wait if it is still open."""
-        ref = peek(command.token)
-        task_id = task_id_of(ref.context, ref.partition, ref.saga_id, ref.step.removesuffix(".answer"), ref.n)
+        """Withdraw ``command``'s task if it is still open (a repeat finds it closed: ``withdrawn=False``)."""
+        task_id = command.task_id
         task = await self.store.load(partition_of_task(task_id), task_id)
         if task is None or task.state != "open":
             return TaskWithdrawn(task_id=task_id, withdrawn=False)
-        await self.apply(task_id, lambda t, now: rules.withdrawn(t, now, "the saga no longer waits for it"))
+        try:
+            await self.apply(task_id, lambda t, now: rules.withdrawn(t, now, command.reason))
+        except TaskClosed:  # answered (or ended) between the read and the write
+            return TaskWithdrawn(task_id=task_id, withdrawn=False)
         return TaskWithdrawn(task_id=task_id, withdrawn=True)
 
     async def fire_due(self, partitions: Collection[Partition], *, limit: int = 100) -> int:

@@ -33,6 +33,11 @@ from timer to timer until the saga ends or is dead-lettered. Waits:
 :meth:`SagaRunner.query`), :meth:`SagaRunner.publish` another context's event, with the
 checks and matching rules Redis applies (see ``docs/time.md``).
 
+Human tasks: ``runner.tasks(role="managers")`` lists the open tasks, ``runner.tasks.claim``,
+``.release``, ``.complete`` and ``.reassign`` act with the engine's checks (``SagaRunner(...,
+authorize=...)`` is the application's authorizer), and :meth:`SagaRunner.advance` fires the
+reminders and escalation steps at their due times.
+
 Regression tests from production: :func:`replay_trace` replays a trace that ``saga
 export`` wrote (its path, as a ``Path`` or a ``str``, or its JSON document) and fails with
 :class:`TraceMismatch` at the first decision or final-state field that differs;

@@ -56,6 +56,7 @@ from saga.definition.schedule import Schedule, ScheduleState
 from saga.errors import RunnerError
 from saga.runtime.config import EngineConfig
 from saga.runtime.participant import Participant
+from saga.runtime.tasks import Authorizer
 from saga.store.commit import WatchRequest, command_envelope
 from saga.store.memory import MemoryStore
 from saga.testing.fakes import FakeParticipant, participants_of
@@ -67,6 +68,7 @@ from saga.testing.runner_sagas import PendingTimer, Record, Sagas
 from saga.testing.runner_schedules import Schedules
 from saga.testing.runner_session import Session
 from saga.testing.runner_signals import Signals
+from saga.testing.runner_tasks import RunnerTasks, anyone
 
 DEFAULT_START_MS = 1_700_000_000_000
 _json = msgspec.json.Encoder()
@@ -94,7 +96,8 @@ class SagaRunner:
     and decide. ``reorder`` (a seeded
     :class:`random.Random`) takes the queued commands and events in random order instead of
     first-in first-out, as concurrent workers may. ``start_time`` is the virtual clock's
-    initial time.
+    initial time. Human tasks: :attr:`tasks` (``authorize`` is the application's authorizer;
+    by default anyone may act).
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class SagaRunner:
         reorder: random.Random | None = None,
         config: EngineConfig | None = None,
         max_deliveries: int = 100_000,
+        authorize: Authorizer = anyone,
     ) -> None:
         if not sagas:
             raise ValueError("SagaRunner needs at least one saga definition")
@@ -136,8 +140,13 @@ class SagaRunner:
             lambda saga_id, reason, by: self.cancel(saga_id, reason=reason, by=by),
             lambda saga_id: not self._sagas.has(saga_id) or self.status(saga_id).terminal,
         )  # fmt: skip
+        self.tasks = RunnerTasks(
+            self.registry, config=self.config, clock=self.clock, session=self._session,
+            enqueue=self._queue.append, signer=self.signer,
+            partition_of=lambda saga_id: self._saga(saga_id).partition, authorize=authorize,
+        )  # fmt: skip
         self._deliveries = Deliveries(
-            participants_of(participants), self.config, self.clock,
+            self.tasks.beside(participants_of(participants)), self.config, self.clock,
             local_actions(self.registry, self.signer), self._queue.append,
             self._children.command, self._ids,
         )  # fmt: skip
@@ -316,13 +325,9 @@ class SagaRunner:
             raise ValueError("time only moves forward")
         target = self.now_ms + int(total.total_seconds() * 1000)
 
-        def next_due() -> int | None:
-            due = [t for t in (self._next_due(), self._schedules.next_due()) if t is not None]
-            return min(due, default=None)
-
         def body() -> None:
             self._settle_now()
-            while (due := next_due()) is not None and due <= target:
+            while (due := self._next_due(self._schedules.next_due())) is not None and due <= target:
                 self.clock.set(max(due, self.now_ms))
                 self._settle_now()
             self.clock.set(target)
@@ -414,12 +419,7 @@ class SagaRunner:
             f"{saga_id}: {problem}"
             for saga_id, record in self._sagas.records.items()
             for problem in invariant_violations(record.definition, record.state, record.history)
-        ]
-        for fake in self._deliveries.participants.values():
-            try:
-                fake.assert_each_effect_once()
-            except AssertionError as error:
-                problems.append(str(error))
+        ] + self._deliveries.effects_twice()
         if problems:
             raise AssertionError("saga invariants broken:\n  " + "\n  ".join(problems))
 
@@ -448,7 +448,7 @@ class SagaRunner:
             self._drain()
             fired = self._sagas.fire_due()
             self._queue.extend(fired)
-            if not len(fired) + self._schedules.fire():
+            if not len(fired) + self._schedules.fire() + self.tasks.fire_due():
                 return
 
     def _drain(self) -> None:
@@ -469,8 +469,10 @@ class SagaRunner:
         if self._queue:
             raise RunnerError(f"still busy after {self._max_deliveries} deliveries (a livelock?)")
 
-    def _next_due(self) -> int | None:
-        return min((t.due_ms for t in self.store.every_timer()), default=None)
+    def _next_due(self, *more: int | None) -> int | None:
+        """The next saga or task timer (or of ``more``): what ``advance`` and ``run_until_settled`` seek."""
+        due = [*(t.due_ms for t in self.store.every_timer()), self.tasks.next_due(), *more]
+        return min((t for t in due if t is not None), default=None)
 
     def _decide(self, item: EventItem) -> None:
         self._deliveries.release_late(self._sagas.decide(item).state)

@@ -135,6 +135,16 @@ class Deliveries:
         if response.redeliver:
             self.enqueue(command)
 
+    def effects_twice(self) -> list[str]:
+        """What each participant applied twice for one idempotency key (nothing, normally)."""
+        problems = []
+        for fake in self.participants.values():
+            try:
+                fake.assert_each_effect_once()
+            except AssertionError as error:
+                problems.append(str(error))
+        return problems
+
     def release_late(self, state: SagaState) -> None:
         """Queue held replies whose attempt the saga has given up on (timed out, moved on)."""
         keep: list[Held] = []
