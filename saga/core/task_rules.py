@@ -20,7 +20,7 @@ from typing import Literal
 import msgspec
 
 from saga.definition.human_tasks import OpenTask
-from saga.errors import TaskAlreadyClaimed, TaskClosed
+from saga.errors import InvalidInput, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 
 TaskState = Literal["open", "completed", "failed", "withdrawn"]
 Stage = Literal["remind", "due", "final"]
@@ -57,7 +57,19 @@ class Task(msgspec.Struct, kw_only=True):
     escalated: bool = False
     answer: msgspec.Raw = msgspec.Raw(b"null")
     answered_by: str = ""
+    voters: list[str] = msgspec.field(default_factory=list)
+    """A quorum task's voters (``user:<name>``), each indexed; empty for a task of one assignee."""
+    quorum: int = 0
+    vote: str = ""
+    """The form's boolean field that counts toward the quorum."""
+    ballots: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    """A quorum task's answers so far, by voter, in the order they came."""
     rev: int = 0
+
+    @property
+    def indexed(self) -> list[str]:
+        """The assignee indexes that list the task while it is open."""
+        return self.voters or [self.assignee]
 
     def holder_at(self, now_ms: int) -> str:
         """Who holds the claim at ``now_ms`` (``""``: nobody, or the claim expired)."""
@@ -135,10 +147,10 @@ def opened(task_id: str, ref: tuple[str, int, str, int], command: OpenTask, now_
         remind_ms=due - command.remind_before_ms if command.remind_before_ms else 0,
         notify=command.notify, escalate_to=command.escalate_to,
         escalate_notify=command.escalate_notify, extend_ms=command.extend_ms, then=command.then,
-        default=command.default,
+        default=command.default, voters=list(command.voters), quorum=command.quorum, vote=command.vote,
     )  # fmt: skip
     change = TaskChange(
-        task=task, before_rev=0, index=[task.assignee], timers={timer_member(task_id, "due"): due}
+        task=task, before_rev=0, index=task.indexed, timers={timer_member(task_id, "due"): due}
     )
     if task.remind_ms:
         change.timers[timer_member(task_id, "remind")] = task.remind_ms
@@ -152,8 +164,14 @@ def _begin(task: Task) -> TaskChange:
     return TaskChange(task=msgspec.structs.replace(task, rev=task.rev + 1), before_rev=task.rev)
 
 
+def _one_assignee(task: Task, action: str) -> None:
+    if task.quorum:
+        raise InvalidInput(f"task {task.id!r} is a quorum: each voter answers their own; none may {action}")
+
+
 def claimed(task: Task, by: str, now_ms: int, ttl_ms: int) -> TaskChange:
     """``by`` claims the task until ``now_ms + ttl_ms`` (again: extends their own claim)."""
+    _one_assignee(task, "claim it")
     holder = task.holder_at(now_ms)
     if holder and holder != by:
         raise TaskAlreadyClaimed(task.id, holder=holder, until_ms=task.claim_until_ms)
@@ -165,6 +183,7 @@ def claimed(task: Task, by: str, now_ms: int, ttl_ms: int) -> TaskChange:
 
 def released(task: Task, by: str, now_ms: int) -> TaskChange:
     """The holder gives the claim back."""
+    _one_assignee(task, "release it")
     holder = task.holder_at(now_ms)
     if holder and holder != by:
         raise TaskAlreadyClaimed(task.id, holder=holder, until_ms=task.claim_until_ms)
@@ -177,7 +196,7 @@ def released(task: Task, by: str, now_ms: int) -> TaskChange:
 def _close(change: TaskChange, state: TaskState) -> None:
     task = change.task
     task.state, task.holder, task.claim_until_ms = state, "", 0
-    change.unindex.append(task.assignee)
+    change.unindex += task.indexed
     change.untimers += [timer_member(task.id, s) for s in ("remind", "due", "final")]
 
 
@@ -194,8 +213,44 @@ def completed(task: Task, by: str, now_ms: int, result: msgspec.Raw, answer: msg
     return change
 
 
+def voted(task: Task, by: str, now_ms: int, answer: msgspec.Raw, *, failed: msgspec.Raw) -> TaskChange:
+    """Voter ``by`` answers their ballot of a quorum task (``answer``, already checked).
+
+    The quorum reached, the task is completed (the saga gets every answer given, in order)
+    and each ballot still open is withdrawn; too few voters left to reach it, the task
+    fails (the saga gets ``failed``); otherwise it stays open for the others.
+    """
+    if f"user:{by}" not in task.voters or by in task.ballots:
+        raise NotAuthorized(task.id, by=by, action="answer (not a voter, or answered already)")
+    change = _begin(task)
+    ballots = change.task.ballots = {**task.ballots, by: answer}
+    change.unindex.append(f"user:{by}")
+    yes = [who for who, raw in ballots.items() if _says_yes(raw, task.vote)]
+    change.note(now_ms, "completed", by, f"{'yes' if by in yes else 'no'}: {len(yes)} of {task.quorum}")
+    if len(yes) >= task.quorum:
+        for voter in task.voters:
+            if voter.partition(":")[2] not in ballots:
+                change.note(now_ms, "withdrawn", "engine", f"ballot of {voter}: the quorum was reached")
+        _close(change, "completed")
+        change.task.answer = msgspec.Raw(b"[" + b",".join(bytes(a) for a in ballots.values()) + b"]")
+        change.task.answered_by = ",".join(ballots)
+        result = b'{"answer":' + bytes(change.task.answer) + b',"by":' + msgspec.json.encode(by) + b"}"
+        change.outgoing.append(Outgoing("signal", data=msgspec.Raw(result), by=by))
+    elif len(task.voters) - (len(ballots) - len(yes)) < task.quorum:
+        _close(change, "failed")
+        change.outgoing.append(Outgoing("signal", data=failed, by=by))
+        change.note(now_ms, "failed", "engine", f"{task.quorum} of {len(task.voters)} can no longer say yes")
+    return change
+
+
+def _says_yes(answer: msgspec.Raw, field: str) -> bool:
+    decoded = msgspec.json.decode(answer)
+    return isinstance(decoded, dict) and decoded.get(field) is True
+
+
 def reassigned(task: Task, by: str, now_ms: int, assignee: str) -> TaskChange:
     """``by`` gives the task to ``assignee`` (``role:<r>`` or ``user:<u>``); any claim ends."""
+    _one_assignee(task, "reassign it")
     change = _begin(task)
     _move(change, assignee)
     change.note(now_ms, "reassigned", by, f"{task.assignee} -> {assignee}")

@@ -21,7 +21,7 @@ one. Their names become part of Redis keys, so they are checked (:func:`check_ac
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
@@ -99,7 +99,8 @@ class Escalation:
     saga compensates) or ``"default"`` completes it with ``default`` (an instance of the form).
     """
 
-    reassign_to: Assignee | None = None
+    reassign_to: Assignee | Callable[[Any], Assignee] | None = None
+    """Who takes over, or a function of the saga's data choosing them (per approver, say)."""
     notify: bool = True
     extend: timedelta | None = None
     then: Literal["fail", "default"] = "fail"
@@ -125,6 +126,10 @@ class OpenTask(msgspec.Struct, tag="OpenTask", kw_only=True, frozen=True):
     extend_ms: int = 0
     then: str = "fail"
     default: msgspec.Raw = msgspec.Raw(b"null")
+    voters: list[str] = msgspec.field(default_factory=list)
+    """A quorum task's voters (``user:<name>``); ``assignee`` then reads ``<k> of <n>``."""
+    quorum: int = 0
+    vote: str = ""
 
 
 class TaskOpened(msgspec.Struct, tag="TaskOpened", kw_only=True, frozen=True):
@@ -163,6 +168,25 @@ class TaskResult(msgspec.Struct, Generic[F], kw_only=True, frozen=True):
 
 AssigneeSpec = Assignee | Callable[[Any], Assignee]
 TextSpec = str | Callable[[Any], str]
+Announce = Callable[[Any, str], Awaitable[None]]
+"""``async def announce(data, task_id)``: tell people about the task (a local action)."""
+Unannounce = Callable[[Any], Awaitable[None]]
+"""``async def unannounce(data)``: the announcement's undo, when the saga compensates."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """What a human task or a quorum task is declared with (checked by :func:`_declare`)."""
+
+    title: TextSpec
+    form: type[Any]
+    due: timedelta
+    details: Callable[[Any], object] | None
+    reminder: timedelta | None
+    escalation: Escalation | None
+    notify: str
+    announce: Announce | None
+    unannounce: Unannounce | None
 
 
 def declare_human_task(
@@ -177,55 +201,135 @@ def declare_human_task(
     reminder: timedelta | None = None,
     escalation: Escalation | None = None,
     notify: str = "",
+    announce: Announce | None = None,
+    unannounce: Unannounce | None = None,
 ) -> Step[D, F]:
     """Add a human task to ``saga`` (see the module docstring); return the step whose output is the answer.
 
     ``details(data)`` is what the person sees beside the title (default: the saga's data);
     ``reminder`` sends a reminder that long before the due time to ``notify`` (the
-    application's notifications participant).
+    application's notifications participant). ``announce(data, task_id)`` runs once the
+    task is open (send a link to it), undone by ``unannounce(data)`` if the saga compensates.
     """
     where = Where(saga.name, name)
+    if callable(assignee) and not isinstance(assignee, type):
+        check_one_argument(assignee, where, "a computed assignee")
+    elif not isinstance(assignee, Role | User):
+        raise where.error("assignee is a Role, a User, or a function of the data returning one")
+
+    def chosen(data: Any) -> tuple[str, list[str]]:
+        found = assignee(data) if callable(assignee) else assignee
+        if not isinstance(found, Role | User):
+            raise InvalidInput(f"{saga.name}.{name}: the assignee function returned {found!r}")
+        return found.key, []
+
+    spec = _Spec(title, form, due, details, reminder, escalation, notify, announce, unannounce)
+    return _declare(saga, name, spec, chosen, form, quorum=0, vote="")
+
+
+def declare_quorum_task(
+    saga: Saga[D],
+    name: str,
+    *,
+    title: TextSpec,
+    form: type[F],
+    voters: Callable[[Any], Sequence[User]],
+    quorum: int,
+    due: timedelta,
+    vote: str = "approved",
+    details: Callable[[Any], object] | None = None,
+    reminder: timedelta | None = None,
+    escalation: Escalation | None = None,
+    notify: str = "",
+    announce: Announce | None = None,
+    unannounce: Unannounce | None = None,
+) -> Step[D, list[F]]:
+    """Add a k-of-n task: every one of ``voters(data)`` gets it, ``quorum`` of them must say yes.
+
+    Each voter answers their own ballot (nothing to claim); an answer counts toward the
+    quorum when its boolean field ``vote`` is true. As soon as ``quorum`` answers say yes the
+    task is completed -- the ballots still open are withdrawn, each recorded -- and the
+    step's output is the answers given, in the order they came; as soon as too few voters
+    are left to reach it, the task fails. The escalation policy may notify, extend and
+    fail (a quorum is not reassigned, and has no default answer).
+    """
+    where = Where(saga.name, name)
+    check_one_argument(voters, where, "voters")
+    if not isinstance(quorum, int) or quorum < 1:
+        raise where.error(f"quorum is a positive number of voters, not {quorum!r}")
+    if isinstance(form, type) and vote not in getattr(form, "__struct_fields__", ()):
+        raise where.error(f"the form {form.__name__} has no field {vote!r} to count")
+    policy = escalation or Escalation()
+    if policy.reassign_to is not None or policy.then != "fail":
+        raise where.error("a quorum task's escalation may notify, extend and fail; not reassign or default")
+
+    def chosen(data: Any) -> tuple[str, list[str]]:
+        found = list(voters(data))
+        if not found or not all(isinstance(v, User) for v in found) or len(set(found)) != len(found):
+            raise InvalidInput(f"{saga.name}.{name}: voters are distinct Users, not {found!r}")
+        if len(found) < quorum:
+            raise InvalidInput(f"{saga.name}.{name}: {len(found)} voters cannot reach a quorum of {quorum}")
+        return f"{quorum} of {len(found)}", [v.key for v in found]
+
+    spec = _Spec(title, form, due, details, reminder, escalation, notify, announce, unannounce)
+    return _declare(saga, name, spec, chosen, list[form], quorum=quorum, vote=vote)  # type: ignore[valid-type]
+
+
+def _declare(
+    saga: Saga[D],
+    name: str,
+    spec: _Spec,
+    chosen: Callable[[Any], tuple[str, list[str]]],
+    output: Any,
+    *,
+    quorum: int,
+    vote: str,
+) -> Step[D, Any]:
+    where = Where(saga.name, name)
+    form, due, reminder = spec.form, spec.due, spec.reminder
     if not isinstance(form, type) or not issubclass(form, msgspec.Struct):
         raise where.error("a human task's form is a msgspec.Struct type")
     if not isinstance(due, timedelta) or due <= timedelta():
         raise where.error(f"due is a positive timedelta, not {due!r}")
     if reminder is not None and not timedelta() < reminder < due:
         raise where.error("reminder is a timedelta before the due time")
-    if reminder is not None and not notify:
+    if reminder is not None and not spec.notify:
         raise where.error("a reminder needs a notifications participant (notify=...)")
-    for function, what in ((assignee, "assignee"), (title, "title"), (details, "details")):
+    for function, what in ((spec.title, "title"), (spec.details, "details")):
         if callable(function) and not isinstance(function, type):
             check_one_argument(function, where, f"a computed {what}")
-    if not callable(assignee) and not isinstance(assignee, Role | User):
-        raise where.error("assignee is a Role, a User, or a function of the data returning one")
-    policy = escalation or Escalation()
+    policy = spec.escalation or Escalation()
+    if callable(policy.reassign_to):
+        check_one_argument(policy.reassign_to, where, "a computed escalation assignee")
     default = _default_of(policy, form, where)
-    result_type: Any = TaskResult[form]  # type: ignore[valid-type]
+    result_type: Any = TaskResult[output]
     answer_name = f"{name}.answer"
 
     def open_task(data: Any, ctx: StepContext) -> Command:
-        chosen = assignee(data) if callable(assignee) else assignee
-        if not isinstance(chosen, Role | User):
-            raise InvalidInput(f"{saga.name}.{name}: the assignee function returned {chosen!r}")
-        text = title(data) if callable(title) else title
+        assignee, voters = chosen(data)
+        text = spec.title(data) if callable(spec.title) else spec.title
+        escalate_to = policy.reassign_to(data) if callable(policy.reassign_to) else policy.reassign_to
         return command(
             TASKS,
             OpenTask(
                 saga=saga.key,
                 step=name,
                 title=text,
-                details=msgspec.Raw(msgspec.json.encode(details(data) if details else data)),
+                details=msgspec.Raw(msgspec.json.encode(spec.details(data) if spec.details else data)),
                 form=form.__name__,
-                assignee=chosen.key,
+                assignee=assignee,
                 due_in_ms=_ms(due),
                 token=ctx.resume_token(answer_name),
                 remind_before_ms=_ms(reminder) if reminder else 0,
-                notify=notify,
-                escalate_to=policy.reassign_to.key if policy.reassign_to else "",
-                escalate_notify=policy.notify and bool(notify),
+                notify=spec.notify,
+                escalate_to=escalate_to.key if escalate_to else "",
+                escalate_notify=policy.notify and bool(spec.notify),
                 extend_ms=_ms(policy.extend) if policy.extend else 0,
                 then=policy.then,
                 default=default,
+                voters=voters,
+                quorum=quorum,
+                vote=vote,
             ),
         )
 
@@ -234,6 +338,8 @@ def declare_human_task(
 
     saga.compensation(f"{name}.withdraw")(withdraw_task)
     open_step = saga.step(reply=TaskOpened, name=f"{name}.open", compensate=f"{name}.withdraw")(open_task)
+    if spec.announce is not None:
+        _announce(saga, name, open_step, spec.announce, spec.unannounce)
     answer_step = saga.wait_signal(answer_name, output=result_type)
 
     async def take_answer(_data: Any, ctx: StepContext) -> Any:
@@ -242,9 +348,26 @@ def declare_human_task(
             raise TaskError(f"task {name!r} failed: {result.reason or 'no answer'}", task=name)
         return result.answer
 
-    take_answer.__annotations__["return"] = form
+    take_answer.__annotations__["return"] = output
     # One attempt, then compensate: a failed task does not get better by asking again.
-    return saga.action(name=name, retry=_ONCE)(take_answer)
+    step: Step[D, Any] = saga.action(name=name, retry=_ONCE)(take_answer)
+    return step
+
+
+def _announce(
+    saga: Saga[Any], name: str, open_step: Step[Any, TaskOpened], announce: Announce, undo: Unannounce | None
+) -> None:
+    async def announce_task(data: Any, ctx: StepContext) -> None:
+        await announce(data, ctx.output(open_step).task_id)
+
+    if undo is not None:
+        send_undo = undo
+
+        async def unannounce_task(data: Any, _ctx: StepContext) -> None:
+            await send_undo(data)
+
+        saga.compensation(f"{name}.unannounce")(unannounce_task)
+    saga.action(name=f"{name}.announce", compensate=f"{name}.unannounce" if undo else None)(announce_task)
 
 
 def _default_of(policy: Escalation, form: type[Any], where: Where) -> msgspec.Raw:

@@ -36,7 +36,7 @@ from saga.definition.declare import (
     seconds,
     takes_context,
 )
-from saga.definition.human_tasks import declare_human_task
+from saga.definition.human_tasks import declare_human_task, declare_quorum_task
 from saga.definition.retry import NO_RETRY, Retry
 from saga.definition.step import (
     LOCAL,
@@ -191,6 +191,8 @@ class Saga(Generic[D]):
 
     human_task = declare_human_task
     """Add a human task (``saga/definition/human_tasks.py``): a typed answer from a person."""
+    quorum_task = declare_quorum_task
+    """Add a k-of-n task (``saga/definition/human_tasks.py``): ``quorum`` of the voters say yes."""
 
     def wait_signal(
         self, name: str, *, output: type[O] | None = None, timeout: float | timedelta | None = None

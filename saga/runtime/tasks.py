@@ -19,6 +19,7 @@ Reminders and escalation steps are timers in the partition's task-timer set;
 from __future__ import annotations
 
 import builtins
+import typing
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
@@ -64,8 +65,10 @@ def by_roles(members: Callable[[str, str], bool], *, supervisors: str = "") -> A
     """
 
     def authorize(by: str, action: str, task: Task) -> bool:
-        kind, _, name = task.assignee.partition(":")
-        mine = name == by if kind == "user" else members(by, name)
+        mine = False
+        for assignee in task.indexed:
+            kind, _, name = assignee.partition(":")
+            mine = mine or (name == by if kind == "user" else members(by, name))
         return mine or (action == "reassign" and bool(supervisors) and members(by, supervisors))
 
     return authorize
@@ -151,7 +154,8 @@ class TaskEngine:
         partition = Partition(ref.context, ref.partition)
         existing = await self.store.load(partition, task_id)
         if existing is None:
-            check_actor(command.assignee.partition(":")[2], "assignee")
+            for assignee in command.voters or [command.assignee]:
+                check_actor(assignee.partition(":")[2], "assignee")
             refs = (ref.context, ref.partition, ref.saga_id, ref.n)
             change = rules.opened(task_id, refs, command, self.clock.now_ms())
             change.task.rev = 1
@@ -192,11 +196,7 @@ class TaskEngine:
                 change = TaskChange(task=msgspec.structs.replace(task, rev=task.rev + 1), before_rev=task.rev)
                 change.untimers.append(member)
                 return change
-            failed = msgspec.Raw(
-                _json.encode(
-                    TaskResult[Any](outcome="failed", by="escalation", reason="not answered in time")
-                )
-            )
+            failed = failure("escalation", "not answered in time")
             default = msgspec.Raw(
                 b'{"answer":' + bytes(task.default) + b',"by":"escalation","outcome":"default"}'
             )
@@ -204,6 +204,11 @@ class TaskEngine:
 
         await self.apply(task_id, decide)
         return 0 if done else 1
+
+
+def failure(by: str, reason: str) -> msgspec.Raw:
+    """The signal's data when a task fails: the saga's step fails with ``reason``."""
+    return msgspec.Raw(_json.encode(TaskResult[Any](outcome="failed", by=by, reason=reason)))
 
 
 def task_participant(engine: TaskEngine, contexts: Collection[str]) -> Participant:
@@ -291,6 +296,14 @@ class TaskClient:
         """Answer the task; the saga resumes with ``answer`` (checked against the form first)."""
         task = await self.engine.task(task_id)
         encoded = self.check_answer(task, answer)
+        if task.quorum:
+            lost = failure(by, "the quorum can no longer be reached")
+            return await self._act(
+                task_id,
+                by,
+                "complete",
+                lambda t, now: rules.voted(t, by, now, msgspec.Raw(encoded), failed=lost),
+            )
         result = b'{"answer":' + encoded + b',"by":' + _json.encode(by) + b',"outcome":"answered"}'
         return await self._act(
             task_id,
@@ -304,6 +317,7 @@ class TaskClient:
         name, _, version = task.saga.rpartition("@")
         try:
             form = self.registry.get(name, int(version)).step_named(task.step).output_type
+            form = typing.get_args(form)[0] if task.quorum else form  # list[form]: one ballot
         except (UnknownDefinition, KeyError, ValueError) as error:
             raise InvalidAnswer(
                 task.id, form=task.form, reason=f"the form is not known here ({error})"

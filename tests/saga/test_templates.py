@@ -1,4 +1,4 @@
-"""The saga templates: an approval chain through signals, and a batch job over chunks."""
+"""The saga templates: an approval chain through human tasks, and a batch job over chunks."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import bus
 from bus import FakeClock, PermanentError, TransientError
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker, command
 from saga.runtime.protocol import RETRY, OperatorRequest
+from saga.runtime.tasks import TaskClient, role_table
 from saga.templates import Decision, approval_chain, batch, chunked
 from saga.testing import FakeParticipant, SagaRunner, fail_transiently, succeed
 
@@ -30,9 +31,9 @@ class Outbox:
         self.tokens: dict[str, str] = {}
         self.withdrawn: list[str] = []
 
-    async def ask(self, request: Expense, approver: str, token: str) -> None:
+    async def ask(self, request: Expense, approver: str, task_id: str) -> None:
         self.asked.append((request.id, approver))
-        self.tokens[approver] = token
+        self.tokens[approver] = task_id
 
     async def withdraw(self, _request: Expense, approver: str) -> None:
         self.withdrawn.append(approver)
@@ -62,7 +63,7 @@ def test_a_sequential_chain_asks_one_approver_after_the_other() -> None:
     for approver in ["ann", "bob", "cy"]:
         runner.run_until_idle()
         assert outbox.asked[-1] == ("x1", approver)  # asked only once the one before approved
-        runner.signal(outbox.tokens[approver], Decision(approved=True, by=approver))
+        runner.tasks.complete(outbox.tokens[approver], Decision(approved=True, by=approver), by=approver)
     runner.run_until_idle()
     state = runner.state(saga_id)
     assert state.status == SagaStatus.COMPLETED
@@ -78,9 +79,9 @@ def test_a_rejection_withdraws_the_approvals_given_so_far_newest_first() -> None
     runner = SagaRunner(*chain.definitions)  # type: ignore[attr-defined]
     saga_id = runner.start(EXPENSE, definition=chain.chain)  # type: ignore[attr-defined]
     runner.run_until_idle()
-    runner.signal(outbox.tokens["ann"], Decision(approved=True))
+    runner.tasks.complete(outbox.tokens["ann"], Decision(approved=True), by="ann")
     runner.run_until_idle()
-    runner.signal(outbox.tokens["bob"], Decision(approved=False, comment="too much"))
+    runner.tasks.complete(outbox.tokens["bob"], Decision(approved=False, comment="too much"), by="bob")
     runner.run_until_idle()
     state = runner.state(saga_id)
     assert state.status == SagaStatus.COMPENSATED
@@ -97,8 +98,8 @@ def test_a_parallel_chain_asks_everyone_at_once_and_a_timeout_withdraws() -> Non
     saga_id = runner.start(EXPENSE, definition=chain.chain)  # type: ignore[attr-defined]
     runner.run_until_idle()
     assert sorted(a for _, a in outbox.asked) == ["ann", "bob", "cy"]
-    runner.signal(outbox.tokens["cy"], Decision(approved=True))
-    runner.signal(outbox.tokens["ann"], Decision(approved=True))
+    runner.tasks.complete(outbox.tokens["cy"], Decision(approved=True), by="cy")
+    runner.tasks.complete(outbox.tokens["ann"], Decision(approved=True), by="ann")
     runner.run_until_idle()
     runner.advance(hours=2)  # bob never answers
     state = runner.state(saga_id)
@@ -114,7 +115,7 @@ def test_a_parallel_chain_completes_whatever_order_the_approvals_come_in() -> No
     saga_id = runner.start(EXPENSE, definition=chain.chain)  # type: ignore[attr-defined]
     runner.run_until_idle()
     for approver in ["bob", "cy", "ann"]:
-        runner.signal(outbox.tokens[approver], Decision(approved=True, by=approver))
+        runner.tasks.complete(outbox.tokens[approver], Decision(approved=True, by=approver), by=approver)
         runner.run_until_idle()
     state = runner.state(saga_id)
     assert state.status == SagaStatus.COMPLETED
@@ -269,11 +270,12 @@ async def test_an_approval_chain_on_redis_resumes_through_signed_tokens(redis: b
     config = EngineConfig(signal_secret="a secret of sixteen bytes or more")
     worker = SagaWorker(redis, app, clock=clock, config=config)
     client = SagaClient(redis, app.registry, clock=clock, config=config)
+    tasks = TaskClient(redis, app.registry, authorize=role_table({}), clock=clock, config=config)
     await client.start(chain.chain, EXPENSE, saga_id="x1")  # type: ignore[attr-defined]
     await worker.run_until_idle()
     assert sorted(outbox.tokens) == ["ann", "bob", "cy"]
     for approver in ["cy", "ann", "bob"]:
-        await client.signal(outbox.tokens[approver], Decision(approved=True, by=approver))
+        await tasks.complete(outbox.tokens[approver], Decision(approved=True, by=approver), by=approver)
         await worker.run_until_idle()
     state = await client.get("x1")
     assert state.status == SagaStatus.COMPLETED
