@@ -106,11 +106,21 @@ class TaskEngine:
             raise TaskNotFound(task_id)
         return task
 
+    async def now_ms(self) -> int:
+        """Now, by the clock the engine's timers use: Redis ``TIME``, or a test's clock if one is set.
+
+        Claims expire and task timers fall due by this clock, as saga timers do
+        (``docs/time.md``): a worker or a web app whose clock is off claims nothing longer or
+        shorter and fires nothing early.
+        """
+        scripted = self.clock.script_now_ms()
+        return scripted if scripted >= 0 else await self.store.server_ms()
+
     async def apply(self, task_id: str, decide: Callable[[Task, int], TaskChange]) -> Task:
         """Decide on the task as stored and write; on a race read again and decide again."""
         for _ in range(_ATTEMPTS):
             task = await self.task(task_id)
-            now = self.clock.now_ms()
+            now = await self.now_ms()
             change = decide(task, now)
             if await self.store.write(partition_of_task(task_id), change, self.messages(change, now)):
                 return change.task
@@ -157,7 +167,7 @@ class TaskEngine:
             for assignee in command.voters or [command.assignee]:
                 check_actor(assignee.partition(":")[2], "assignee")
             refs = (ref.context, ref.partition, ref.saga_id, ref.n)
-            change = rules.opened(task_id, refs, command, self.clock.now_ms())
+            change = rules.opened(task_id, refs, command, await self.now_ms())
             change.task.rev = 1
             if await self.store.write(partition, change, []):
                 return TaskOpened(task_id=task_id, due_ms=change.task.due_ms)
@@ -179,8 +189,9 @@ class TaskEngine:
     async def fire_due(self, partitions: Collection[Partition], *, limit: int = 100) -> int:
         """Fire every task timer due now (reminders, escalation steps); how many fired."""
         fired = 0
+        now = await self.now_ms()
         for partition in partitions:
-            for member, _at in await self.store.due_timers(partition, self.clock.now_ms(), limit):
+            for member, _at in await self.store.due_timers(partition, now, limit):
                 task_id, _, stage = member.rpartition("|")
                 fired += await self._fire(task_id, stage)
         return fired

@@ -4,7 +4,8 @@ Two implementations keep :class:`TaskStore`: :class:`RedisTaskStore` (``task_wri
 atomic write per change) and :class:`MemoryTaskStore` (the in-process runner's). Both apply
 a :class:`~saga.core.task_rules.TaskChange` only if the task's revision is still the one it
 was decided on, and report ``False`` otherwise (nothing written): the caller reads again
-and decides again. ``tests/saga/test_task_store.py`` runs the same cases on both.
+and decides again. The runner's tests run the memory store, ``tests/saga/test_tasks_redis.py``
+the Redis one.
 
 The messages a change sends (the signal that resumes the saga, notifications) are written
 in the same script as the change: a completed task and the saga's signal cannot part.
@@ -12,6 +13,7 @@ in the same script as the change: a completed task and the saga's signal cannot 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,6 +55,10 @@ class TaskStore(Protocol):
 
     async def log(self, partition: Partition, saga_id: str) -> list[TaskLog]:
         """The saga's task log, oldest first."""
+        ...
+
+    async def server_ms(self) -> int:
+        """The store's own clock (Redis ``TIME``): what claims and task timers are judged by."""
         ...
 
 
@@ -118,6 +124,11 @@ class RedisTaskStore:
             raws = await self.redis.lrange(partition.task_log(saga_id), 0, -1)
         return [msgspec.json.decode(raw, type=TaskLog) for raw in raws]
 
+    async def server_ms(self) -> int:  # noqa: D102
+        with redis_errors():
+            seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
 
 @dataclass
 class MemoryTaskStore:
@@ -166,3 +177,7 @@ class MemoryTaskStore:
 
     async def log(self, partition: Partition, saga_id: str) -> list[TaskLog]:  # noqa: D102
         return list(self.logs.get((partition.tag, saga_id), []))
+
+    async def server_ms(self) -> int:
+        """This process's clock (the runner passes a fake clock, which is used instead)."""
+        return time.time_ns() // 1_000_000

@@ -16,6 +16,7 @@ from saga.ops.admin import SagaAdmin
 from saga.runtime.tasks import CLAIM_TTL_MS, TaskClient, role_table
 from saga.store.keys import Partition, partition_of
 from tests.saga.task_sagas import Approval, Refund, lenient, refund
+from tests.saga.test_time_faults import SkewedClock
 
 pytestmark = pytest.mark.anyio
 CONFIG = EngineConfig(
@@ -201,3 +202,25 @@ async def test_task_actions_are_in_the_sagas_timeline_and_trace_and_replay_is_un
 
 def escalated_stream(_world: World, saga_id: str) -> str:
     return Partition("refunds", partition_of(saga_id, 1)).commands("notices").key
+
+
+async def test_claims_follow_redis_time_not_a_skewed_client_clock(real_redis: bus.Redis) -> None:
+    app = App("refunds", sagas=[refund, lenient])
+    config = EngineConfig(signal_secret=CONFIG.signal_secret)
+    skew = 2 * 24 * 3_600_000
+    worker = SagaWorker(real_redis, app, config=config, clock=SkewedClock(-skew), consumer="w1")
+    client = SagaClient(real_redis, app.registry, config=config)
+    tasks = TaskClient(
+        real_redis, app.registry, authorize=role_table(ROLES), clock=SkewedClock(skew), config=config
+    )
+    await client.start(refund, Refund(id="skew", amount=500))
+    with anyio.fail_after(30):
+        await worker.run_until_idle()
+    (task,) = await tasks.list(role="managers")
+    seconds, micros = await real_redis.time()
+    redis_now = int(seconds) * 1000 + int(micros) // 1000
+    assert abs(task.created_ms - redis_now) < 60_000  # opened by Redis time, not the worker's
+    claimed = await tasks.claim(task.id, by="ann")
+    assert abs(claimed.claim_until_ms - (redis_now + CLAIM_TTL_MS)) < 60_000
+    with pytest.raises(TaskAlreadyClaimed):  # two days ahead on the client's clock, still held
+        await tasks.claim(task.id, by="bob")
