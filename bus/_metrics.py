@@ -52,21 +52,28 @@ _log = get_logger("redsaga.bus")
 Kind = Literal["counter", "gauge", "histogram"]
 Labels = tuple[str, ...]
 Values = Mapping[Labels, float] | Mapping[Labels, Buckets]
+REDIS = "Redis"
 
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """One exported metric: its name, type, help text and labels.
 
-    ``from_redis`` marks figures read from Redis at scrape time (left out when Redis could
-    not be read); the others are counted by the process.
+    ``source`` names where a figure read at scrape time comes from (``"Redis"``, ``"the
+    database"``; left out when that scrape could not read it); empty for figures the process
+    counts.
     """
 
     name: str
     kind: Kind
     help: str
     labels: Labels = ()
-    from_redis: bool = False
+    source: str = ""
+
+    @property
+    def scraped(self) -> bool:
+        """Whether the figure is read at scrape time (from :attr:`source`)."""
+        return bool(self.source)
 
     @property
     def samples(self) -> tuple[str, ...]:
@@ -139,7 +146,7 @@ STREAM_PENDING = MetricSpec(
     "gauge",
     "Entries delivered to the group's consumers and not yet acknowledged (XINFO GROUPS pending).",
     ("stream", "group"),
-    from_redis=True,
+    source=REDIS,
 )
 STREAM_LAG = MetricSpec(
     "redsaga_stream_lag",
@@ -147,14 +154,14 @@ STREAM_LAG = MetricSpec(
     "Entries in the stream not yet delivered to the group (XINFO GROUPS lag; missing when Redis "
     "cannot tell).",
     ("stream", "group"),
-    from_redis=True,
+    source=REDIS,
 )
 DEAD_LETTERS = MetricSpec(
     "redsaga_dead_letters",
     "gauge",
     "Letters in a dead-letter stream (exported by workers whose user may read it: orchestrators).",
     ("stream",),
-    from_redis=True,
+    source=REDIS,
 )
 BUS_METRICS = (
     DELIVERIES,
@@ -186,10 +193,16 @@ class ScrapeCollector(Collector):
     """A collector whose figures are refreshed on the worker's loop (see the module docstring).
 
     Subclasses name their metrics in ``specs`` and fill a :class:`Figures` in :meth:`count`
-    (the process's tallies: no await, so the copy is consistent) and :meth:`read` (Redis).
+    (the process's tallies: no await, so the copy is consistent) and :meth:`read` (what is
+    read at scrape time: Redis, or a relay's database). ``up``, when set, is the gauge that
+    says whether the last :meth:`read` succeeded (at ``up_labels``); ``read_errors`` are the
+    errors that mean it could not (the scrape goes on without those figures).
     """
 
     specs: tuple[MetricSpec, ...] = ()
+    up: MetricSpec | None = None
+    up_labels: Labels = ()
+    read_errors: tuple[type[Exception], ...] = (BusError,)
 
     def __init__(self, *, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
@@ -201,27 +214,28 @@ class ScrapeCollector(Collector):
         """Copy what the process counted into ``figures``."""
 
     async def read(self, figures: Figures) -> None:
-        """Read the figures that come from Redis into ``figures`` (may raise :class:`BusError`)."""
+        """Read the figures of scrape time into ``figures`` (may raise one of ``read_errors``)."""
 
     async def refresh(self) -> bool:
-        """Read everything now, on the worker's loop; return whether Redis could be read."""
+        """Read everything now, on the worker's loop; return whether :meth:`read` succeeded."""
         self._loop = asyncio.get_running_loop()
         counted, read = Figures(), Figures()
         up = True
+        unreadable: tuple[type[Exception], ...] = (*self.read_errors, TimeoutError)
         try:
             with anyio.fail_after(self.timeout_s):
                 await self.read(read)
-        except (BusError, TimeoutError) as error:
-            _log.warning("metrics: Redis could not be read at scrape time", error=str(error))
+        except unreadable as error:
+            _log.warning("metrics: figures could not be read at scrape time", error=str(error) or "timed out")
             up = False
         self.count(counted)
-        if REDIS_UP in self.specs:
-            counted.set(REDIS_UP, (), 1.0 if up else 0.0)
+        if self.up is not None:
+            counted.set(self.up, self.up_labels, 1.0 if up else 0.0)
         self._families = [
             spec.family(
-                (read if spec.from_redis else counted).values.get(spec.name, {})
-                if up or not spec.from_redis
-                else {}
+                {}
+                if spec.scraped and not up
+                else (read if spec.scraped else counted).values.get(spec.name, {})
             )
             for spec in self.specs
         ]
@@ -259,6 +273,7 @@ class BusMetrics(ScrapeCollector):
     """
 
     specs = BUS_METRICS
+    up = REDIS_UP
 
     def __init__(self, worker: Worker, *, dead_letters: bool = True, timeout_s: float = 5.0) -> None:
         super().__init__(timeout_s=timeout_s)

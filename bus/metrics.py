@@ -1,22 +1,26 @@
 """The bus's Prometheus figures and the small HTTP server that exposes them.
 
-What an engine built on the bus (``saga.metrics``) or a service embedding a worker needs to
-export a worker's metrics: the specs of the bus's metrics (:data:`BUS_METRICS`), the collector
-that counts a worker's deliveries and reads its streams' figures from Redis at scrape time
-(:class:`BusMetrics`, on :class:`ScrapeCollector`), the readiness checks behind ``/readyz``
-(:func:`readiness`), latency buckets counted as plain ints (:class:`Buckets`), and the
-``/metrics``, ``/healthz``, ``/readyz`` server (:class:`MetricsServer`).
+What an engine built on the bus (``saga.metrics``, ``relay.metrics``) or a service embedding a
+worker needs to export metrics: the specs of the bus's metrics (:data:`BUS_METRICS`), the
+collector that counts a worker's deliveries and reads its streams' figures from Redis at
+scrape time (:class:`BusMetrics`, on :class:`ScrapeCollector`), the readiness checks behind
+``/readyz`` (:func:`readiness`), latency buckets counted as plain ints (:class:`Buckets`),
+what a metrics port serves (:class:`Exporter`: collectors on a registry, and readiness) and
+the ``/metrics``, ``/healthz``, ``/readyz`` server (:class:`MetricsServer`).
 """
 
+from bus._exporter import Exporter
 from bus._http import DEFAULT_HOST, MetricsServer
-from bus._metrics import BUS_METRICS, BusMetrics, Figures, MetricSpec, ScrapeCollector, readiness
+from bus._metrics import BUS_METRICS, REDIS, BusMetrics, Figures, MetricSpec, ScrapeCollector, readiness
 from bus._tally import Buckets
 
 __all__ = [
     "BUS_METRICS",
     "DEFAULT_HOST",
+    "REDIS",
     "Buckets",
     "BusMetrics",
+    "Exporter",
     "Figures",
     "MetricSpec",
     "MetricsServer",

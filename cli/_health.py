@@ -21,18 +21,17 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from typing import Annotated, Final
+from typing import Annotated
 
 import msgspec
 import typer
 
 import relay
 from redsaga.cli._common import CommandError, Json, emit_json, reporting_errors, run
+from redsaga.cli._port import METRICS_PORT_ENV
 from redsaga.cli._relay import Dsn, Prefix
 from saga.runtime.liveness import HEALTH_FILE_ENV, health_file_age_ms
 
-METRICS_PORT_ENV: Final = "REDSAGA_METRICS_PORT"
-"""Where ``saga worker`` serves its metrics and health (``--metrics-port``)."""
 DEFAULT_MAX_AGE_S = 30.0
 """Three renewals at the default ``EngineConfig.heartbeat_ms`` (10 s)."""
 

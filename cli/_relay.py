@@ -10,6 +10,7 @@ import typer
 
 import bus
 import relay
+from bus.metrics import DEFAULT_HOST
 from redsaga.cli._common import (
     Json,
     RedisUrl,
@@ -22,7 +23,9 @@ from redsaga.cli._common import (
     run,
 )
 from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
+from redsaga.cli._port import MetricsHost, MetricsPort, open_port
 from relay import parse_dsn
+from relay.metrics import RelayMetrics
 
 relay_app = typer.Typer(
     help="The outbox relay: publishes committed outbox rows to their streams, exactly once per row. "
@@ -103,6 +106,8 @@ def relay_main(
     archive: Annotated[bool, typer.Option(help="Move expired sent rows to the archive table.")] = False,
     drain: Annotated[bool, typer.Option(help="Exit once no row is left unsent.")] = False,
     init_db: Annotated[bool, typer.Option("--init-db", help="Create or upgrade the tables first.")] = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_HOST,
     log_level: LogLevel = "info",
     console_logs: ConsoleLogs = False,
     json: Json = False,
@@ -111,6 +116,11 @@ def relay_main(
 
     Database and Redis outages are logged and waited out. On SIGTERM or SIGINT the round in
     flight finishes, then the relay prints what it did (sent, repeats, failed, outages).
+
+    With --metrics-port the relay serves Prometheus metrics on /metrics (its outbox's backlog
+    and oldest unsent row, read from the database at scrape time), /healthz (the process
+    runs) and /readyz (the database and Redis answer, the epoch is the one it saw first);
+    `saga health ready` asks /readyz (docs/operations.md lists the metrics).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -129,7 +139,8 @@ def relay_main(
     except ValueError as error:
         raise UsageProblem(str(error)) from None
     configure(json_logs=not console_logs, level=log_level)
-    counters = run(lambda: _run_relay(outbox, url, config, drain=drain, init=init_db))
+    port = None if metrics_port is None else (metrics_host, metrics_port)
+    counters = run(lambda: _run_relay(outbox, url, config, drain=drain, init=init_db, port=port))
     if json:
         emit_json(counters)
     else:
@@ -140,7 +151,13 @@ def relay_main(
 
 
 async def _run_relay(
-    dsn: str, redis_url: str, config: relay.RelayConfig, *, drain: bool, init: bool
+    dsn: str,
+    redis_url: str,
+    config: relay.RelayConfig,
+    *,
+    drain: bool,
+    init: bool,
+    port: tuple[str, int] | None,
 ) -> relay.RelayCounters:
     if init:
         await relay.init_db(dsn, config.tables)
@@ -148,6 +165,9 @@ async def _run_relay(
     worker = relay.Relay.connect(dsn, redis, config=config)
     try:
         async with anyio.create_task_group() as tasks:
+            if port is not None:
+                host, number = port
+                await open_port(tasks, RelayMetrics(worker).server(host=host, port=number))
 
             async def stop_on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -24,9 +24,9 @@ from redsaga.cli._common import (
     run,
 )
 from redsaga.cli._format import cell, duration_option, status_colour
-from redsaga.cli._health import METRICS_PORT_ENV
 from redsaga.cli._load import load_app
 from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
+from redsaga.cli._port import MetricsHost, MetricsPort, open_port
 from saga import EngineConfig, SagaWorker
 from saga.metrics import DEFAULT_STUCK_FOR_MS, WorkerMetrics
 from saga.ops.text import printable
@@ -58,23 +58,8 @@ def worker(
     lease_ms: Annotated[
         int, typer.Option(help="Lease on an entry; a silent worker loses it after this.")
     ] = _DEFAULTS.lease_ms,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            envvar=METRICS_PORT_ENV,
-            min=0,
-            max=65535,
-            help="Serve /metrics (Prometheus), /healthz and /readyz on this port "
-            f"(env {METRICS_PORT_ENV}; default: no port).",
-            show_default=False,
-        ),
-    ] = None,
-    metrics_host: Annotated[
-        str,
-        typer.Option(
-            envvar="REDSAGA_METRICS_HOST", help="The address the metrics port binds (0.0.0.0: every one)."
-        ),
-    ] = DEFAULT_HOST,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_HOST,
     metrics_stuck_for: Annotated[
         int,
         typer.Option(
@@ -123,13 +108,7 @@ def worker(
             async with anyio.create_task_group() as tasks:
                 if metrics_port is not None:  # open first: /healthz answers while it registers
                     metrics = WorkerMetrics(saga_worker, stuck_for_ms=metrics_stuck_for)
-                    server = metrics.server(host=metrics_host, port=metrics_port)
-                    try:
-                        await tasks.start(server.serve)
-                    except OSError as error:
-                        raise CommandError(
-                            f"cannot serve metrics on {metrics_host}:{metrics_port}: {error.strerror}"
-                        ) from error
+                    await open_port(tasks, metrics.server(host=metrics_host, port=metrics_port))
                 # A refusal (an incompatible change to a version with sagas in flight) is reported
                 # as one error before anything runs; run() registers again, which is idempotent.
                 await saga_worker.register()

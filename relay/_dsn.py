@@ -21,10 +21,10 @@ from psycopg import conninfo
 
 from relay._config import RelayConfig, Tables
 from relay._errors import InvalidDsn, database_errors
-from relay._pg_store import CONNECT_OPTIONS, PostgresStore, read_stats
+from relay._pg_store import CONNECT_OPTIONS, PostgresStore
 from relay._schema import init_postgres, init_sqlite
-from relay._sql import Dialect, statements
-from relay._sqlite_store import SqliteStore, require_file, sqlite_stats
+from relay._sql import Dialect
+from relay._sqlite_store import SqliteStore
 from relay._store import FailedRow, OutboxStats, RelayStore
 
 SQLITE_PREFIX: Final = "sqlite:///"
@@ -117,20 +117,8 @@ async def outbox_stats(dsn: str, *, tables: Tables | None = None, now_ms: int | 
     """
     import time  # noqa: PLC0415 - only for the default
 
-    tables = tables or Tables()
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    target = parse_dsn(dsn)
-    if target.dialect == "sqlite":
-        require_file(target.where)
-        with database_errors():
-            conn = sqlite3.connect(target.where)
-            try:
-                return sqlite_stats(conn, statements(tables, "sqlite"), now_ms)
-            finally:
-                conn.close()
-    with database_errors():
-        async with await psycopg.AsyncConnection.connect(target.where, **CONNECT_OPTIONS) as pg:
-            return await read_stats(pg, statements(tables, "postgresql"), now_ms)
+    return await open_store(dsn, RelayConfig(tables=tables or Tables(), listen=False)).stats(now_ms)
 
 
 async def failed_rows(dsn: str, *, tables: Tables | None = None, limit: int = 100) -> list[FailedRow]:

@@ -152,10 +152,14 @@ class PostgresStore:
         return removed
 
     async def stats(self, now_ms: int) -> OutboxStats:
-        """Backlog figures from the pending index (no full scan)."""
+        """Backlog figures from the pending index (no full scan), on a short connection of their own.
+
+        Never on the claim connection: a read there, beside a round in flight, would run in
+        (and its rollback end) the claim's transaction.
+        """
         with self._answered():
-            conn = self.conn
-        return await read_stats(conn, self.sql, now_ms)
+            async with await psycopg.AsyncConnection.connect(self.dsn, **CONNECT_OPTIONS) as conn:
+                return await read_stats(conn, self.sql, now_ms)
 
     async def failed_rows(self, limit: int) -> list[FailedRow]:
         """The oldest failed rows."""

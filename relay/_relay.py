@@ -202,8 +202,10 @@ class Relay:
         return removed
 
     async def stats(self) -> OutboxStats:
-        """The outbox's backlog and the age of its oldest unsent row."""
-        await self._ensure_open()
+        """The outbox's backlog and the age of its oldest unsent row (safe while :meth:`run` runs).
+
+        Read on a connection of its own, whether or not the relay is connected.
+        """
         return await self.store.stats(self.clock.now_ms())
 
     async def failed_rows(self, limit: int = 100) -> list[FailedRow]:

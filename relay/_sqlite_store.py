@@ -163,8 +163,18 @@ class SqliteStore:
         return await self._call(job)
 
     async def stats(self, now_ms: int) -> OutboxStats:
-        """Backlog figures."""
-        return await self._call(lambda conn: sqlite_stats(conn, self.sql, now_ms))
+        """Backlog figures, on a short connection of their own (open or not, the store is not used)."""
+        require_file(self.path)
+
+        def read() -> OutboxStats:
+            with database_errors():
+                conn = sqlite3.connect(self.path)
+                try:
+                    return sqlite_stats(conn, self.sql, now_ms)
+                finally:
+                    conn.close()
+
+        return await anyio.to_thread.run_sync(read)
 
     async def failed_rows(self, limit: int) -> list[FailedRow]:
         """The oldest failed rows."""

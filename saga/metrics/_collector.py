@@ -14,7 +14,7 @@ from typing import Any
 
 from bus import Clock
 from bus.lowlevel import redis_errors
-from bus.metrics import Figures, MetricSpec, ScrapeCollector
+from bus.metrics import REDIS, Figures, MetricSpec, ScrapeCollector
 from saga.metrics._transitions import SagaTallies
 from saga.ops.listing import count_idle
 from saga.ops.stats import saga_counts
@@ -62,7 +62,7 @@ SAGAS_IN_FLIGHT = MetricSpec(
     "gauge",
     "Sagas not ended: running, suspended, compensating or dead_lettered (the partitions' counters).",
     (*_SAGA, "status"),
-    from_redis=True,
+    source=REDIS,
 )
 SAGAS_STUCK = MetricSpec(
     "redsaga_sagas_stuck",
@@ -70,10 +70,10 @@ SAGAS_STUCK = MetricSpec(
     "Sagas in flight that have not moved for the stuck threshold (10 minutes unless configured), "
     "waiting ones left out, as saga stats counts them.",
     ("context",),
-    from_redis=True,
+    source=REDIS,
 )
 TIMERS_DUE = MetricSpec(
-    "redsaga_timers_due", "gauge", "Durable timers due now and not yet fired.", ("context",), from_redis=True
+    "redsaga_timers_due", "gauge", "Durable timers due now and not yet fired.", ("context",), source=REDIS
 )
 SAGA_METRICS = (
     SAGAS_STARTED,

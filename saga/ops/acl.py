@@ -21,7 +21,7 @@ same way, so neither needs to write a saga::
                                     timers and indexes, the token keys and     dead letters
                                     the registered shapes
     <prefix>.relay                  add outbox rows to the inboxes (and to     read them
-                                    --relay-stream streams)
+                                    --relay-stream streams); read rs:epoch
     <prefix>.operator               read every key of the app's contexts but   write anything, read the
                                     the context's secrets                      signal secret
 
@@ -285,8 +285,9 @@ def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) 
         windows.append("~" + stream.published_key)
     note = "outbox relay: publishes outbox rows (participant replies, events) as their writers signed them"
     root = Grant(_CONNECT)
+    epoch = Grant(("get",), ("%R~" + EPOCH,))  # its readiness checks the deployment's epoch
     rows = _grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
-    grants = (root, Grant(("xadd",), _unique(added)), rows) if added else (root,)
+    grants = (root, epoch, Grant(("xadd",), _unique(added)), rows) if added else (root, epoch)
     return AclUser(f"{prefix}.relay", "relay", None, grants, note)
 
 

@@ -28,6 +28,7 @@ from bus._auth import load_keyrings
 from bus._epoch import join_epoch
 from redsaga.cli._load import load_object
 from redsaga.cli.main import app as cli
+from relay.metrics import RelayMetrics
 from saga import App, EngineConfig, SagaWorker
 from saga.metrics import WorkerMetrics
 from tests.helpers import eventually
@@ -93,13 +94,11 @@ def test_every_container_of_the_image_names_the_app_operations_need() -> None:
             assert {d.key for d in app_of(worker).registry} <= served, name
 
 
-def test_every_worker_and_relay_has_a_health_check_of_its_own_kind() -> None:
-    for name, service in WORKERS.items():
+def test_every_worker_and_relay_has_a_health_check_on_its_metrics_port() -> None:
+    for name, service in {**WORKERS, **RELAYS}.items():
         assert health_args(service) == ["health", "ready"], name  # /readyz of its metrics port
         assert env(service)["REDSAGA_METRICS_PORT"] == "9464", name
         assert env(service)["REDSAGA_METRICS_HOST"] == "0.0.0.0", name  # noqa: S104 - Prometheus scrapes it
-    for name, service in RELAYS.items():
-        assert health_args(service)[:2] == ["health", "relay"], name
     for name, service in SERVICES.items():
         for needed, condition in service.get("depends_on", {}).items():
             if condition["condition"] == "service_healthy":
@@ -191,7 +190,7 @@ def test_prometheus_scrapes_every_worker_and_grafana_shows_the_dashboard_over_it
     config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     [job] = config["scrape_configs"]
     [targets] = job["static_configs"]
-    assert sorted(targets["targets"]) == sorted(f"{name}:9464" for name in WORKERS)
+    assert sorted(targets["targets"]) == sorted(f"{name}:9464" for name in {**WORKERS, **RELAYS})
     prometheus, grafana = SERVICES["prometheus"], SERVICES["grafana"]
     assert "./deploy/prometheus:/etc/prometheus:ro" in prometheus["volumes"]
     assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
@@ -209,16 +208,25 @@ def test_prometheus_scrapes_every_worker_and_grafana_shows_the_dashboard_over_it
 
 
 @pytest.mark.anyio
-async def test_the_relay_health_check_of_the_compose_file_exits_0_or_1(tmp_path: Path) -> None:
+@pytest.mark.redis
+async def test_the_relay_health_check_of_the_compose_file_exits_0_once_the_relay_is_ready(
+    tmp_path: Path, real_redis: bus.Redis
+) -> None:
     service = RELAYS["payments-relay"]
     args = health_args(service)
     dsn = f"sqlite:///{tmp_path / 'payments.db'}"
-    environment = {**env(service), "REDSAGA_RELAY_DSN": dsn}
-    unreachable = await saga(args, environment)
-    assert unreachable.exit_code == 1  # no database: unhealthy, in one line
-    assert len(unreachable.stderr.strip().splitlines()) == 1
     await relay.init_db(dsn)
-    assert (await saga(args, environment)).exit_code == 0
+    worker = relay.Relay.connect(dsn, real_redis)
+    async with anyio.create_task_group() as tasks:
+        port = await tasks.start(RelayMetrics(worker).server().serve)  # a free port, not 9464
+        environment = {**env(service), "REDSAGA_METRICS_PORT": str(port)}
+        refused = await saga(args, environment)
+        assert refused.exit_code == 1, refused.output  # the orders worker has not set the epoch
+        assert refused.stderr.startswith("unhealthy: rs:epoch is not set")
+        await join_epoch(real_redis)
+        assert (await saga(args, environment)).exit_code == 0
+        tasks.cancel_scope.cancel()
+    assert (await saga(args, environment)).exit_code == 1  # nothing answers: unhealthy
 
 
 def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path) -> None:

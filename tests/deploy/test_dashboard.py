@@ -2,9 +2,9 @@
 
 Every panel's PromQL (and every alert rule's, in deploy/prometheus/alerts.yml and in
 docs/operations.md) is read for ``redsaga_*`` names and the labels its selectors and
-``by (...)`` clauses use; each must be a sample some :data:`saga.metrics.METRICS` entry
-exports, and each label one of that metric's (or one Prometheus adds: ``le`` for buckets,
-``instance`` and ``job`` for targets).
+``by (...)`` clauses use; each must be a sample some :data:`saga.metrics.METRICS` or
+:data:`relay.metrics.RELAY_METRICS` entry exports, and each label one of that metric's (or
+one Prometheus adds: ``le`` for buckets, ``instance`` and ``job`` for targets).
 """
 
 from __future__ import annotations
@@ -14,14 +14,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from bus.metrics import MetricSpec
+from relay.metrics import RELAY_METRICS
 from saga.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD: dict[str, Any] = json.loads((ROOT / "deploy/grafana/dashboards/redsaga.json").read_text())
 ALERTS: dict[str, Any] = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
-SAMPLES = {sample: spec for spec in METRICS for sample in spec.samples}
+EXPORTED = (*METRICS, *RELAY_METRICS)
+"""What workers and relays export."""
+SAMPLES = {sample: spec for spec in EXPORTED for sample in spec.samples}
 ADDED = {"instance", "job"}
 NAME = re.compile(r"\b(redsaga_[a-z0-9_]+)(\{[^}]*\})?")
 SELECTOR_LABEL = re.compile(r"([a-z_]+)\s*(?:=~|!~|!=|=)")
@@ -57,7 +62,7 @@ def test_every_panel_queries_exported_metrics_through_the_provisioned_source() -
 def test_the_dashboard_shows_every_exported_metric() -> None:
     used = {name for p in DASHBOARD["panels"] for t in p["targets"] for name, _ in NAME.findall(t["expr"])}
     shown = {SAMPLES[name].name for name in used}
-    assert shown == {spec.name for spec in METRICS}  # every exported metric has a panel
+    assert shown == {spec.name for spec in EXPORTED}  # every exported metric has a panel
 
 
 def test_every_alert_example_queries_exported_metrics_and_the_docs_show_them() -> None:
@@ -73,14 +78,15 @@ def test_every_alert_example_queries_exported_metrics_and_the_docs_show_them() -
     assert (ROOT / "deploy/prometheus/alerts.yml").read_text().split("groups:", 1)[1] in docs
 
 
-def metrics_table() -> str:
+def metrics_table(specs: tuple[MetricSpec, ...]) -> str:
     rows = ["| metric | type | labels | from | what |", "| --- | --- | --- | --- | --- |"]
-    for spec in METRICS:
+    for spec in specs:
         labels = ", ".join(f"`{label}`" for label in spec.labels) or "-"
-        source = "Redis, at scrape time" if spec.from_redis else "the process"
+        source = f"{spec.source}, at scrape time" if spec.scraped else "the process"
         rows.append(f"| `{spec.name}` | {spec.kind} | {labels} | {source} | {spec.help} |")
     return "\n".join(rows) + "\n"
 
 
-def test_the_operations_page_lists_every_metric_as_the_code_defines_it() -> None:
-    assert metrics_table() in (ROOT / "docs/operations.md").read_text()
+@pytest.mark.parametrize("specs", [METRICS, RELAY_METRICS], ids=["workers", "relays"])
+def test_the_operations_page_lists_every_metric_as_the_code_defines_it(specs: tuple[MetricSpec, ...]) -> None:
+    assert metrics_table(specs) in (ROOT / "docs/operations.md").read_text()
