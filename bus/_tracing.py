@@ -180,6 +180,29 @@ def producer_span(
         yield span
 
 
+def record_span(
+    name: str, headers: Mapping[str, str], attributes: Mapping[str, Any], *, start_ns: int, error: str = ""
+) -> None:
+    """Record a finished ``CONSUMER`` span from ``start_ns`` to now, child of the context ``headers`` carry.
+
+    For work measured after the fact (an orchestrator's batched decisions). ``error`` sets the
+    span's error status. Does nothing when nothing is traced.
+    """
+    found = tracer()
+    if found is None:
+        return
+    span = found.start_span(
+        name,
+        context=parent_context(headers),
+        kind=SpanKind.CONSUMER,
+        attributes=dict(attributes),
+        start_time=start_ns,
+    )
+    if error:
+        fail(span, error)
+    span.end()
+
+
 def current_span() -> Span | None:
     """The current span if it is recording (``None`` when nothing is traced)."""
     if tracer() is None:

@@ -16,9 +16,11 @@ from bus._tracing import (
     fail,
     messaging,
     producer_span,
+    record_span,
     trace_headers,
     tracer,
     use_tracer_provider,
+    with_current,
 )
 
 __all__ = [
@@ -32,7 +34,9 @@ __all__ = [
     "fail",
     "messaging",
     "producer_span",
+    "record_span",
     "trace_headers",
     "tracer",
     "use_tracer_provider",
+    "with_current",
 ]

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, overload
 
+import msgspec
+
 from bus import Authenticator, BusConfig, Clock, Envelope, Stream, SystemClock, new_envelope
 from bus.lowlevel import stream_audience
+from bus.tracing import with_current
 from relay._codec import encode_envelope
 from relay._config import Tables
 from relay._drivers import Plan, PlanFactory, Query, run
@@ -212,8 +215,17 @@ class Outbox:
         audience: str = "",
         signer: str = "",
     ) -> PlanFactory[int]:
-        """The statements that add one row (its envelope signed: :meth:`signed`), as a plan."""
+        """The statements that add one row (its envelope signed: :meth:`signed`), as a plan.
+
+        An envelope not yet signed that carries no trace context gets the current span's
+        (the handler's or request's that adds the row in its transaction), so what consumes
+        the row once the relay publishes it joins that trace.
+        """
         target = stream if isinstance(stream, Stream) else Stream.named(stream)
+        if not envelope.mac:
+            headers = with_current(envelope.headers)
+            if headers is not envelope.headers:
+                envelope = msgspec.structs.replace(envelope, headers=headers)
         envelope = self.signed(target, envelope, audience=audience, signer=signer)
         blob = encode_envelope(envelope)
         tables = self.tables

@@ -192,9 +192,11 @@ EXPORTS: dict[str, list[str]] = {
         "fail",
         "messaging",
         "producer_span",
+        "record_span",
         "trace_headers",
         "tracer",
         "use_tracer_provider",
+        "with_current",
     ],
     "bus.lowlevel": [
         "AFTER_CLAIM",

@@ -22,6 +22,7 @@ Entries of one saga are decided one at a time in this process (a lock per saga i
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -54,7 +55,7 @@ from saga.runtime.local_actions import LocalActions
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.saga_locks import SagaLocks
-from saga.runtime.tracing import keep_trace, trace_of
+from saga.runtime.tracing import keep_trace, trace_of, transition_span
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
 from saga.store.commit import PARENT_REPORT, commit_call, commit_result
@@ -249,6 +250,7 @@ class Orchestrator:
 
     async def _decide_once(self, items: list[_Item], outcomes: list[BaseException | None]) -> list[_Item]:
         """One pass: load, decide, commit all of ``items``; return those that lost a race."""
+        start_ns = time.time_ns()  # the transitions' spans: the items are decided together
         loads = await self._load_all(items)
         commits: list[tuple[_Item, Decision, Loaded, SagaState | None]] = []
         calls: list[ScriptCall] = []
@@ -276,6 +278,7 @@ class Orchestrator:
             if result.outcome == "ok":
                 crash_point(AFTER_COMMIT_BEFORE_ACK)
                 self._committed(envelope, delivery, decision, after, result.revision, before=before)
+                transition_span(envelope, before, decision, start_ns)
                 continue
             self.forget(envelope.correlation_id)
             if result.outcome == "lost":

@@ -1,4 +1,4 @@
-"""The saga engine's spans: a saga's start, each step attempt and each compensation.
+"""The saga engine's spans: a saga's start, each step attempt and compensation, each transition.
 
 A saga's trace begins where it is started (:func:`start_span`, a ``PRODUCER`` span in
 :meth:`saga.SagaClient.start`, child of the caller's current span). The saga keeps that span's
@@ -11,17 +11,33 @@ across services. A child saga's start is a child of the parent's ``_child`` comm
 Attributes (``redsaga.*``, beside the messaging conventions' ``messaging.*``): saga id,
 definition, version, context, step, kind (``do``, ``undo``, ``confirm``), attempt and
 outcome (``ok``, ``transient``, ``permanent``); a failed attempt's span has error status.
+
+The orchestrator records each inbox entry it decided and committed (:func:`transition_span`):
+``saga decide <definition>``, or ``saga end <definition>`` for the decision that ended the
+saga, a child of the entry's trace context (the saga's own when the entry carries none),
+with the entry's type, the step it concerns and the saga's status after it; a saga that
+ended failed, compensated or cancelled, or was parked for an operator, has error status.
 Without a tracer every function here returns at once (``bus/_tracing.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 from bus import Envelope, Reply
-from bus.tracing import SYSTEM, carried, current_headers, current_span, fail, producer_span
+from bus.tracing import (
+    SYSTEM,
+    carried,
+    current_headers,
+    current_span,
+    fail,
+    producer_span,
+    record_span,
+    tracer,
+)
+from saga.core.states import SagaStatus
 from saga.runtime.protocol import StepFailed
 from saga.runtime.step_reply import reply_for
 
@@ -34,6 +50,9 @@ if TYPE_CHECKING:
 
 UNTRACED: Final = ("", "")
 _KINDS: Final = {"do": "step", "undo": "compensate", "confirm": "confirm"}
+_BAD_ENDS: Final = frozenset(
+    {SagaStatus.FAILED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.DEAD_LETTERED}
+)
 
 
 def trace_of(envelope: Envelope) -> tuple[str, str]:
@@ -153,3 +172,28 @@ async def traced_reply(envelope: Envelope, work: Awaitable[Any], *, wrap: bool) 
     if span is not None:
         step_outcome(span, reply)
     return reply
+
+
+def transition_span(envelope: Envelope, before: SagaState | None, decision: Decision, start_ns: int) -> None:
+    """Record the decision of one inbox entry, committed, as a span (see the module docstring)."""
+    if tracer() is None:
+        return
+    state = decision.state
+    ended = state.status.terminal and (before is None or not before.status.terminal)
+    headers: dict[str, str] | Mapping[str, str] = envelope.headers
+    if carried(headers) is None:
+        headers = dict(_headers((state.trace, state.trace_state))) if state.trace else {}
+    more: dict[str, Any] = {"entry": envelope.type, "status": state.status.value}
+    step = envelope.headers.get("step")
+    if step:
+        more["step"] = step
+    if decision.ignored:
+        more["ignored"] = decision.ignored
+    moved = before is None or before.status is not state.status
+    record_span(
+        f"saga {'end' if ended else 'decide'} {state.name}",
+        headers,
+        _attributes(state.id, state.name, state.version, state.context, **more),
+        start_ns=start_ns,
+        error=f"saga {state.status.value}" if moved and state.status in _BAD_ENDS else "",
+    )

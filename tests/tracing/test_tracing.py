@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import msgspec
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from structlog.testing import capture_logs
@@ -21,26 +19,12 @@ from structlog.testing import capture_logs
 import bus
 import bus._tracing as bus_tracing
 from bus import FakeClock
-from bus.tracing import use_tracer_provider
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.store.keys import Partition
 from tests.tracing.traced_sagas import TRIPS, Trip, orchestrators, services
 
 pytestmark = pytest.mark.anyio
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    use_tracer_provider(provider)
-    try:
-        yield exporter
-    finally:
-        use_tracer_provider(None)
-        provider.shutdown()
 
 
 class System:
@@ -127,6 +111,23 @@ async def test_one_trace_spans_the_saga_its_timer_and_its_child(
     [pay] = named["saga step pay"]
     assert pay.status.status_code == StatusCode.UNSET
 
+    # every entry the orchestrator decided is a span in the saga's trace; the last ends it
+    decided = named["saga decide trip"]
+    assert {parent_of(span) for span in decided} == {start.context.span_id}
+    assert {dict(span.attributes or {}).get("redsaga.step") for span in decided} >= {"book", "pay"}
+    [end] = named["saga end trip"]
+    assert end.kind == SpanKind.CONSUMER
+    assert end.status.status_code == StatusCode.UNSET
+    assert (
+        dict(end.attributes or {}).items()
+        >= {"redsaga.saga.id": "t1", "redsaga.status": "completed", "redsaga.step": "papers"}.items()
+    )
+    assert end.start_time is not None
+    assert stamp.end_time is not None
+    assert end.start_time >= stamp.end_time
+    [visa_end] = named["saga end visa"]
+    assert parent_of(visa_end) == child_start.context.span_id
+
 
 async def test_compensation_spans_and_the_failed_step_has_error_status(
     redis: bus.Redis, spans: InMemorySpanExporter
@@ -149,6 +150,14 @@ async def test_compensation_spans_and_the_failed_step_has_error_status(
     assert undo.start_time is not None
     assert pay.end_time is not None
     assert undo.start_time >= pay.end_time
+    [end] = named["saga end trip"]
+    assert end.status.status_code == StatusCode.ERROR
+    assert end.status.description == "saga compensated"
+    assert end.attributes is not None
+    assert (end.attributes["redsaga.status"], end.attributes["redsaga.step"]) == ("compensated", "book")
+    assert end.attributes["redsaga.entry"] == "Cancelled"  # the compensation's reply ended it
+    failed = [s for s in named["saga decide trip"] if (s.attributes or {})["redsaga.entry"] == "StepFailed"]
+    assert [dict(s.attributes or {})["redsaga.status"] for s in failed] == ["compensating"]
 
 
 async def test_the_saga_keeps_its_trace_in_its_state(redis: bus.Redis, spans: InMemorySpanExporter) -> None:
@@ -182,6 +191,11 @@ async def test_a_start_request_carries_the_start_span_to_the_orchestrator(
     [book] = named["saga step book"]
     assert parent_of(book) == start.context.span_id
     assert book.context.trace_id == start.context.trace_id
+    [started] = [
+        s for s in named["saga decide trip"] if (s.attributes or {})["redsaga.entry"] == "StartRequested"
+    ]
+    assert parent_of(started) == start.context.span_id  # the orchestrator decided the request
+    assert dict(started.attributes or {})["redsaga.status"] == "running"
 
 
 async def test_nothing_is_traced_without_a_tracer_provider(fake_redis: bus.Redis) -> None:
