@@ -16,6 +16,7 @@ from redsaga.cli._functions import functions_app
 from redsaga.cli._health import health_app
 from redsaga.cli._keys import keys_app
 from redsaga.cli._relay import relay_app
+from redsaga.cli._tasks import tasks_app
 from redsaga.cli._versions import versions_app
 
 app = typer.Typer(
@@ -73,6 +74,7 @@ app.add_typer(health_app, name="health")
 app.add_typer(keys_app, name="keys")
 app.add_typer(functions_app, name="functions")
 app.add_typer(relay_app, name="relay")
+app.add_typer(tasks_app, name="tasks")
 app.add_typer(versions_app, name="versions")
 app.add_typer(_time.schedule_app, name="schedule")
 

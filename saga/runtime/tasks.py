@@ -48,6 +48,7 @@ from saga.runtime.protocol import SIGNAL, SignalDelivery
 from saga.store.keys import Partition, check_saga_id
 from saga.store.tasks import Message, TaskStore
 from saga.store.trust import inbox_audience
+from saga.versions.catalogue import Catalogue
 
 Authorizer = Callable[[str, str, Task], bool]
 """``authorize(by, action, task)``: whether person ``by`` may ``action`` (claim, release,
@@ -248,11 +249,14 @@ class TaskClient:
         claim_ttl_ms: int = CLAIM_TTL_MS,
         store: TaskStore | None = None,
         source: str = "tasks",
+        catalogue: Catalogue | None = None,
     ) -> None:
         from saga.store.tasks import RedisTaskStore  # noqa: PLC0415 - only when no store is given
 
         config = config or EngineConfig()
         self.registry = registry
+        self.catalogue = catalogue or Catalogue.of(registry)
+        """The contexts and partitions to list, and the forms' registered schemas (:meth:`from_redis`)."""
         self.authorize = authorize
         self.claim_ttl_ms = claim_ttl_ms
         principal = config.auth.signer_for("client", "operator", "orchestrator")
@@ -261,9 +265,24 @@ class TaskClient:
             store or RedisTaskStore(redis), clock or SystemClock(), publisher, source=source
         )
 
+    @classmethod
+    async def from_redis(
+        cls, redis: Any, registry: Registry | None = None, *, authorize: Authorizer, **options: Any
+    ) -> TaskClient:
+        """A task client on the definitions workers registered in Redis, no code needed.
+
+        The registered contexts give the partitions to list, and each form's registered JSON
+        schema checks answers to tasks whose code ``registry`` (if given) does not have.
+        ``options`` are the constructor's.
+        """
+        registry = Registry([]) if registry is None else registry
+        catalogue = Catalogue.of(registry).merge(await Catalogue.load(redis))
+        return cls(redis, registry, authorize=authorize, catalogue=catalogue, **options)
+
     def partitions(self, context: str | None = None) -> list[Partition]:
         """Every partition of ``context`` (or of every context this client knows)."""
-        contexts = [self.registry.context(context)] if context else list(self.registry.contexts.values())
+        known = self.catalogue
+        contexts = [known.context(context)] if context else list(known.contexts.values())
         return [Partition(c.name, i) for c in contexts for i in range(c.partitions)]
 
     async def list(
@@ -284,7 +303,7 @@ class TaskClient:
         """Every task action of saga ``saga_id``, oldest first."""
         from saga.store.keys import partition_of  # noqa: PLC0415 - a helper of the keys module
 
-        ctx = self.registry.context(context)
+        ctx = self.catalogue.context(context)
         return await self.engine.store.log(
             Partition(ctx.name, partition_of(saga_id, ctx.partitions)), saga_id
         )
@@ -324,20 +343,43 @@ class TaskClient:
         )
 
     def check_answer(self, task: Task, answer: object) -> bytes:
-        """``answer`` encoded, if it is a valid instance of the task's form (:class:`InvalidAnswer`)."""
+        """``answer`` encoded, if it is a valid instance of the task's form (:class:`InvalidAnswer`).
+
+        Checked by the form's type when this client has the saga's code, else by the form's
+        JSON schema its workers registered (:meth:`from_redis`).
+        """
         name, _, version = task.saga.rpartition("@")
         try:
             form = self.registry.get(name, int(version)).step_named(task.step).output_type
-            form = typing.get_args(form)[0] if task.quorum else form  # list[form]: one ballot
-        except (UnknownDefinition, KeyError, ValueError) as error:
-            raise InvalidAnswer(
-                task.id, form=task.form, reason=f"the form is not known here ({error})"
-            ) from error
+        except (UnknownDefinition, KeyError, ValueError):
+            return self._check_by_shape(task, answer)
+        form = typing.get_args(form)[0] if task.quorum else form  # list[form]: one ballot
         try:
             raw = answer if isinstance(answer, bytes | str) else msgspec.json.encode(answer)
             return msgspec.json.encode(msgspec.json.decode(raw, type=form))
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as error:
             raise InvalidAnswer(task.id, form=task.form, reason=str(error)) from error
+
+    def _check_by_shape(self, task: Task, answer: object) -> bytes:
+        name, _, version = task.saga.rpartition("@")
+        try:
+            shape = self.catalogue.shape(name, int(version)).step_named(task.step).output
+        except (UnknownDefinition, KeyError, ValueError) as error:
+            raise InvalidAnswer(
+                task.id, form=task.form, reason=f"the form is not known here ({error})"
+            ) from error
+        if shape is None:  # pragma: no cover - a human task's step always has its form's type
+            raise InvalidAnswer(task.id, form=task.form, reason="the form has no registered schema")
+        try:
+            value = (
+                msgspec.json.decode(answer)
+                if isinstance(answer, bytes | str)
+                else msgspec.to_builtins(answer)
+            )
+            checked = shape.check([value])[0] if task.quorum else shape.check(value)  # quorum: list[form]
+        except (msgspec.DecodeError, TypeError, ValueError) as error:
+            raise InvalidAnswer(task.id, form=task.form, reason=str(error)) from error
+        return _json.encode(checked)
 
     async def fire_due(self, context: str | None = None) -> int:
         """Fire the due reminders and escalation steps of ``context``'s tasks (the worker does this)."""

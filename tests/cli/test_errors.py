@@ -111,6 +111,9 @@ def test_the_relay_needs_a_redis_url(tmp_path: Path) -> None:
         ["epoch", "accept", "--yes"],
         ["schedule", "list", "--context", "orders"],
         ["ui", "--port", "0"],
+        ["tasks", "list", "--role", "managers"],
+        ["tasks", "show", "refunds:0:t"],
+        ["tasks", "claim", "refunds:0:t", "--by", "ann", "--authorizer", "tests.cli.task_world:authorize"],
     ],
     ids=" ".join,
 )
@@ -153,6 +156,32 @@ NEEDS_REDIS = [
     ["versions", "list"],
     ["list", "--app", "tests.ops.scenario:app"],
     ["ui"],
+    ["tasks", "list", "--role", "managers"],
+    ["tasks", "show", "refunds:0:t"],
+    ["tasks", "claim", "refunds:0:t", "--by", "ann", "--authorizer", "tests.cli.task_world:authorize"],
+    ["tasks", "release", "refunds:0:t", "--by", "ann", "--authorizer", "tests.cli.task_world:authorize"],
+    [
+        "tasks",
+        "complete",
+        "t",
+        "--answer",
+        "{}",
+        "--by",
+        "ann",
+        "--authorizer",
+        "tests.cli.task_world:authorize",
+    ],
+    [
+        "tasks",
+        "reassign",
+        "t",
+        "--to",
+        "user:x",
+        "--by",
+        "ann",
+        "--authorizer",
+        "tests.cli.task_world:authorize",
+    ],
 ]
 
 
@@ -182,6 +211,14 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         (["worker"], "Missing option '--app'"),
         (["dlq", "nonsense"], "No such command 'nonsense'"),
         (["ui", "--port", "70000"], "Invalid value for '--port'"),
+        (["tasks", "list"], "give exactly one of --role ROLE and --user USER"),
+        (["tasks", "claim", "t", "--by", "ann"], "needs the application's authorizer: pass --authorizer"),
+        (
+            ["tasks", "complete", "t", "--by", "a", "--answer", "[1,"],
+            "Invalid value for '--answer': not JSON",
+        ),
+        (["tasks", "reassign", "t", "--by", "a", "--to", "team:x"], "is not role:NAME or user:NAME"),
+        (["tasks", "release", "t"], "Missing option '--by'"),
     ],
     ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None,
 )
@@ -235,6 +272,7 @@ REDIS_FREE = {
     ("graph",),
     ("dlq",),
     ("epoch",),
+    ("tasks",),
     ("schedule",),
     ("versions",),
     ("relay", "init-db"),
@@ -287,6 +325,7 @@ def test_every_command_reports_errors_on_one_line() -> None:
         return False
 
     for path, command in COMMANDS:
-        if command.callback is None or path in {(), ("dlq",), ("epoch",), ("schedule",), ("versions",)}:
+        groups = {(), ("dlq",), ("epoch",), ("schedule",), ("tasks",), ("versions",)}
+        if command.callback is None or path in groups:
             continue
         assert wrapped(command.callback), f"saga {' '.join(path)} is not wrapped"

@@ -26,6 +26,7 @@ import relay
 from bus import FakeClock
 from redsaga.cli.main import app
 from saga import App, SagaClient, SagaWorker
+from tests.cli.task_world import AUTHORIZER, open_tasks
 from tests.ops.live import APP_REF, Live, live_system
 from tests.relay.helpers import Charged
 from tests.saga.time_sagas import Loan, loan, participants
@@ -45,6 +46,7 @@ class World:
     live: Live
     token: str
     outbox: str
+    tasks: list[str]
 
 
 async def _waiting_for_a_signal(url: str) -> str:
@@ -93,7 +95,16 @@ def world(real_redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with live_system(real_redis_url) as live:
         token = anyio.run(_waiting_for_a_signal, real_redis_url)
         anyio.run(_versioned_sagas, real_redis_url)
-        yield World(live, token, _outbox_with_a_failed_row(tmp_path / "outbox.db"))
+        tasks = anyio.run(_open_tasks, real_redis_url)
+        yield World(live, token, _outbox_with_a_failed_row(tmp_path / "outbox.db"), tasks)
+
+
+async def _open_tasks(url: str) -> list[str]:
+    redis = bus.connect(url)
+    try:
+        return await open_tasks(redis, 500, 900)
+    finally:
+        await redis.aclose()
 
 
 def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
@@ -103,6 +114,8 @@ def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
     schedule = ["--context", "orders"]
     keys = Path.cwd() / "keys"  # the test's own directory (the fixture changes into it)
     keys.mkdir(exist_ok=True)
+    task, other = world.tasks
+    acting = ["--authorizer", AUTHORIZER]
     return {
         ("acl",): ["--nopass"],
         ("start",): ["order_fulfilment", "--data", ORDER, "--id", "o-json"],
@@ -153,6 +166,12 @@ def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
         ("health", "relay"): ["--dsn", dsn],
         ("health", "worker"): ["--file", _fresh_health_file(keys / "health")],
         ("health", "ready"): ["--port", str(_ready_port())],
+        ("tasks", "list"): ["--role", "managers"],
+        ("tasks", "show"): [task],
+        ("tasks", "claim"): [task, "--by", "ann", *acting],
+        ("tasks", "release"): [task, "--by", "ann", *acting],
+        ("tasks", "reassign"): [other, "--to", "user:ann", "--by", "lee", *acting],
+        ("tasks", "complete"): [task, "--answer", '{"approved": true}', "--by", "ann", *acting],
         ("epoch", "show"): [],
         ("epoch", "accept"): ["--yes"],  # last: workers that see a new epoch stop
     }  # fmt: skip
