@@ -38,13 +38,13 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      the start transition checks it in the same script;
                                      versions drain (saga/versions/registry.py)
     rs:{orders:0}:task:<id>          hash: one human task ('rev', 'task' JSON: saga/core/task_rules.py);
-                                     task_write.lua
+                                     task_write.lua; prune_ended.lua deletes it with its saga
     rs:{orders:0}:tasks:<assignee>   zset: open task id -> due (ms), per 'role:<r>' or 'user:<u>';
-                                     task_write.lua
+                                     task_write.lua, prune_ended.lua
     rs:{orders:0}:tasktimers         zset: '<task id>|<stage>' -> when (ms): reminders and
-                                     escalation steps; task_write.lua
+                                     escalation steps; task_write.lua, prune_ended.lua
     rs:{orders:0}:tasklog:<id>       list: a saga's task actions (who, what, when; JSON);
-                                     task_write.lua
+                                     task_write.lua; prune_ended.lua deletes it with its saga
     rs:{orders:0}:dlq                stream: dead letters of every stream in the partition; the
                                      bus's consumers (``Stream.dlq_key``), read by ``saga dlq``
 
@@ -241,6 +241,18 @@ class PartitionKeys:
         return tagged_key(self.tag, "tasklog", saga_id)
 
     @property
+    def task_prefixes(self) -> tuple[str, str, str]:
+        """What :meth:`task`, :meth:`tasks_for` and :meth:`task_log` put before the id.
+
+        For a script that derives those keys from ids (``prune_ended.lua``).
+        """
+        return (
+            tagged_key(self.tag, "task", ""),
+            tagged_key(self.tag, "tasks", ""),
+            tagged_key(self.tag, "tasklog", ""),
+        )
+
+    @property
     def everything(self) -> str:
         """A pattern matching every key of the partition (for ACL patterns and scans)."""
         return tagged_key(self.tag, "*")
@@ -372,23 +384,6 @@ class ScheduleKeys:
     def due(self) -> str:
         """Sorted set: schedule id -> when to look at it next (Unix ms)."""
         return tagged_key(self.tag, "due")
-
-    def task(self, task_id: str) -> str:
-        """The hash holding one human task."""
-        return tagged_key(self.tag, "task", task_id)
-
-    def tasks_for(self, assignee: str) -> str:
-        """The open tasks of ``assignee`` (``role:<r>`` or ``user:<u>``), scored by due time."""
-        return tagged_key(self.tag, "tasks", assignee)
-
-    @property
-    def task_timers(self) -> str:
-        """The sorted set of task timers (reminders, escalation steps; score: when)."""
-        return _key(self.tag, "tasktimers")
-
-    def task_log(self, saga_id: str) -> str:
-        """The list of a saga's task actions."""
-        return tagged_key(self.tag, "tasklog", saga_id)
 
     @property
     def everything(self) -> str:

@@ -1,4 +1,4 @@
-"""Retention: an ended saga's index entry and counter go once its hash has expired."""
+"""Retention: an ended saga's index entry, counter and human tasks go once its hash has expired."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ from bus import FakeClock
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import app
-from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga import App, EngineConfig, SagaAdmin, SagaClient, SagaStatus, SagaWorker
+from saga.definition.human_tasks import TaskResult
+from saga.runtime.tasks import TaskClient, role_table
 from saga.store.keys import Partition
+from tests.saga.task_sagas import Approval, Refund, refund
 
 pytestmark = pytest.mark.anyio
 PARTITION = Partition("orders", 0)
+PART = Partition("refunds", 0)
 DAY = 86_400
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000), retention_s=DAY)
 COMPLETED = ("order_fulfilment@1", "completed")
@@ -67,3 +71,34 @@ async def test_a_new_saga_under_an_expired_id_keeps_only_its_own_entry(redis: bu
     counts = await client.counts()
     assert counts[COMPLETED] == 0
     assert sum(n for (_, status), n in counts.items() if status != "completed") == 1
+
+
+async def test_a_forgotten_saga_takes_its_human_tasks_and_their_log_with_it(redis: bus.Redis) -> None:
+    clock = FakeClock(1_800_000_000_000)
+    refunds = App("refunds", sagas=[refund])
+    worker = SagaWorker(redis, refunds, config=CONFIG, clock=clock)
+    client = SagaClient(redis, refunds.registry, clock=clock, config=CONFIG)
+    tasks = TaskClient(redis, refunds.registry, authorize=role_table({"managers": {"ann"}}), clock=clock)
+    for n in range(3):
+        await client.start(refund, Refund(id=f"r{n}", amount=500), saga_id=f"r{n}")
+    await worker.run_until_idle()
+    ids = {t.saga_id: t.id for t in await tasks.list(role="managers")}
+    await tasks.complete(ids["r0"], Approval(approved=True), by="ann")  # answered: the task is closed
+    admin = SagaAdmin(redis, refunds, clock=clock, by="ops")
+    forced = TaskResult[Approval](answer=Approval(approved=True), by="ops")
+    await admin.force_complete("r1", "approve.answer", forced, reason="by phone", wait_s=0)
+    await worker.run_until_idle()  # r1 ended around its task: it is still open, indexed and timed
+    assert [(await client.get(f"r{n}")).status for n in range(3)] == ["completed", "completed", "suspended"]
+    assert await redis.zcard(PART.tasks_for("role:managers")) == 2
+    for n in range(2):
+        await redis.delete(PART.saga(f"r{n}"))  # their retention ran out
+    clock.advance(DAY + 1)
+    assert await worker.prune_ended() == 2
+    for gone in ("r0", "r1"):
+        assert not await redis.exists(PART.task(ids[gone]), PART.task_log(gone))
+    assert await redis.zrange(PART.tasks_for("role:managers"), 0, -1) == [ids["r2"].encode()]
+    timers = await redis.zrange(PART.task_timers, 0, -1)
+    assert timers
+    assert {m.decode().rpartition("|")[0] for m in timers} == {ids["r2"]}
+    assert (await tasks.show(ids["r2"])).state == "open"  # the suspended saga keeps its task
+    assert [e.action for e in await tasks.log("r2")] == ["opened"]
