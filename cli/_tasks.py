@@ -109,11 +109,13 @@ def _with_tasks(
     app_ref: str | None,
     authorize: Authorizer,
     job: Callable[[TaskClient], Awaitable[Any]],
+    context: str | None = None,
 ) -> Any:
     registry = _registry(app_ref)
 
     async def run(redis: Any) -> Any:
-        client = await TaskClient.from_redis(redis, registry, authorize=authorize)
+        contexts = None if context is None else [context]
+        client = await TaskClient.from_redis(redis, registry, authorize=authorize, contexts=contexts)
         return await job(client)
 
     return with_redis(redis_url, run)
@@ -180,7 +182,7 @@ def list_tasks(
             role=role, user=user, context=context, limit=limit
         ), await client.engine.now_ms()
 
-    found, now = _with_tasks(redis_url, app_ref, _nobody, job)
+    found, now = _with_tasks(redis_url, app_ref, _nobody, job, context)
     if json_output:
         emit_json([task_json(t, now) for t in found])
     elif found:

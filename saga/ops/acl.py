@@ -17,16 +17,24 @@ same way, so neither needs to write a saga::
                                     dead-letter stream (write-only); read      rs:epoch, reach another
                                     rs:epoch and the registered shapes         participant's stream
     <prefix>.client                 add to the inboxes (start requests,        write or delete a saga,
-                                    signals, cancels); read sagas, their       read the history or the
-                                    timers and indexes, the token keys and     dead letters
-                                    the registered shapes
+                                    signals, cancels); read sagas, their       read the history, the
+                                    timers and indexes, the token keys and     dead letters or the
+                                    the registered shapes                      human tasks
+    <prefix>.tasks                  the task inbox of contexts with human      read or write a saga, its
+      (task client)                 tasks: read and write (task_write) the     history or any stream;
+                                    tasks, their indexes, timers and logs;     read the inbox; decide
+                                    add the answers' signals to the inboxes;   who may act (the app's
+                                    read the registered shapes                 authorizer does)
     <prefix>.relay                  add outbox rows to the inboxes (and to     read them
                                     --relay-stream streams); read rs:epoch
     <prefix>.operator               read every key of the app's contexts but   write anything, read the
                                     the context's secrets                      signal secret
 
 Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...)
-run as the context's orchestrator user, signed with an operator's keyring.
+run as the context's orchestrator user, signed with an operator's keyring. The built-in
+``tasks`` participant (it opens and withdraws tasks, and fires their reminders and escalation
+steps) runs inside the orchestrator's worker, as its user; the read-only operator reads the
+task inbox with the rest of the partition.
 
 Key patterns are anchored: a partition's tag is matched digit by digit
 (``rs:{orders:[0-9]}:…``, ``rs:{orders:[1-9][0-9]}:…``), never with a ``*`` that could cross a
@@ -54,14 +62,16 @@ from typing import Any, Final, Literal
 from bus import Stream
 from bus.lowlevel import shared_helpers
 from saga.core.child_messages import CHILD
+from saga.definition.human_tasks import TASKS
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.definition.waits import WAITS
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
+from saga.runtime.tasks import task_contexts
 from saga.store import scripts
 from saga.store.keys import CONTEXTS, EPOCH, ContextKeys, PartitionKeys
 
-Role = Literal["orchestrator", "participant", "client", "relay", "operator"]
+Role = Literal["orchestrator", "participant", "client", "tasks", "relay", "operator"]
 
 _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
 """Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
@@ -84,6 +94,10 @@ _ORCHESTRATE: Final = ("sadd", "set", "hdel")
 """Plain writes of an orchestrator: the contexts set, the signal secret, ended waits."""
 _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 """Plain writes of operator actions (drain, decommission, dlq purge)."""
+_TASK_READS: Final = ("time", "hget", "zrange", "lrange")
+"""What ``TaskClient`` reads: a task, an assignee's index, a saga's task log, Redis's clock."""
+_CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys")
+"""What ``TaskClient.from_redis`` reads: the contexts, their shapes and participants."""
 
 _CONSUMER_SCRIPTS: Final = (
     ("bus", "epoch"), ("bus", "ack"), ("bus", "record"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
@@ -181,6 +195,9 @@ def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str]
     ]
     if contexts:
         users.append(_client(prefix, contexts.values()))
+    with_tasks = [contexts[name] for name in sorted(task_contexts(app.registry))]
+    if with_tasks:
+        users.append(_task_client(prefix, with_tasks, contexts.values()))
     relayed = [c for p in app.participants if p.uses_outbox for c in p.serves]
     users.append(_relay(prefix, _unique(relayed), [Stream.from_key(k) for k in relay_streams]))
     streams = [s.stream for bus in app.buses for s in bus.subscriptions]
@@ -227,7 +244,7 @@ def _orchestrator(
 
 
 def _participant(prefix: str, context: Context, participant: str) -> AclUser:
-    if participant in (LOCAL, WAITS, CHILD):
+    if participant in (LOCAL, WAITS, CHILD, TASKS):
         raise ValueError(f"participant name {participant!r} is reserved for the orchestrator")
 
     def stream(keys: PartitionKeys) -> Stream:
@@ -275,6 +292,29 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
     note = "client: starts sagas by request, signals and cancels them, reads their state (SagaClient)"
     grants = (Grant(_CONNECT), *_elsewhere(added, windows, read))
     return AclUser(f"{prefix}.client", "client", None, grants, note)
+
+
+def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[Context]) -> AclUser:
+    inbox: list[str] = []
+    own: list[str] = []
+    for context in with_tasks:
+        inbox += _partition_keys(context, _INBOX, "%W")  # the answers' signals: it reads none
+        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS):
+            own += _partition_keys(context, key)
+    registered = ["%R~" + CONTEXTS]
+    for context in contexts:
+        registered += [
+            "%R~" + ContextKeys(context.name).shapes,
+            "%R~" + ContextKeys(context.name).participants,
+        ]
+    grants = (
+        Grant(_CONNECT),
+        _grant((*_SCRIPTS, *_TASK_READS), [(scripts.PACKAGE, scripts.TASK_WRITE.name)], own),
+        Grant(("xadd",), _unique(inbox)),
+        Grant(_CATALOGUE_READS, _unique(registered)),
+    )
+    note = "task client: lists, claims, completes and reassigns human tasks (TaskClient, saga tasks)"
+    return AclUser(f"{prefix}.tasks", "tasks", None, grants, note)
 
 
 def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
@@ -352,6 +392,10 @@ _BRANCHES: Final[Pattern] = methodcaller("branches", "*")
 _TIMERS: Final[Pattern] = attrgetter("timers")
 _STATUS_INDEXES: Final[Pattern] = methodcaller("by_status", "*")
 _COUNTS: Final[Pattern] = attrgetter("counts")
+_TASK: Final[Pattern] = methodcaller("task", "*")
+_TASK_INDEXES: Final[Pattern] = methodcaller("tasks_for", "*")
+_TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")
+_TASK_LOGS: Final[Pattern] = methodcaller("task_log", "*")
 
 
 def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:

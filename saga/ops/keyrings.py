@@ -33,8 +33,10 @@ import msgspec
 
 from bus import AuthError, Keyring, principal
 from bus.lowlevel import check_key_id, issue, stream_audience
+from saga.definition.human_tasks import TASKS
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
+from saga.runtime.tasks import task_contexts
 from saga.store.trust import orchestrator_of, participant_named
 
 
@@ -143,6 +145,8 @@ def reach_of(
     """Every principal of ``app`` (and the named clients and operators) with what it reaches.
 
     ``publishes`` maps a bus name to the stream keys its handlers publish domain events to.
+    A context with human tasks has the ``participant:tasks`` principal too: the task inbox
+    its orchestrator's worker runs, so that worker holds both keyrings.
     """
     orchestrators = {name: orchestrator_of(name) for name in app.registry.contexts}
     reach: dict[str, Reach] = {}
@@ -159,6 +163,9 @@ def reach_of(
                     child = orchestrator_of(step.child.definition.context.name)
                     found.sends_to.add(child)  # it starts and cancels the child there
                     reach.setdefault(child, Reach()).sends_to.add(me)  # the child reports its end here
+    for name in sorted(task_contexts(app.registry)):  # the worker's built-in task inbox
+        reach[orchestrators[name]].sends_to.add(participant_named(TASKS))
+        reach.setdefault(participant_named(TASKS), Reach()).sends_to.add(orchestrators[name])
     for participant in app.participants:
         reach.setdefault(participant_named(participant.name), Reach()).sends_to.update(
             orchestrator_of(c.name) for c in participant.serves

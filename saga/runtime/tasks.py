@@ -267,16 +267,22 @@ class TaskClient:
 
     @classmethod
     async def from_redis(
-        cls, redis: Any, registry: Registry | None = None, *, authorize: Authorizer, **options: Any
+        cls,
+        redis: Any,
+        registry: Registry | None = None,
+        *,
+        authorize: Authorizer,
+        contexts: Collection[str] | None = None,
+        **options: Any,
     ) -> TaskClient:
         """A task client on the definitions workers registered in Redis, no code needed.
 
-        The registered contexts give the partitions to list, and each form's registered JSON
-        schema checks answers to tasks whose code ``registry`` (if given) does not have.
-        ``options`` are the constructor's.
+        The registered contexts (every one, or only ``contexts``) give the partitions to
+        list, and each form's registered JSON schema checks answers to tasks whose code
+        ``registry`` (if given) does not have. ``options`` are the constructor's.
         """
         registry = Registry([]) if registry is None else registry
-        catalogue = Catalogue.of(registry).merge(await Catalogue.load(redis))
+        catalogue = Catalogue.of(registry).merge(await Catalogue.load(redis, contexts=contexts))
         return cls(redis, registry, authorize=authorize, catalogue=catalogue, **options)
 
     def partitions(self, context: str | None = None) -> list[Partition]:

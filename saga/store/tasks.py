@@ -78,7 +78,6 @@ class RedisTaskStore:
         keys = [partition.task(task.id), partition.task_timers, partition.task_log(task.saga_id)]
         keys += [partition.tasks_for(a) for a in change.unindex]
         keys += [partition.tasks_for(a) for a in change.index]
-        keys += [stream.key for stream, _ in messages]
         args: list[Any] = [change.before_rev, task.rev, _json.encode(task), task.id, task.due_ms]
         args += [len(change.unindex), len(change.index), len(messages), len(change.timers)]
         for member, at in change.timers.items():
@@ -89,9 +88,9 @@ class RedisTaskStore:
             len(change.log),
             *(_json.encode(e) for e in change.log),
         ]
-        for _, envelope in messages:
+        for stream, envelope in messages:
             fields = envelope.field_args()
-            args += [len(fields) // 2, *fields]
+            args += [stream.key, len(fields) // 2, *fields]
         with redis_errors():
             reply = await TASK_WRITE.call(keys, args).run(self.redis)
         return bool(reply[0] in (b"ok", "ok"))

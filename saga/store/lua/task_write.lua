@@ -6,8 +6,8 @@
 --
 -- KEYS[1] task hash ('rev', 'task' JSON)     KEYS[2] the partition's task timers zset
 -- KEYS[3] the saga's task log list
--- then: the index zsets to remove the task from, those to add it to (score: due), and one
---       stream per message, in the counts ARGV gives
+-- then: the index zsets to remove the task from, those to add it to (score: due), in the
+--       counts ARGV gives
 --
 -- ARGV[1] expected revision (0: the task must not exist)   ARGV[2] new revision
 -- ARGV[3] task JSON   ARGV[4] task id   ARGV[5] due (ms, the index score)
@@ -15,7 +15,8 @@
 -- then: n, n × (member, when)      timers to start
 -- then: n, n × member              timers to remove
 -- then: n, n × entry (JSON)        task log entries
--- then: per message: k, k × (field, value)   the entry's fields
+-- then: per message: stream, k, k × (field, value)   the stream (an argument, so that the
+--       task client's ACL user may hold the inbox write-only: %W~) and the entry's fields
 --
 -- Returns {'ok', revision} or {'conflict', current revision}.
 local task, timers, log = KEYS[1], KEYS[2], KEYS[3]
@@ -52,13 +53,12 @@ for j = 1, n do
 end
 i = i + n + 1
 for _ = 1, nmessages do
-  local nfields = tonumber(ARGV[i])
+  local stream, nfields = ARGV[i], tonumber(ARGV[i + 1])
   local fields = {}
   for j = 1, 2 * nfields do
-    fields[j] = ARGV[i + j]
+    fields[j] = ARGV[i + 1 + j]
   end
-  redis.call('XADD', KEYS[k], '*', unpack(fields))
-  k = k + 1
-  i = i + 2 * nfields + 1
+  redis.call('XADD', stream, '*', unpack(fields))
+  i = i + 2 * nfields + 2
 end
 return {'ok', tonumber(ARGV[2])}
