@@ -18,6 +18,7 @@ import msgspec
 import typer
 
 from redsaga.cli._common import (
+    CommandError,
     Json,
     RedisUrl,
     UsageProblem,
@@ -31,7 +32,7 @@ from redsaga.cli._common import (
 from redsaga.cli._format import when
 from redsaga.cli._load import load_object
 from redsaga.cli._session import definitions
-from saga import App, Role, TaskClient, User
+from saga import App, Role, TaskClient, User, Versions
 from saga.core.task_rules import Task, TaskLog
 from saga.definition.registry import Registry
 from saga.errors import InvalidInput
@@ -115,6 +116,8 @@ def _with_tasks(
 
     async def run(redis: Any) -> Any:
         contexts = None if context is None else [context]
+        if context is not None and context not in await Versions(redis).contexts():
+            raise CommandError(f"no context {context!r} is registered in this Redis")
         client = await TaskClient.from_redis(redis, registry, authorize=authorize, contexts=contexts)
         return await job(client)
 

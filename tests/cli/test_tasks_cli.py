@@ -125,7 +125,11 @@ def test_json_shapes_and_the_resume_token_is_never_printed(fake: Fake) -> None:
     assert moved["assignee"] == "user:ann"
     assert [t["id"] for t in as_json(saga("tasks", "list", "--user", "ann", "--json"))] == [task_id]
     assert as_json(saga("tasks", "list", "--user", "ann", "--context", "refunds", "--json")) != []
-    one_line_error(saga("tasks", "list", "--user", "ann", "--context", "nowhere"), 1, "no context 'nowhere'")
+    one_line_error(
+        saga("tasks", "list", "--user", "ann", "--context", "nowhere"),
+        1,
+        "no context 'nowhere' is registered",
+    )
     assert as_json(saga("tasks", "list", "--role", "managers", "--json")) == []
     token = msgspec.json.decode(fake.run(_raw_task, task_id))["token"]
     for output in (
