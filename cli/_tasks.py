@@ -36,7 +36,7 @@ from saga import App, Role, TaskClient, User, Versions
 from saga.core.task_rules import Task, TaskLog
 from saga.definition.registry import Registry
 from saga.errors import InvalidInput
-from saga.runtime.tasks import Authorizer
+from saga.runtime.tasks import Authorizer, nobody
 from saga.store.keys import Partition
 
 AUTHORIZER_ENV = "REDSAGA_TASK_AUTHORIZER"
@@ -82,11 +82,6 @@ Context = Annotated[
         "--context", help="Only this bounded context (default: every registered one).", show_default=False
     ),
 ]
-
-
-def _nobody(_by: str, _action: str, _task: Task) -> bool:
-    """The read-only commands' authorizer: they act on nothing."""
-    return False
 
 
 def _authorizer(reference: str | None) -> Authorizer:
@@ -185,7 +180,7 @@ def list_tasks(
             role=role, user=user, context=context, limit=limit
         ), await client.engine.now_ms()
 
-    found, now = _with_tasks(redis_url, app_ref, _nobody, job, context)
+    found, now = _with_tasks(redis_url, app_ref, nobody, job, context)
     if json_output:
         emit_json([task_json(t, now) for t in found])
     elif found:
@@ -207,7 +202,7 @@ def show(task_id: TaskId, redis_url: RedisUrl = None, json_output: Json = False)
         log = await client.engine.store.log(Partition(task.context, task.partition), task.saga_id)
         return task, [e for e in log if e.task == task.id], await client.engine.now_ms()
 
-    task, log, now = _with_tasks(redis_url, None, _nobody, job)
+    task, log, now = _with_tasks(redis_url, None, nobody, job)
     if json_output:
         emit_json({"task": task_json(task, now), "log": log})
         return

@@ -58,6 +58,11 @@ _json = msgspec.json.Encoder()
 _ATTEMPTS: Final = 20
 
 
+def nobody(_by: str, _action: str, _task: Task) -> bool:
+    """An :data:`Authorizer` that lets nobody act: for clients that only read the inbox."""
+    return False
+
+
 def by_roles(members: Callable[[str, str], bool], *, supervisors: str = "") -> Authorizer:
     """An :data:`Authorizer` from a role-membership callback ``members(user, role)``.
 

@@ -180,7 +180,8 @@ async def _every_ui_page_reads_as(redis: bus.Redis, saga_id: str) -> None:
     """The web UI needs no more than the read-only operator may do."""
     ui = httpx.AsyncClient(transport=httpx.ASGITransport(create_app(redis)), base_url="http://127.0.0.1")
     async with ui:
-        for path in ("/", "/?stuck_for=1s", saga_href(saga_id), "/dead-letters", "/stats"):
+        pages = ("/", "/?stuck_for=1s", saga_href(saga_id), "/dead-letters", "/stats", "/tasks?name=managers")
+        for path in pages:
             assert (await ui.get(path)).status_code == 200, path
 
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import bus
+from bus import FakeClock
 from redsaga.examples import stateless
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
@@ -25,7 +26,9 @@ from saga.ops.ui.formatting import saga_href
 from saga.ops.ui.pages import compensations
 from saga.store.keys import ContextKeys
 from saga.testing import SagaRunner
+from tests.cli import task_world
 from tests.ops.scenario import PARTITION, app, drive
+from tests.saga import task_sagas
 
 pytestmark = pytest.mark.anyio
 MARKUP = "<b>bold</b><svg/onload=window.pwned=1>"
@@ -101,7 +104,7 @@ def _order(order_id: str, **fields: str) -> Order:
 
 
 async def test_every_page_answers_with_headers_that_run_only_its_own_scripts(ui: Ui) -> None:
-    for path in ("/", "/dead-letters", "/stats", saga_href(ui.ids["dead_lettered"])):
+    for path in ("/", "/dead-letters", "/stats", "/tasks?name=managers", saga_href(ui.ids["dead_lettered"])):
         response = await ui.client.get(path)
         assert response.status_code == 200, path
         policy = response.headers["content-security-policy"]
@@ -249,3 +252,47 @@ def test_compensations_are_listed_in_the_order_they_ran() -> None:
         ("charge_payment", "refund_payment", "compensated"),
         ("reserve_stock", "release_stock", "compensated"),
     ]
+
+
+async def _with_tasks(redis: bus.Redis) -> None:
+    """Two refunds waiting for a manager, one with markup in its id (and so in its task's title)."""
+    client = SagaClient(redis, task_world.app.registry, clock=FakeClock(task_world.CLOCK_MS))
+    await client.start(task_sagas.refund, task_sagas.Refund(id=MARKUP, amount=900), saga_id="big")
+    await task_world.open_tasks(redis, 300)  # due at the same time, so listed by task id
+
+
+async def test_the_tasks_page_lists_a_roles_open_tasks_escaped(fake_redis: bus.Redis) -> None:
+    await _with_tasks(fake_redis)
+    async with _client(fake_redis) as client:
+        asking = (await client.get("/tasks")).text
+        assert "Name a role or a person" in asking
+        assert 'href="/tasks" aria-current="page"' in asking  # in the nav, on every page
+        assert 'href="/tasks"' in (await client.get("/stats")).text
+        shown = await client.get("/tasks", params={"kind": "role", "name": "managers"})
+        assert shown.status_code == 200
+        html = shown.text
+        assert "Approve refund &lt;b&gt;bold&lt;/b&gt;&lt;svg/onload=window.pwned=1&gt; of 900" in html
+        assert "<b>bold</b>" not in html
+        assert sorted(_SagaLinks.of(html)) == ["big", "r300"]
+        assert html.count('<td class="holder">-</td>') == 2
+        assert "No open tasks." in (await client.get("/tasks?kind=user&name=ann")).text
+        in_context = await client.get("/tasks?kind=role&name=managers&context=refunds")
+        assert len(_SagaLinks.of(in_context.text)) == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "says"),
+    [
+        ("?kind=team&name=x", 400, "assignee kind &#39;team&#39; is not role or user"),
+        ("?kind=role&name=no%20spaces", 400, "role &#39;no spaces&#39; is not valid"),
+        ("?kind=role&name=x&context=nowhere", 400, "no context &#39;nowhere&#39;"),
+    ],
+)
+async def test_a_bad_tasks_filter_is_a_page_saying_why(
+    fake_redis: bus.Redis, query: str, status: int, says: str
+) -> None:
+    await _with_tasks(fake_redis)
+    async with _client(fake_redis) as client:
+        response = await client.get("/tasks" + query)
+    assert response.status_code == status
+    assert says in response.text

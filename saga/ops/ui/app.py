@@ -1,10 +1,12 @@
-"""The UI's ASGI app: four read-only pages over one Redis connection.
+"""The UI's ASGI app: five read-only pages over one Redis connection.
 
 ``/`` lists sagas (filters: status, definition, version, stuck for), ``/sagas/<id>`` shows
 one saga (its path over its diagram, timeline, attempts, timers and waits, compensations),
-``/dead-letters`` the dead letters with their reasons and ``/stats`` queues, lag, in-flight
-and stuck sagas. Each request reads the definitions registered in Redis afresh
-(:meth:`saga.SagaAdmin.from_redis`), so versions registered since show up.
+``/dead-letters`` the dead letters with their reasons, ``/stats`` queues, lag, in-flight
+and stuck sagas, and ``/tasks`` the open human tasks of a role or a person, soonest due
+first (read only: people act through the application's own task inbox). Each request
+reads the definitions registered in Redis afresh (:meth:`saga.SagaAdmin.from_redis`), so
+versions registered since show up.
 
 Errors are pages too: an unknown saga 404, a filter that does not parse 400, Redis not
 answering 503. Responses carry a Content-Security-Policy that runs only the app's own
@@ -36,6 +38,7 @@ from saga.ops.admin import SagaAdmin
 from saga.ops.inspect import parse_duration
 from saga.ops.ui import formatting
 from saga.ops.ui.pages import Filters, compensations, status_counts
+from saga.runtime.tasks import TaskClient, nobody
 
 _HERE = Path(__file__).parent
 _HEADERS = {
@@ -82,6 +85,7 @@ def create_app(redis: Any, *, allowed_hosts: Sequence[str] = ("*",)) -> Starlett
             Route("/sagas/{saga_id:path}", _saga, name="saga"),
             Route("/dead-letters", _dead_letters, name="dead_letters"),
             Route("/stats", _stats, name="stats"),
+            Route("/tasks", _tasks, name="tasks"),
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
         ],
         middleware=[
@@ -188,6 +192,29 @@ async def _stats(request: Request) -> Response:
         else admin.stats(context=context, stuck_for_ms=stuck_for_ms)
     )
     return _pages.TemplateResponse(request, "stats.html", {"stats": found, "stuck_for": stuck_for})
+
+
+async def _tasks(request: Request) -> Response:
+    kind = request.query_params.get("kind", "role")
+    name = request.query_params.get("name", "").strip()
+    context = request.query_params.get("context") or None
+    if kind not in ("role", "user"):
+        raise InvalidInput(f"assignee kind {kind!r} is not role or user")
+    client = await TaskClient.from_redis(request.app.state.redis, authorize=nobody)
+    role, user = (name, "") if kind == "role" else ("", name)
+    found = await client.list(role=role, user=user, context=context) if name else []
+    return _pages.TemplateResponse(
+        request,
+        "tasks.html",
+        {
+            "kind": kind,
+            "name": name,
+            "context": context or "",
+            "contexts": sorted(client.catalogue.contexts),
+            "tasks": found,
+            "now_ms": await client.engine.now_ms(),
+        },
+    )
 
 
 def _error_page(status: int, title: str) -> Callable[[Request, Exception], Awaitable[Response]]:
