@@ -180,7 +180,8 @@ _LEGEND = (
     ("", "undid the steps already done: the card refunded, the stock released)"),
     ("sagas", "how many ended so"),
     ("retries", "step attempts beyond the first (the injected flaky services), all absorbed"),
-    ("p50 ms", "median time from start to end; p99 ms: the 99th percentile"),
+    ("p50 ms", "median time from start to end; p99 ms: the 99th percentile (real time: the hours"),
+    ("", "the demo skipped to make an approval overdue are left out)"),
 )
 
 
@@ -205,5 +206,25 @@ def _show_report(report: DemoReport, where: str) -> None:
         f"stock released: {cell(report.stock_released)}  (no stock held for an order that did not complete)",
         fg=None if report.stock_released else typer.colors.RED,
     )
+    _show_approvals(report)
     if report.unfinished:
         emit_line(f"{report.unfinished} sagas did not finish in time", fg=typer.colors.RED)
+
+
+def _show_approvals(report: DemoReport) -> None:
+    from redsaga.examples.orders import APPROVAL_DUE, APPROVAL_LIMIT_CENTS  # noqa: PLC0415 - as run_demo
+
+    if not report.approvals:
+        return
+    on_time = [a for a in report.approvals if not a.escalated]
+    by = ", ".join(sorted({a.approved_by for a in on_time})) or "-"
+    emit_line(
+        f"approvals: {len(report.approvals)} orders over {APPROVAL_LIMIT_CENTS / 100:.2f} waited for a "
+        f"manager; {len(on_time)} approved on time by {by}"
+    )
+    hours = APPROVAL_DUE.total_seconds() / 3600
+    for late in (a for a in report.approvals if a.escalated):
+        emit_line(
+            f"  {late.order}: left {hours:g} h (the demo's clock skipped ahead), escalated to "
+            f"senior-managers, approved by {late.approved_by or '-'}: {'; '.join(late.actions)}"
+        )

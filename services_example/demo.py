@@ -2,7 +2,9 @@
 
 Orders are drawn from a seeded random generator with injected failures: declined cards
 (compensated: the stock is released), unserved regions (compensated: refund, then release),
-and flaky participants (transient failures that the retry policy absorbs).
+and flaky participants (transient failures that the retry policy absorbs). Orders above the
+approval limit wait for a manager first; the demo's managers answer them
+(``redsaga.examples.desk``), one after its escalation.
 
 Every entry is signed and checked, as in production: unless ``REDSAGA_KEYRING`` names the
 keys to use, the demo makes a master key for the run and issues one keyring holding every
@@ -28,11 +30,12 @@ from bus import Redis, uuid7
 from bus.lowlevel import KEYRING_ENV, encode_keyrings
 from redsaga.examples.all import app
 from redsaga.examples.contracts import Line, Order
+from redsaga.examples.desk import ApprovalNote, DemoClock, Desk, authorize
 from redsaga.examples.inventory import reserved_orders, stock
-from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.orders import large_order, saga_for
 from redsaga.examples.payments import balances, ledger
 from relay import Relay, RelayConfig
-from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker, TaskClient
 from saga.ops.keyrings import issue_keyrings, new_master, reach_of
 
 
@@ -50,7 +53,7 @@ class DemoReport(msgspec.Struct, kw_only=True):
     """What the demo did and whether the books balance.
 
     ``signed_by`` lists the principals whose keyrings signed and checked every entry (empty
-    with signing off).
+    with signing off); ``approvals`` how each large order's approval went.
     """
 
     orders: int
@@ -60,6 +63,7 @@ class DemoReport(msgspec.Struct, kw_only=True):
     stock_released: bool
     unfinished: int
     signed_by: list[str] = msgspec.field(default_factory=list)
+    approvals: list[ApprovalNote] = msgspec.field(default_factory=list)
 
 
 def make_orders(count: int, seed: int, run: str = "") -> list[Order]:
@@ -129,8 +133,10 @@ async def _run(
     redis: Redis, orders: int, seed: int, timeout_s: float, progress: Callable[[dict[str, int]], None] | None
 ) -> DemoReport:
     config = EngineConfig()
-    worker = SagaWorker(redis, app, config=config)
-    client = SagaClient(redis, app.registry, config=config, source="demo")  # client:demo when signed
+    clock = DemoClock()
+    worker = SagaWorker(redis, app, config=config, clock=clock)
+    client = SagaClient(redis, app.registry, config=config, source="demo", clock=clock)  # client:demo
+    desk = Desk(TaskClient(redis, app.registry, authorize=authorize, config=config, clock=clock), clock)
     batch = make_orders(orders, seed, run=uuid7()[:13])
     # SQLite has no NOTIFY: the demo's relays poll often so replies are not held up.
     relays = [
@@ -144,14 +150,16 @@ async def _run(
         for one_relay in relays:
             tg.start_soon(one_relay.run)
         for order in batch:
-            await client.start(order_fulfilment, order, saga_id=order.id)
+            await client.start(saga_for(order), order, saga_id=order.id)
         with anyio.move_on_after(timeout_s):
             while True:
                 counts = _by_status(await client.counts())
                 if progress is not None:
                     progress(counts)
-                if sum(n for s, n in counts.items() if not SagaStatus(s).terminal) == 0:
+                in_flight = sum(n for s, n in counts.items() if not SagaStatus(s).terminal)
+                if in_flight == 0:
                     break
+                await desk.work(in_flight)
                 await anyio.sleep(0.2)  # a progress display, not a timing assumption
         seconds = time.monotonic() - started
         states = [await client.get(order.id) for order in batch]
@@ -163,7 +171,8 @@ async def _run(
     by_status: dict[str, list[tuple[int, int]]] = {}
     for state in states:
         retries = sum(max(0, len(s.attempts) - 1) for s in state.steps.values() if s.attempts)
-        by_status.setdefault(state.status.value, []).append((state.updated_ms - state.created_ms, retries))
+        took = clock.real_ms(state.created_ms, state.updated_ms)  # the skipped hours left out
+        by_status.setdefault(state.status.value, []).append((took, retries))
     outcomes = [
         Outcome(
             status=status,
@@ -184,6 +193,7 @@ async def _run(
         stock_released=all(o in completed for o in holding if o in totals),
         unfinished=sum(1 for s in states if not s.status.terminal),
         signed_by=sorted(config.auth.keyrings),
+        approvals=await desk.notes([o.id for o in batch if saga_for(o) is large_order]),
     )
 
 

@@ -34,6 +34,21 @@ def test_demo_on_embedded_redis_ends_every_saga_and_balances_the_books() -> None
     outcomes = {o["status"]: o["sagas"] for o in report["outcomes"]}
     assert sum(outcomes.values()) == 40
     assert set(outcomes) == {"completed", "compensated"}
+    # the large orders waited for a manager: one let run overdue, escalated once, then approved
+    approvals = report["approvals"]
+    late = [a for a in approvals if a["escalated"]]
+    assert len(late) == 1
+    assert late[0]["actions"] == [
+        "opened by engine",
+        "escalation: reassigned by engine",
+        "escalation: extended by engine",
+        "claimed by sam",
+        "completed by sam",
+    ]
+    on_time = [a for a in approvals if not a["escalated"]]
+    assert on_time
+    assert all(a["actions"] == ["opened by engine", "claimed by ann", "completed by ann"] for a in on_time)
+    assert max(o["p99_ms"] for o in report["outcomes"]) < 60_000  # the skipped hours are left out
 
 
 @pytest.mark.redis
@@ -48,6 +63,9 @@ def test_demo_on_real_redis_as_a_subprocess(real_redis_url: str) -> None:
     assert completed.returncode == 0, completed.stderr
     assert "30 orders in" in completed.stdout
     assert "ledger balanced: yes" in completed.stdout
+    assert "waited for a manager;" in completed.stdout
+    assert "approved on time by ann" in completed.stdout
+    assert "escalated to senior-managers, approved by sam" in completed.stdout
 
 
 def test_graph_prints_the_definition_as_mermaid_and_dot() -> None:

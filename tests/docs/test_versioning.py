@@ -82,7 +82,8 @@ async def test_the_worked_example_runs_as_the_doc_shows(production: bus.Redis, t
     rows = {row.key: row for row in await versions.status()}
     assert (rows["order_fulfilment@1"].in_flight, rows["order_fulfilment@2"].in_flight) == (0, 4)
     await versions.decommission("order_fulfilment", 1)
-    assert list(await versions.shapes("orders")) == ["order_fulfilment@2"]
+    fulfilment = [key for key in await versions.shapes("orders") if key.startswith("order_fulfilment@")]
+    assert fulfilment == ["order_fulfilment@2"]  # beside it: large_order@1, the orders app's other saga
 
 
 def _order() -> Order:

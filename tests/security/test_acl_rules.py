@@ -47,6 +47,7 @@ def test_one_user_per_orchestrator_context_participant_relay_and_operator() -> N
         "redsaga.orders.inventory": "participant",
         "redsaga.orders.shipping": "participant",
         "redsaga.client": "client",
+        "redsaga.tasks": "tasks",  # the example's large orders wait for a manager
         "redsaga.relay": "relay",
         "redsaga.operator": "operator",
     }

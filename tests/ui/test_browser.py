@@ -60,7 +60,10 @@ async def _fill(url: str) -> Demo:
         admin = await SagaAdmin.from_redis(redis)
         rows = (await admin.list(limit=100)).rows
         compensated = [r.id for r in rows if r.status == SagaStatus.COMPENSATED]
-        shipped = [i for i in compensated if (await admin.get(i)).steps["arrange_shipping"].attempts]
+        steps = {i: (await admin.get(i)).steps for i in compensated}
+        shipped = [
+            i for i in compensated if "arrange_shipping" in steps[i] and steps[i]["arrange_shipping"].attempts
+        ]
         # a saga with markup in its id, waiting for inventory (no participant runs now)
         order = Order(id="markup", customer="c", lines=[Line(sku="s", quantity=1)], total_cents=1)
         await SagaClient(redis, orders.app.registry).start(orders.order_fulfilment, order, saga_id=MARKUP)
