@@ -22,6 +22,7 @@ from saga.ops.keyrings import (
     describe,
     encode_master,
     issue_keyrings,
+    keyrings_by_process,
     new_master,
     reach_of,
     read_master,
@@ -115,7 +116,8 @@ def issue(
             "--principal",
             "-p",
             help="A principal this process runs, e.g. orchestrator:orders, participant:payments, "
-            "client:web (repeatable). Default: every principal of the app, one keyring file each.",
+            "client:web (repeatable). Default: one keyring file per process of the app (a context's "
+            "orchestrator holds participant:tasks too: the task inbox runs in its worker).",
         ),
     ] = None,
     client: Annotated[
@@ -156,10 +158,10 @@ def issue(
             raise typer.BadParameter(
                 f"{out} is not a directory (name one, or pass --principal)", param_hint="--out"
             )
-        for keyring in issue_keyrings(secrets, reach, sorted(reach)):
-            target = out / f"{keyring.principal.replace(':', '.')}.keyring.json"
-            write_secret_file(target, encode_keyrings([keyring]), replace=replace)
-            written.append((str(target), [keyring.principal]))
+        for name, held in keyrings_by_process(app, reach).items():
+            target = out / f"{name.replace(':', '.')}.keyring.json"
+            write_secret_file(target, encode_keyrings(issue_keyrings(secrets, reach, held)), replace=replace)
+            written.append((str(target), held))
     if json_output:
         emit_json({"written": [{"file": f, "principals": p} for f, p in written]})
         return

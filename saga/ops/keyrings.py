@@ -180,6 +180,17 @@ def reach_of(
     return reach
 
 
+def keyrings_by_process(app: App, reach: Mapping[str, Reach]) -> dict[str, list[str]]:
+    """The principals each process of ``app`` holds, by the principal it is named after.
+
+    One process per principal, but the task inbox (``participant:tasks``) runs in the worker
+    of each context with human tasks: that orchestrator's process holds both.
+    """
+    tasks = participant_named(TASKS)
+    hosts = {orchestrator_of(name) for name in task_contexts(app.registry)}
+    return {who: [who, tasks] if who in hosts else [who] for who in sorted(reach) if who != tasks}
+
+
 def issue_keyrings(
     master: MasterFile, reach: Mapping[str, Reach], principals: Iterable[str]
 ) -> list[Keyring]:

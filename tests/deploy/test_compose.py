@@ -31,6 +31,7 @@ from redsaga.cli.main import app as cli
 from relay.metrics import RelayMetrics
 from saga import App, EngineConfig, SagaWorker
 from saga.metrics import WorkerMetrics
+from saga.runtime.tasks import task_contexts
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,8 +232,9 @@ async def test_the_relay_health_check_of_the_compose_file_exits_0_once_the_relay
 
 def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path) -> None:
     """Run the keys service's script here (the volume is a temporary directory): every
-    container that signs names a keyring it writes, holding that container's principal only;
-    a second run keeps the master and issues the same keys."""
+    container that signs names a keyring it writes, holding that container's principals only
+    (an orchestrator's worker runs its context's task inbox too); a second run keeps the
+    master and issues the same keys."""
     keys = SERVICES["keys"]
     [script] = keys["command"]
     local = script.replace("/keys", str(tmp_path)).replace("saga ", f"{sys.executable} -m redsaga.cli ")
@@ -241,9 +243,9 @@ def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path
     signing = {name: s for name, s in APP_IMAGE.items() if name not in RELAYS}
     for name, service in signing.items():
         path = env(service)["REDSAGA_KEYRING"].replace("/keys", str(tmp_path))
-        [keyring] = load_keyrings(path)
-        expected = "client:generator" if name == "generator" else app_principal(service)
-        assert keyring.principal == expected, name
+        held = sorted(k.principal for k in load_keyrings(path))
+        expected = ["client:generator"] if name == "generator" else app_principals(service)
+        assert held == expected, name
         assert "keys:/keys:ro" in service["volumes"], name
         assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully", name
     for name in RELAYS:  # a relay publishes rows as their writers signed them: it holds no key
@@ -252,11 +254,11 @@ def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.keyring.json")} == first
 
 
-def app_principal(service: dict[str, Any]) -> str:
-    """The principal a worker of one orchestrator or one participant runs as."""
+def app_principals(service: dict[str, Any]) -> list[str]:
+    """The principals a worker of one orchestrator (and its task inbox) or one participant runs as."""
     app = app_of(service)
     if app.registry.contexts:
         [context] = app.registry.contexts
-        return f"orchestrator:{context}"
+        return [f"orchestrator:{context}", *(["participant:tasks"] if task_contexts(app.registry) else [])]
     [participant] = app.participants
-    return f"participant:{participant.name}"
+    return [f"participant:{participant.name}"]
