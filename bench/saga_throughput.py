@@ -27,8 +27,9 @@ Fields: ``rate_per_s`` (sagas/s), ``p50_ms``/``p99_ms`` (start -> completed, see
 orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes),
 ``redis_cpu_us_per_unit`` (the Redis server's CPU per saga, from ``INFO cpu``: every
 client's, so run it on a server nothing else uses), ``cmds_per_saga`` (top-level Redis
-commands sent per saga, counted in the client), ``bytes_per_saga`` (Redis memory per
-completed saga, retention off).
+commands sent per saga, counted in the client), ``sent_bytes_per_saga`` (bytes the Redis
+server read from its clients per saga, from ``INFO stats``' ``total_net_input_bytes``: every
+client's), ``bytes_per_saga`` (Redis memory per completed saga, retention off).
 
 The fan-out shape (``--shapes fanout``; lines ``saga.fanout.…``) runs one saga whose map
 has ``--branches`` branches (1,000) at most ``--fanout-concurrency`` (50) in flight, with
@@ -382,12 +383,14 @@ async def measure(
 ) -> dict[str, object]:
     memory_before = await used_memory(redis)
     server_before = await server_cpu_s(redis)
+    sent_before = await bytes_received(redis)
     COMMANDS[0] = 0
     cpu, wall = time.process_time(), time.perf_counter()
     await drive(shape, count, start)
     wall = time.perf_counter() - wall
     cpu = time.process_time() - cpu
     server = await server_cpu_s(redis) - server_before
+    sent = await bytes_received(redis) - sent_before
     latencies = sorted(tracker.latencies)
     return {
         "rate_per_s": round(count / wall, 1),
@@ -395,6 +398,7 @@ async def measure(
         "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
         "cpu_s": cpu,
         "redis_cpu_us_per_unit": round(server / count * 1e6, 1),
+        "sent_bytes_per_saga": round(sent / count),
         "commands": COMMANDS[0],
         "memory_before": memory_before,
         "sagas": count,
@@ -421,6 +425,11 @@ def finish(
 
 async def used_memory(redis: bus.Redis) -> int:
     return int((await redis.info("memory"))["used_memory"])
+
+
+async def bytes_received(redis: bus.Redis) -> int:
+    """Bytes the Redis server has read from its clients (every client's, as for the CPU)."""
+    return int((await redis.info("stats"))["total_net_input_bytes"])
 
 
 async def server_cpu_s(redis: bus.Redis) -> float:
