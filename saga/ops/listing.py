@@ -21,8 +21,8 @@ from typing import Any, Final
 import msgspec
 
 from bus.lowlevel import redis_errors
-from saga.core.model import Wait
 from saga.core.states import SagaStatus
+from saga.store.codec import decode_meta, decode_step
 from saga.store.keys import Partition
 
 _WINDOW: Final = 200
@@ -61,18 +61,6 @@ class SagaPage(msgspec.Struct, kw_only=True):
     next_offset: int | None
     total: int = 0
     waiting: int | None = None
-
-
-class _WaitMeta(msgspec.Struct):
-    wait: Wait | None = None
-
-
-class _StepTimer(msgspec.Struct):
-    timer: str | None = None
-
-
-_wait_meta = msgspec.json.Decoder(_WaitMeta)
-_step_timer = msgspec.json.Decoder(_StepTimer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +184,7 @@ async def waiting(redis: Any, partition: Partition, saga_ids: Sequence[str], now
     waits = {
         saga_id: meta.wait
         for saga_id, raw in zip(saga_ids, metas, strict=True)
-        if raw is not None and (meta := _wait_meta.decode(raw)).wait is not None
+        if raw is not None and (meta := decode_meta(raw)).wait is not None
     }
     if not waits:
         return set()
@@ -206,7 +194,7 @@ async def waiting(redis: Any, partition: Partition, saga_ids: Sequence[str], now
                 pipe.hget(partition.saga(saga_id), f"s:{wait.step}")
             steps = await pipe.execute()
     timers = {
-        saga_id: _step_timer.decode(raw).timer if raw is not None else None
+        saga_id: decode_step(saga_id, waits[saga_id].step, raw).timer if raw is not None else None
         for saga_id, raw in zip(waits, steps, strict=True)
     }
     timed = [(saga_id, timer) for saga_id, timer in timers.items() if timer is not None]

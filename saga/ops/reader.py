@@ -356,8 +356,8 @@ class SagaReader:
                     pipe.hgetall(partition.branches(saga_id))
                     raw, history, branches = await pipe.execute()
             if raw:
-                state = decode_state(saga_id, raw).state
-                state.branches = decode_branches(branches)
+                state = decode_state(saga_id, raw, context=partition.context, partition=partition.index).state
+                state.branches = decode_branches(saga_id, branches)
                 return partition, state, decode_entries(history)
         raise SagaNotFound(saga_id)
 

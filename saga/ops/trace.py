@@ -25,14 +25,12 @@ from typing import Any, Final
 import msgspec
 
 from saga.core.model import HistoryEntry, SagaState
-from saga.core.replay import replay_history, same_json
+from saga.core.replay import replay_history
 from saga.core.task_rules import TaskLog
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import TraceMismatch
 from saga.runtime.app import App
-from saga.store.branches import encode_branches
-from saga.store.codec import encode_state
 
 TRACE_FORMAT: Final = "redsaga.trace/1"
 
@@ -132,27 +130,34 @@ def replay_trace(trace: TraceSource, definitions: Saga[Any] | Registry | App) ->
 def state_differences(recorded: SagaState, replayed: SagaState) -> list[str]:
     """What differs between two states, field by field.
 
-    Fields are the hash fields the store writes, compared as JSON values.
+    Fields are the state's (``s:<step>`` and ``branch <key>`` for each step and branch
+    record), compared as JSON values, so a pretty-printed trace compares equal.
     """
-    old = encode_state(recorded) | {f"branch {k}": v for k, v in encode_branches(recorded).items()}
-    new = encode_state(replayed) | {f"branch {k}": v for k, v in encode_branches(replayed).items()}
+    old, new = _parts(recorded), _parts(replayed)
     differences = [
         f"{name}: recorded {_text(old.get(name))}, replayed {_text(new.get(name))}"
         for name in sorted(set(old) | set(new))
-        if name not in old or name not in new or not _same_field(old[name], new[name])
+        if name not in old or name not in new or old[name] != new[name]
     ]
     if recorded.revision != replayed.revision:
         differences.append(f"revision: recorded {recorded.revision}, replayed {replayed.revision}")
     return differences
 
 
-def _same_field(old: bytes, new: bytes) -> bool:
-    if old == new:
-        return True
-    try:
-        return same_json([old], [new])
-    except msgspec.DecodeError:  # plain text fields (status, name) that differ
-        return False
+def _parts(state: SagaState) -> dict[str, Any]:
+    """The state as JSON values by field, each step and branch record on its own.
+
+    Not its id or revision: the revision is compared apart.
+    """
+    plain: dict[str, Any] = msgspec.json.decode(_json.encode(state))
+    parts = {name: value for name, value in plain.items() if name not in _NOT_COMPARED}
+    parts |= {f"s:{name}": record for name, record in plain.get("steps", {}).items()}
+    parts |= {f"branch {key}": record for key, record in plain.get("branches", {}).items()}
+    return parts
+
+
+_NOT_COMPARED: Final = frozenset({"id", "revision", "steps", "branches"})
+_json = msgspec.json.Encoder()
 
 
 def _definition(trace: Trace, definitions: Saga[Any] | Registry | App) -> Saga[Any]:
@@ -164,8 +169,8 @@ def _definition(trace: Trace, definitions: Saga[Any] | Registry | App) -> Saga[A
     return registry.get(trace.definition, trace.version)
 
 
-def _text(value: bytes | None) -> str:
+def _text(value: object) -> str:
     if value is None:
         return "nothing"
-    text = value.decode(errors="replace")
+    text = value if isinstance(value, str) else _json.encode(value).decode()
     return text if len(text) <= 300 else text[:300] + "…"

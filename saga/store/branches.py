@@ -5,7 +5,7 @@ field of the saga hash -- counters and the indexes of the branches in flight, so
 grows with the concurrency limit, never with the branch count -- and each started branch's
 record (status, every attempt with its input and output) in::
 
-    rs:{<ctx>:<p>}:branches:<saga id>    hash: '<group>#<index>' -> StepState JSON
+    rs:{<ctx>:<p>}:branches:<saga id>    hash: '<group>#<index>' -> its record (saga/store/codec.py)
 
 It shares the partition's hash tag, so the transition script writes it in the same atomic
 commit as the saga hash (its last section; see ``saga/store/lua/transition.lua``), and a branch
@@ -23,16 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from bus.lowlevel import redis_errors
 from saga.core.model import SagaState, StepState
-from saga.store.codec import Loaded, changed_branches, decode_state
+from saga.store.codec import Loaded, changed_branches, decode_state, decode_step
 from saga.store.keys import Partition
 
-__all__ = ["changed_branches", "decode_branches", "encode_branches", "has_groups", "load_saga"]
-_json = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(StepState)
+__all__ = ["changed_branches", "decode_branches", "has_groups", "load_saga"]
 
 
 def has_groups(state: SagaState) -> bool:
@@ -40,14 +36,9 @@ def has_groups(state: SagaState) -> bool:
     return bool(state.branches) or any(s.group is not None for s in state.steps.values())
 
 
-def encode_branches(state: SagaState) -> dict[str, bytes]:
-    """Every branch record of ``state``, encoded (what the branch hash holds)."""
-    return {key: _json.encode(record) for key, record in state.branches.items()}
-
-
-def decode_branches(raw: Mapping[bytes, bytes]) -> dict[str, StepState]:
-    """The branch hash as read (``HGETALL``), decoded."""
-    return {key.decode(): _decoder.decode(value) for key, value in raw.items()}
+def decode_branches(saga_id: str, raw: Mapping[bytes, bytes]) -> dict[str, StepState]:
+    """The branch hash of saga ``saga_id`` as read (``HGETALL``), decoded."""
+    return {key.decode(): decode_step(saga_id, key.decode(), value) for key, value in raw.items()}
 
 
 async def load_saga(
@@ -63,7 +54,7 @@ async def load_saga(
             raw = await redis.hgetall(partition.saga(saga_id))
     if not raw:
         return None
-    loaded = decode_state(saga_id, raw)
+    loaded = decode_state(saga_id, raw, context=partition.context, partition=partition.index)
     if not has_groups(loaded.state):
         return loaded
     with redis_errors():  # again, with the branches, in one MULTI: one consistent revision
@@ -73,6 +64,6 @@ async def load_saga(
             raw, branches = await pipe.execute()
     if not raw:
         return None
-    loaded = decode_state(saga_id, raw)
-    loaded.state.branches = decode_branches(branches)
+    loaded = decode_state(saga_id, raw, context=partition.context, partition=partition.index)
+    loaded.state.branches = decode_branches(saga_id, branches)
     return loaded

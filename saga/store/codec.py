@@ -8,10 +8,16 @@ A saga hash holds small fields so that a transition rewrites only what changed::
              lost one cannot commit onto the new one
     status   lifecycle status            name, version   the definition it runs
     created  creation time (ms)          updated         last change (ms)
-    data     the start data (JSON)       meta            cursor, completed steps, notes,
-                                                         the current wait, early signals,
-                                                         the parent (child sagas)
-    s:<step> one step's state with every attempt (JSON)
+    data     the start data (JSON)       meta            the format (:data:`FORMAT`), cursor,
+                                                         completed steps, notes, the current
+                                                         wait, early signals, the parent
+    s:<step> one step's state with every attempt
+
+``meta`` and the step records are MessagePack with one- to three-letter field names and no
+default written; the context and partition are the key's, and an attempt's command id is
+left out when it is the derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the
+decider makes), as is a step's output when it is one of its attempts' (its index instead).
+The inputs and outputs inside stay the JSON the messages carried.
     trace    the W3C traceparent of the saga's start, when it was traced (written once)
     tstate   the W3C tracestate that came with it, if any
 
@@ -25,36 +31,178 @@ revisions the store wrote.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
-from saga.core.model import Note, ParentLink, SagaState, StepState, Wait
-from saga.core.states import SagaStatus
+from redsaga.ids import derived_id
+from saga.core.model import (
+    NULL,
+    Attempt,
+    GroupState,
+    Kind,
+    Note,
+    Outcome,
+    ParentLink,
+    SagaState,
+    StepState,
+    Wait,
+)
+from saga.core.states import SagaStatus, StepStatus
 
 STEP_PREFIX: Final = "s:"
+FORMAT: Final = 2
+"""The layout of ``meta`` and the step records, written in ``meta`` (1: JSON, with the
+context and partition in ``meta`` and every command id written out; 2: MessagePack with
+short field names, nothing the key or a derivation says)."""
 
-_json = msgspec.json.Encoder()
-_step_decoder = msgspec.json.Decoder(StepState)
+_pack = msgspec.msgpack.Encoder()
+_command_id = functools.lru_cache(maxsize=4096)(derived_id)
+
+
+def _name(short: str) -> Any:
+    return msgspec.field(name=short)
+
+
+class _Attempt(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    """An :class:`~saga.core.model.Attempt` as stored; raw JSON values as bytes."""
+
+    n: int
+    kind: Kind = _name("k")
+    command_id: str = msgspec.field(default="", name="c")
+    """``""``: the id derived from the saga, the record's key, the kind and ``n``."""
+    participant: str = _name("p")
+    input_type: str = _name("t")
+    input: bytes = _name("i")
+    dispatched_ms: int = _name("d")
+    took_ms: int | None = msgspec.field(default=None, name="e")
+    """``ended_ms - dispatched_ms`` (``None``: not ended)."""
+    outcome: Outcome | None = msgspec.field(default=None, name="o")
+    output: bytes = msgspec.field(default=b"null", name="out")
+    error: str | None = msgspec.field(default=None, name="err")
+    worker: str | None = msgspec.field(default=None, name="w")
+
+
+class _Step(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+    """A :class:`~saga.core.model.StepState` as stored."""
+
+    status: StepStatus = msgspec.field(default=StepStatus.PENDING, name="s")
+    attempts: list[_Attempt] = msgspec.field(default_factory=list, name="a")
+    output: bytes | int = msgspec.field(default=b"null", name="o")
+    """The output, or (an int) the index of the attempt whose output it is."""
+    timer: str | None = msgspec.field(default=None, name="t")
+    generation: int = msgspec.field(default=0, name="g")
+    group: GroupState | None = msgspec.field(default=None, name="G")
+    seq: int = msgspec.field(default=0, name="q")
+    rewait: int = msgspec.field(default=0, name="r")
 
 
 class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
-    context: str
-    partition: int
-    cursor: int = 0
-    completed: list[str] = msgspec.field(default_factory=list)
-    cancel: Note | None = None
-    error: Note | None = None
-    wait: Wait | None = None
-    expired: Note | None = None
-    signals: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
-    parent: ParentLink | None = None
+    """The ``meta`` field: what a saga holds besides its steps (the key says the rest)."""
+
+    format: int = _name("v")
+    cursor: int = msgspec.field(default=0, name="c")
+    completed: list[str] = msgspec.field(default_factory=list, name="d")
+    cancel: Note | None = msgspec.field(default=None, name="x")
+    error: Note | None = msgspec.field(default=None, name="e")
+    wait: Wait | None = msgspec.field(default=None, name="w")
+    expired: Note | None = msgspec.field(default=None, name="X")
+    signals: dict[str, bytes] = msgspec.field(default_factory=dict, name="s")
+    parent: ParentLink | None = msgspec.field(default=None, name="p")
 
 
-_meta_decoder = msgspec.json.Decoder(_Meta)
+_meta_decoder = msgspec.msgpack.Decoder(_Meta)
+_step_decoder = msgspec.msgpack.Decoder(_Step)
+
+
+def encode_step(saga_id: str, key: str, step: StepState) -> bytes:
+    """One step's (or branch's, under ``key``) record as stored."""
+    attempts = [
+        _Attempt(
+            n=a.n,
+            kind=a.kind,
+            command_id="" if a.command_id == _command_id(saga_id, f"{key}:{a.kind}:{a.n}") else a.command_id,
+            participant=a.participant,
+            input_type=a.input_type,
+            input=bytes(a.input),
+            dispatched_ms=a.dispatched_ms,
+            took_ms=None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
+            outcome=a.outcome,
+            output=bytes(a.output),
+            error=a.error,
+            worker=a.worker,
+        )
+        for a in step.attempts
+    ]
+    output: bytes | int = bytes(step.output)
+    if output != b"null":
+        output = next((i for i, a in enumerate(attempts) if a.output == output), output)
+    return _pack.encode(
+        _Step(
+            status=step.status,
+            attempts=attempts,
+            output=output,
+            timer=step.timer,
+            generation=step.generation,
+            group=step.group,
+            seq=step.seq,
+            rewait=step.rewait,
+        )
+    )
+
+
+def decode_step(saga_id: str, key: str, raw: bytes) -> StepState:
+    """A step's (or branch's) record as read (raises ``msgspec.DecodeError`` if corrupt)."""
+    stored = _step_decoder.decode(raw)
+    attempts = [
+        Attempt(
+            n=a.n,
+            kind=a.kind,
+            command_id=a.command_id or _command_id(saga_id, f"{key}:{a.kind}:{a.n}"),
+            participant=a.participant,
+            input_type=a.input_type,
+            input=msgspec.Raw(a.input),
+            dispatched_ms=a.dispatched_ms,
+            ended_ms=None if a.took_ms is None else a.dispatched_ms + a.took_ms,
+            outcome=a.outcome,
+            output=_raw(a.output),
+            error=a.error,
+            worker=a.worker,
+        )
+        for a in stored.attempts
+    ]
+    output = stored.output
+    if isinstance(output, int):
+        if not 0 <= output < len(attempts):
+            raise msgspec.DecodeError(f"step {key!r} names attempt {output} of {len(attempts)} as its output")
+        output = bytes(attempts[output].output)
+    return StepState(
+        status=stored.status,
+        attempts=attempts,
+        output=_raw(output),
+        timer=stored.timer,
+        generation=stored.generation,
+        group=stored.group,
+        seq=stored.seq,
+        rewait=stored.rewait,
+    )
+
+
+def _raw(value: bytes) -> msgspec.Raw:
+    """A stored JSON value; ``null`` as the model's default object, which is left out when encoded."""
+    return NULL if value == b"null" else msgspec.Raw(value)
+
+
+def decode_meta(raw: bytes) -> _Meta:
+    """The ``meta`` field as read (raises ``msgspec.DecodeError`` if corrupt or of another format)."""
+    meta = _meta_decoder.decode(raw)
+    if meta.format != FORMAT:
+        raise msgspec.DecodeError(f"saga hash format {meta.format}, not {FORMAT}")
+    return meta
 
 
 @dataclass(slots=True)
@@ -85,23 +233,22 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
         "created": str(state.created_ms).encode(),
         "updated": str(state.updated_ms).encode(),
         "data": bytes(state.data),
-        "meta": _json.encode(
+        "meta": _pack.encode(
             _Meta(
-                context=state.context,
-                partition=state.partition,
+                format=FORMAT,
                 cursor=state.cursor,
                 completed=state.completed,
                 cancel=state.cancel,
                 error=state.error,
                 wait=state.wait,
                 expired=state.expired,
-                signals=state.signals,
+                signals={key: bytes(value) for key, value in state.signals.items()},
                 parent=state.parent,
             )
         ),
     }
     for name, step in state.steps.items():
-        fields[STEP_PREFIX + name] = _json.encode(step)
+        fields[STEP_PREFIX + name] = encode_step(state.id, name, step)
     if state.trace:
         fields["trace"] = state.trace.encode()
         if state.trace_state:
@@ -109,12 +256,15 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
     return fields
 
 
-def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
-    """Decode ``HGETALL`` output into a state (raises ``msgspec.DecodeError`` if corrupt)."""
+def decode_state(saga_id: str, raw: Mapping[bytes, bytes], *, context: str, partition: int) -> Loaded:
+    """Decode ``HGETALL`` output of the saga hash in ``context``'s ``partition`` into a state.
+
+    Raises ``msgspec.DecodeError`` if the hash is corrupt or of another :data:`FORMAT`.
+    """
     fields = {key.decode(): value for key, value in raw.items()}
-    meta = _meta_decoder.decode(fields["meta"])
+    meta = decode_meta(fields["meta"])
     steps = {
-        key[len(STEP_PREFIX) :]: _step_decoder.decode(value)
+        key[len(STEP_PREFIX) :]: decode_step(saga_id, key[len(STEP_PREFIX) :], value)
         for key, value in fields.items()
         if key.startswith(STEP_PREFIX)
     }
@@ -122,8 +272,8 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         id=saga_id,
         name=fields["name"].decode(),
         version=int(fields["version"]),
-        context=meta.context,
-        partition=meta.partition,
+        context=context,
+        partition=partition,
         status=SagaStatus(fields["status"].decode()),
         data=msgspec.Raw(fields["data"]),
         steps=steps,
@@ -133,7 +283,7 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
         error=meta.error,
         wait=meta.wait,
         expired=meta.expired,
-        signals=meta.signals,
+        signals={key: msgspec.Raw(value) for key, value in meta.signals.items()},
         parent=meta.parent,
         revision=int(fields.get("rev", b"0")),
         created_ms=int(fields["created"]),
@@ -149,7 +299,7 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes]) -> Loaded:
 def changed_branches(
     before: SagaState | None, after: SagaState, touched: Iterable[str] | None = None
 ) -> dict[str, bytes]:
-    """The branch records ``after`` changed since ``before``, encoded (hash field -> JSON).
+    """The branch records ``after`` changed since ``before``, encoded (hash field -> record).
 
     The decider copies a branch record before changing it, so an unchanged record is the
     very object ``before`` holds: no branch is re-encoded unless its decision touched it.
@@ -158,7 +308,9 @@ def changed_branches(
     previous = before.branches if before is not None else {}
     keys = after.branches if touched is None else [k for k in touched if k in after.branches]
     return {
-        key: _json.encode(after.branches[key]) for key in keys if previous.get(key) is not after.branches[key]
+        key: encode_step(after.id, key, after.branches[key])
+        for key in keys
+        if previous.get(key) is not after.branches[key]
     }
 
 
@@ -171,7 +323,7 @@ class StateWrite:
     changed: dict[str, bytes]
     """The fields that differ from before."""
     branches: dict[str, bytes]
-    """The branch records the decision changed (hash field -> JSON)."""
+    """The branch records the decision changed (hash field -> record)."""
     revision: int
     """The saga's revision after the decision."""
 

@@ -146,7 +146,7 @@ async def _migrate_one(
             raw = await redis.hgetall(partition.saga(saga_id))
         if not raw:
             return None
-        loaded = decode_state(saga_id, raw)
+        loaded = decode_state(saga_id, raw, context=partition.context, partition=partition.index)
         state = loaded.state
         if (state.name, state.version) != (source.name, source.version) or state.status.terminal:
             # A commit that ran but lost its reply is re-sent by redis-py and answered

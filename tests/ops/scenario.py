@@ -20,8 +20,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import msgspec
-
 import bus
 from bus import FakeClock, PermanentError, TransientError, derived_id
 from redsaga.examples.contracts import (
@@ -41,6 +39,7 @@ from redsaga.examples.contracts import (
 )
 from redsaga.examples.orders import order_fulfilment
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker
+from saga.store.codec import decode_step
 from saga.store.keys import Partition
 
 PARTITION = Partition("orders", 0)
@@ -168,7 +167,7 @@ async def _add_bad_entries(redis: bus.Redis, saga_id: str) -> None:
     """Two dead letters in the partition: an entry that is no envelope, and a wrong reply."""
     await redis.xadd(PARTITION.inbox.key, {"garbage": "1"})
     state = await redis.hget(PARTITION.saga(saga_id), "s:reserve_stock")
-    command_id = msgspec.json.decode(state)["attempts"][0]["command_id"]
+    command_id = decode_step(saga_id, "reserve_stock", state).attempts[0].command_id
     await redis.xadd(
         PARTITION.inbox.key,
         {

@@ -53,7 +53,7 @@ async def test_a_stale_decision_cannot_commit(redis: bus.Redis) -> None:
     """A worker that decided on an old revision is refused; nothing it decided is written."""
     client = SagaClient(redis, app.registry)
     await client.start(order_fulfilment, ORDER, saga_id="s1")
-    stale = decode_state("s1", await stored(redis, "s1"))
+    stale = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
     attempt = stale.state.steps["reserve_stock"].attempts[0]
     reply = StepReplied(
         id="r1",
@@ -89,7 +89,7 @@ async def test_a_copy_of_a_lost_revision_cannot_commit_onto_its_remake(redis: bu
     into the new state (the revision number alone is the same)."""
     client = SagaClient(redis, app.registry)
     await client.start(order_fulfilment, ORDER, saga_id="s1")
-    first = decode_state("s1", await stored(redis, "s1"))
+    first = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
     before_loss = await redis.dump(PARTITION.saga("s1"))
     reply = StepReplied(
         id="r1",
@@ -113,7 +113,7 @@ async def test_a_copy_of_a_lost_revision_cannot_commit_onto_its_remake(redis: bu
     again = msgspec.structs.replace(
         reply, id="r2", output=msgspec.Raw(b'{"type":"StockReserved","reservation_id":"x"}')
     )
-    fresh = decode_state("s1", await stored(redis, "s1"))
+    fresh = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
     call, _ = commit_call(
         PARTITION, fresh, decide(order_fulfilment, fresh.state, again), again,
         delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0,
@@ -130,7 +130,7 @@ async def test_a_copy_of_a_lost_revision_cannot_commit_onto_its_remake(redis: bu
 async def test_a_worker_that_lost_its_inbox_lease_cannot_commit(redis: bus.Redis) -> None:
     client = SagaClient(redis, app.registry)
     await client.start(order_fulfilment, ORDER, saga_id="s1")
-    loaded = decode_state("s1", await stored(redis, "s1"))
+    loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
     await redis.xgroup_create(PARTITION.inbox.key, "orchestrator", id="0", mkstream=True)
     await client.cancel("s1", reason="test")
     [[_, [(entry_id, fields)]]] = await redis.xreadgroup("orchestrator", "old", {PARTITION.inbox.key: ">"})

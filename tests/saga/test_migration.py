@@ -321,7 +321,9 @@ async def test_the_migrate_script_refuses_a_saga_that_moved_since_it_was_read(re
     clock = FakeClock()
     client = await sagas_in_flight(redis, clock)
     partition = client._partition("shop", "s1")
-    stale = decode_state("s1", await redis.hgetall(partition.saga("s1")))
+    stale = decode_state(
+        "s1", await redis.hgetall(partition.saga("s1")), context=partition.context, partition=partition.index
+    )
     await client.cancel("s1")  # the saga moves on: its revision changes
     await SagaWorker(redis, app_v1, config=CONFIG, clock=clock, consumer="x").run_until_idle()
     before = await everything(redis)

@@ -1,0 +1,92 @@
+"""The saga hash's compact records: what they leave out, and that they read back exactly."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from redsaga.ids import derived_id
+from saga.core.model import Attempt, Note, SagaState, StepState
+from saga.core.states import SagaStatus, StepStatus
+from saga.store.codec import FORMAT, decode_meta, decode_state, decode_step, encode_state, encode_step
+
+
+def attempt(n: int, command_id: str, output: bytes = b"null") -> Attempt:
+    return Attempt(
+        n=n,
+        kind="do",
+        command_id=command_id,
+        participant="payments",
+        input_type="ChargeCard",
+        input=msgspec.Raw(b'{"amount":1}'),
+        dispatched_ms=1_700_000_000_000,
+        ended_ms=1_700_000_000_004,
+        outcome="ok",
+        output=msgspec.Raw(output),
+        worker="w1",
+    )
+
+
+def state() -> SagaState:
+    derived = derived_id("s1", "charge:do:1")
+    step = StepState(
+        status=StepStatus.SUCCEEDED,
+        attempts=[attempt(1, derived, b'{"id":"c1"}'), attempt(2, "operator-chosen", b'{"id":"c2"}')],
+        output=msgspec.Raw(b'{"id":"c2"}'),
+    )
+    forced = StepState(status=StepStatus.SUCCEEDED, output=msgspec.Raw(b'{"forced":true}'))
+    return SagaState(
+        id="s1",
+        name="pay",
+        version=1,
+        context="orders",
+        partition=3,
+        status=SagaStatus.RUNNING,
+        data=msgspec.Raw(b'{"x":1}'),
+        steps={"charge": step, "ship": forced, "later": StepState()},
+        cursor=1,
+        completed=["charge"],
+        error=Note(at_ms=5, what="failed", step="charge"),
+        signals={"wait:1": msgspec.Raw(b'{"ok":true}')},
+        created_ms=1,
+        updated_ms=2,
+    )
+
+
+def test_a_state_reads_back_exactly_from_its_hash_fields() -> None:
+    original = state()
+    fields = {name.encode(): value for name, value in encode_state(original).items()}
+    loaded = decode_state("s1", fields, context="orders", partition=3).state
+    assert msgspec.json.encode(loaded) == msgspec.json.encode(original)
+
+
+def test_the_records_leave_out_what_the_key_and_the_derivations_say() -> None:
+    fields = encode_state(state())
+    assert b"orders" not in fields["meta"]  # the context and partition are the key's
+    assert decode_meta(fields["meta"]).format == FORMAT
+    charge = fields["s:charge"]
+    assert derived_id("s1", "charge:do:1").encode() not in charge  # derived: left out
+    assert b"operator-chosen" in charge  # not derived: kept
+    assert charge.count(b'{"id":"c2"}') == 1  # the step's output is its second attempt's
+    assert b'{"forced":true}' in fields["s:ship"]  # an output no attempt has is written out
+
+
+def test_a_branch_record_derives_its_command_ids_from_its_own_key() -> None:
+    key = "fan#7"
+    record = StepState(attempts=[attempt(1, derived_id("s1", f"{key}:do:1"))])
+    raw = encode_step("s1", key, record)
+    assert derived_id("s1", f"{key}:do:1").encode() not in raw
+    assert decode_step("s1", key, raw) == record
+
+
+def test_a_record_naming_an_attempt_it_does_not_have_is_corrupt() -> None:
+    raw = msgspec.msgpack.encode({"s": "succeeded", "o": 2})
+    with pytest.raises(msgspec.DecodeError, match="attempt 2 of 0"):
+        decode_step("s1", "charge", raw)
+
+
+def test_a_hash_of_another_format_is_refused() -> None:
+    with pytest.raises(msgspec.DecodeError, match="format 1"):
+        decode_meta(msgspec.msgpack.encode({"v": 1}))
+    with pytest.raises(msgspec.DecodeError):  # the first format's JSON
+        decode_meta(b'{"context":"orders","partition":0}')
