@@ -21,7 +21,7 @@ from typing import Any
 from bus import Clock, DeadLetter, LetterFilter, Stream, SystemClock, dead_letters
 from bus.lowlevel import redis_errors
 from saga.core.model import HistoryEntry, SagaState
-from saga.core.replay import ReplayReport, decode_entries, replay_history
+from saga.core.replay import ReplayReport, replay_history
 from saga.core.states import SagaStatus
 from saga.core.task_rules import TaskLog
 from saga.core.tokens import Signer
@@ -40,6 +40,7 @@ from saga.runtime.config import EngineConfig
 from saga.store.branches import decode_branches
 from saga.store.codec import decode_state
 from saga.store.commit import TimerTemplate
+from saga.store.history import read_history
 from saga.store.keys import Partition, PartitionKeys, partition_of
 from saga.store.tasks import RedisTaskStore
 from saga.versions.catalogue import Catalogue
@@ -358,7 +359,7 @@ class SagaReader:
             if raw:
                 state = decode_state(saga_id, raw, context=partition.context, partition=partition.index).state
                 state.branches = decode_branches(saga_id, branches)
-                return partition, state, decode_entries(history)
+                return partition, state, read_history(history, state)
         raise SagaNotFound(saga_id)
 
     async def _task_log(self, partition: Partition, saga_id: str) -> builtins.list[TaskLog]:

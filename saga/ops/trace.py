@@ -147,13 +147,22 @@ def state_differences(recorded: SagaState, replayed: SagaState) -> list[str]:
 def _parts(state: SagaState) -> dict[str, Any]:
     """The state as JSON values by field, each step and branch record on its own.
 
-    Not its id or revision: the revision is compared apart.
+    Not its id or revision: the revision is compared apart. ``null`` and a field left out
+    are the same (the default of every optional field and raw value).
     """
-    plain: dict[str, Any] = msgspec.json.decode(_json.encode(state))
+    plain: dict[str, Any] = _without_nulls(msgspec.json.decode(_json.encode(state)))
     parts = {name: value for name, value in plain.items() if name not in _NOT_COMPARED}
     parts |= {f"s:{name}": record for name, record in plain.get("steps", {}).items()}
     parts |= {f"branch {key}": record for key, record in plain.get("branches", {}).items()}
     return parts
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
 
 
 _NOT_COMPARED: Final = frozenset({"id", "revision", "steps", "branches"})

@@ -42,6 +42,7 @@ from saga.core.model import (
 )
 from saga.definition.waits import WAITS
 from saga.store.codec import Loaded, expected, new_tag, state_write
+from saga.store.history import encode_entry
 from saga.store.keys import Partition
 from saga.store.scripts import TRANSITION
 from saga.store.trust import Seal, orchestrator_of, participant_named
@@ -257,7 +258,7 @@ def commit_call(
         f"{state.name}@{state.version}",
         retention_s,
         int(state.status.terminal),
-        _json.encode(entry),
+        encode_entry(entry, state),
         len(changed) // 2,
         *changed,
         len(timers) // 3,

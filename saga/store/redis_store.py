@@ -15,11 +15,11 @@ from bus import Stream
 from bus.lowlevel import redis_errors, run_batch
 from saga.core.decider import Decision
 from saga.core.model import Event, HistoryEntry
-from saga.core.replay import decode_entries
 from saga.store import wait_index
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
 from saga.store.commit import CommitResult, TimerTemplate, WatchRequest, commit_call, commit_result
+from saga.store.history import read_history
 from saga.store.keys import Partition
 from saga.store.protocol import StoredTimer
 from saga.store.scripts import FIRE_TIMERS
@@ -44,9 +44,14 @@ class RedisStore:
         return await load_saga(self.redis, partition, saga_id)
 
     async def history(self, partition: Partition, saga_id: str) -> list[HistoryEntry]:
-        """The saga's history, oldest first."""
+        """The saga's history, oldest first (none once its hash is gone: it expires with it).
+
+        Read before the saga, so the saga holds every record the entries refer to.
+        """
         with redis_errors():
-            return decode_entries(await self.redis.lrange(partition.history(saga_id), 0, -1))
+            raw = await self.redis.lrange(partition.history(saga_id), 0, -1)
+        loaded = await load_saga(self.redis, partition, saga_id) if raw else None
+        return read_history(raw, loaded.state) if loaded is not None else []
 
     async def commit(
         self, partition: Partition, before: Loaded | None, decision: Decision, event: Event, *, now_ms: int

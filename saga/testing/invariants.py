@@ -30,6 +30,7 @@ from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import ReplayMismatch
+from saga.store.history import REFERENCE, read_history
 
 _json = msgspec.json.Encoder()
 _history_decoder = msgspec.json.Decoder(HistoryEntry)
@@ -91,11 +92,35 @@ def compensation_order(history: Iterable[HistoryEntry]) -> list[str]:
     return order
 
 
-def decode_history(raw: bytes | str | Iterable[HistoryEntry | bytes | str]) -> list[HistoryEntry]:
-    """Read a history: a JSON array, or entries / JSON entries one by one (Redis ``LRANGE``)."""
+def decode_history(
+    raw: bytes | str | Iterable[HistoryEntry | bytes | str], *, state: SagaState | None = None
+) -> list[HistoryEntry]:
+    """Read a history: a JSON array, or entries / JSON entries one by one (Redis ``LRANGE``).
+
+    The store's entries refer to the saga's step records for the commands' payloads and the
+    replies' outputs (``saga/store/history.py``): give the saga's ``state`` as read after
+    them (``SagaClient.get``) with entries from ``LRANGE``; ``SagaAdmin.history`` and
+    exported traces hold them resolved already. Raises ``ValueError`` for stored entries
+    read without their ``state``.
+    """
     if isinstance(raw, bytes | str):
         return _history_list_decoder.decode(raw)
-    return [e if isinstance(e, HistoryEntry) else _history_decoder.decode(e) for e in raw]
+    entries = list(raw)
+    stored = [e for e in entries if not isinstance(e, HistoryEntry)]
+    if state is not None and len(stored) == len(entries):
+        return read_history(stored, state)
+    decoded = [e if isinstance(e, HistoryEntry) else _history_decoder.decode(e) for e in entries]
+    if stored and any(_refers(entry) for entry in decoded):
+        raise ValueError("these stored history entries refer to their saga's step records: give state=")
+    return decoded
+
+
+def _refers(entry: HistoryEntry) -> bool:
+    """Whether a stored entry points at a step record (see ``saga/store/history.py``)."""
+    values = [e.payload for e in entry.effects if isinstance(e, Dispatch)]
+    if isinstance(entry.event, StepReplied):
+        values.append(entry.event.output)
+    return REFERENCE in values
 
 
 def invariant_violations(
@@ -289,6 +314,7 @@ def replay(
     saga_id: str,
     partition: int = 0,
     signer: Signer | None = None,
+    state: SagaState | None = None,
 ) -> SagaState:
     """Run a recorded history through the decider again and return the state it rebuilds.
 
@@ -296,12 +322,13 @@ def replay(
     out the same, or :class:`ReplayMismatch` names the first entry that differs: the
     regression test for a definition change (replay yesterday's production traces against
     today's code). ``history`` is what the store records (``LRANGE rs:{ctx:p}:hist:<id> 0 -1``,
-    or a JSON array of those entries); versions and migrations are handled as
+    with the saga's ``state`` as read after it, see :func:`decode_history`; or entries from
+    ``SagaAdmin.history``, or a JSON array of them); versions and migrations are handled as
     :func:`saga.core.replay.replay_history` says. Sagas whose builders put resume tokens in their
     commands need the context's ``signer`` (``Signer.from_secret(secret, context)``).
     """
     report = replay_history(
-        definition, decode_history(history), saga_id=saga_id, partition=partition, signer=signer
+        definition, decode_history(history, state=state), saga_id=saga_id, partition=partition, signer=signer
     )
     if report.mismatch is not None:
         raise ReplayMismatch(report.mismatch, saga_id=saga_id)

@@ -139,6 +139,7 @@ class RedisBackend:
         state = await self.client.get(saga_id, context=definition.context.name)
         partition = Partition(definition.context.name, 0)
         raw = await self.redis.lrange(partition.history(saga_id), 0, -1)
-        assert replay(self.definitions, raw, saga_id=saga_id) == state
-        assert invariant_violations(definition, state, decode_history(raw)) == []
-        return summarize(state, decode_history(raw)), state
+        assert replay(self.definitions, raw, saga_id=saga_id, state=state) == state
+        history = decode_history(raw, state=state)
+        assert invariant_violations(definition, state, history) == []
+        return summarize(state, history), state

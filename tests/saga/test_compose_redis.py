@@ -105,9 +105,10 @@ class Conflicts:
 
 
 async def settled(client: SagaClient, saga_id: str) -> Any:
-    state = await client.get(saga_id)
+    """The saga's state and its history, resolved (read first: the state holds what it refers to)."""
     raw = await client.redis.lrange(PARTITION.history(saga_id), 0, -1)
-    return state, raw
+    state = await client.get(saga_id)
+    return state, decode_history(raw, state=state)
 
 
 def unlimited_bulk(redis: bus.Redis) -> tuple[Saga[Batch], App, FakeClock, SagaClient]:

