@@ -224,8 +224,14 @@ def expected(loaded: Loaded | None) -> str:
     return f"{loaded.state.revision}:{loaded.tag}" if loaded else "0:"
 
 
-def encode_state(state: SagaState) -> dict[str, bytes]:
-    """Encode a state as hash fields (``rev`` excepted: the script owns it)."""
+def encode_state(
+    state: SagaState, before: SagaState | None = None, before_fields: Mapping[str, bytes] | None = None
+) -> dict[str, bytes]:
+    """Encode a state as hash fields (``rev`` excepted: the script owns it).
+
+    ``before_fields`` are ``before`` encoded: a step record equal to ``before``'s is taken
+    from them rather than encoded again (a decision changes one or two of a saga's steps).
+    """
     fields = {
         "status": state.status.value.encode(),
         "name": state.name.encode(),
@@ -247,8 +253,14 @@ def encode_state(state: SagaState) -> dict[str, bytes]:
             )
         ),
     }
+    old_steps = before.steps if before is not None else {}
+    old_fields = before_fields or {}
     for name, step in state.steps.items():
-        fields[STEP_PREFIX + name] = encode_step(state.id, name, step)
+        field = STEP_PREFIX + name
+        encoded = old_fields.get(field)
+        if encoded is None or old_steps.get(name) != step:
+            encoded = encode_step(state.id, name, step)
+        fields[field] = encoded
     if state.trace:
         fields["trace"] = state.trace.encode()
         if state.trace_state:
@@ -347,7 +359,7 @@ def state_write(
     old = before_fields if before_fields is not None else encode_state(before) if before is not None else {}
     if not changed:
         return StateWrite(old, {}, {}, revision)
-    fields = encode_state(after)
+    fields = encode_state(after, before, old)
     diff = {name: value for name, value in fields.items() if old.get(name) != value}
     branches = changed_branches(before, after, touched)
     return StateWrite(fields, diff, branches, revision + 1 if diff or branches else revision)

@@ -90,3 +90,14 @@ def test_a_hash_of_another_format_is_refused() -> None:
         decode_meta(msgspec.msgpack.encode({"v": 1}))
     with pytest.raises(msgspec.DecodeError):  # the first format's JSON
         decode_meta(b'{"context":"orders","partition":0}')
+
+
+def test_a_step_record_that_did_not_change_is_taken_from_the_fields_before() -> None:
+    before = state()
+    fields = encode_state(before)
+    after = before.working_copy()
+    after.steps["later"].status = StepStatus.DISPATCHED
+    marked = {**fields, "s:charge": b"kept as it was"}  # what a re-encoding would not give
+    again = encode_state(after, before, marked)
+    assert again["s:charge"] == b"kept as it was"
+    assert again["s:later"] == encode_step("s1", "later", after.steps["later"])
