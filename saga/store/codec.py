@@ -121,6 +121,8 @@ _step_decoder = msgspec.msgpack.Decoder(_Step)
 
 def encode_step(saga_id: str, key: str, step: StepState) -> bytes:
     """One step's (or branch's, under ``key``) record as stored."""
+    if step == _PENDING:  # every step of a saga that just started but its first
+        return _PENDING_RECORD
     attempts = [
         _Attempt(
             n=a.n,
@@ -153,6 +155,10 @@ def encode_step(saga_id: str, key: str, step: StepState) -> bytes:
             rewait=step.rewait,
         )
     )
+
+
+_PENDING: Final = StepState()
+_PENDING_RECORD: Final = _pack.encode(_Step())
 
 
 def decode_step(saga_id: str, key: str, raw: bytes) -> StepState:

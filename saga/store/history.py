@@ -79,9 +79,11 @@ def read_history(raw: Iterable[bytes | str], state: SagaState) -> list[HistoryEn
 
 def _attempt(state: SagaState, step: str, kind: Kind, n: int) -> Attempt | None:
     record = state.branches.get(step) if "#" in step else state.steps.get(step)
-    if record is None:
-        return None
-    return next((a for a in reversed(record.attempts) if a.n == n and a.kind == kind), None)
+    if record is not None:
+        for attempt in reversed(record.attempts):
+            if attempt.n == n and attempt.kind == kind:
+                return attempt
+    return None
 
 
 def _stored_dispatch(dispatch: Dispatch, state: SagaState) -> Dispatch:
@@ -95,7 +97,7 @@ def _stored_dispatch(dispatch: Dispatch, state: SagaState) -> Dispatch:
 
 def _stored_raw(value: msgspec.Raw, recorded: msgspec.Raw | None) -> msgspec.Raw:
     """A JSON value as an entry stores it: a reference when the record holds it too."""
-    if recorded is not None and bytes(recorded) == bytes(value):
+    if value == recorded:
         return REFERENCE
     return msgspec.Raw(b'"@' + bytes(value)[1:]) if _at_signs(value) else value
 
