@@ -12,14 +12,15 @@ A saga hash holds small fields so that a transition rewrites only what changed::
                                                          completed steps, notes, the current
                                                          wait, early signals, the parent
     s:<step> one step's state with every attempt
-
-``meta`` and the step records are MessagePack with one- to three-letter field names and no
-default written; the context and partition are the key's, and an attempt's command id is
-left out when it is the derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the
-decider makes), as is a step's output when it is one of its attempts' (its index instead).
-The inputs and outputs inside stay the JSON the messages carried.
     trace    the W3C traceparent of the saga's start, when it was traced (written once)
     tstate   the W3C tracestate that came with it, if any
+
+``meta`` and the step records are MessagePack: ``meta`` a map with one-letter names and no
+default written, a step record and its attempts arrays in their Structs' field order. The
+context and partition are the key's; an attempt's command id is left out when it is the
+derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the decider makes), and a
+step's output when it is one of its attempts' (its index instead). The inputs and outputs
+inside stay the JSON the messages carried.
 
 The records of a group step's branches live in a hash of their own, written by the same
 script (``saga/store/branches.py``), so the saga hash stays small however many branches run.
@@ -35,7 +36,7 @@ import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -57,54 +58,50 @@ from saga.core.states import SagaStatus, StepStatus
 STEP_PREFIX: Final = "s:"
 FORMAT: Final = 2
 """The layout of ``meta`` and the step records, written in ``meta`` (1: JSON, with the
-context and partition in ``meta`` and every command id written out; 2: MessagePack with
-short field names, nothing the key or a derivation says)."""
+context and partition in ``meta`` and every command id written out; 2: MessagePack, meta a
+map with short names and step records arrays, nothing the key or a derivation says)."""
 
 _pack = msgspec.msgpack.Encoder()
 _command_id = functools.lru_cache(maxsize=4096)(derived_id)
 
 
-def _name(short: str) -> Any:
-    return msgspec.field(name=short)
-
-
-class _Attempt(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
-    """An :class:`~saga.core.model.Attempt` as stored; raw JSON values as bytes."""
+class _Attempt(msgspec.Struct, gc=False, array_like=True):
+    """An :class:`~saga.core.model.Attempt` as stored (an array); raw JSON values as bytes."""
 
     n: int
-    kind: Kind = _name("k")
-    command_id: str = msgspec.field(default="", name="c")
+    kind: Kind
+    command_id: str
     """``""``: the id derived from the saga, the record's key, the kind and ``n``."""
-    participant: str = _name("p")
-    input_type: str = _name("t")
-    input: bytes = _name("i")
-    dispatched_ms: int = _name("d")
-    took_ms: int | None = msgspec.field(default=None, name="e")
+    participant: str
+    input_type: str
+    input: bytes
+    dispatched_ms: int
+    took_ms: int | None
     """``ended_ms - dispatched_ms`` (``None``: not ended)."""
-    outcome: Outcome | None = msgspec.field(default=None, name="o")
-    output: bytes = msgspec.field(default=b"null", name="out")
-    error: str | None = msgspec.field(default=None, name="err")
-    worker: str | None = msgspec.field(default=None, name="w")
+    outcome: Outcome | None
+    output: bytes
+    error: str | None
+    worker: str | None
 
 
-class _Step(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
-    """A :class:`~saga.core.model.StepState` as stored."""
+class _Step(msgspec.Struct, gc=False, array_like=True):
+    """A :class:`~saga.core.model.StepState` as stored (an array)."""
 
-    status: StepStatus = msgspec.field(default=StepStatus.PENDING, name="s")
-    attempts: list[_Attempt] = msgspec.field(default_factory=list, name="a")
-    output: bytes | int = msgspec.field(default=b"null", name="o")
+    status: StepStatus
+    attempts: list[_Attempt]
+    output: bytes | int
     """The output, or (an int) the index of the attempt whose output it is."""
-    timer: str | None = msgspec.field(default=None, name="t")
-    generation: int = msgspec.field(default=0, name="g")
-    group: GroupState | None = msgspec.field(default=None, name="G")
-    seq: int = msgspec.field(default=0, name="q")
-    rewait: int = msgspec.field(default=0, name="r")
+    timer: str | None
+    generation: int
+    group: GroupState | None
+    seq: int
+    rewait: int
 
 
 class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     """The ``meta`` field: what a saga holds besides its steps (the key says the rest)."""
 
-    format: int = _name("v")
+    format: int = msgspec.field(name="v")
     cursor: int = msgspec.field(default=0, name="c")
     completed: list[str] = msgspec.field(default_factory=list, name="d")
     cancel: Note | None = msgspec.field(default=None, name="x")
@@ -125,40 +122,34 @@ def encode_step(saga_id: str, key: str, step: StepState) -> bytes:
         return _PENDING_RECORD
     attempts = [
         _Attempt(
-            n=a.n,
-            kind=a.kind,
-            command_id="" if a.command_id == _command_id(saga_id, f"{key}:{a.kind}:{a.n}") else a.command_id,
-            participant=a.participant,
-            input_type=a.input_type,
-            input=bytes(a.input),
-            dispatched_ms=a.dispatched_ms,
-            took_ms=None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
-            outcome=a.outcome,
-            output=bytes(a.output),
-            error=a.error,
-            worker=a.worker,
+            a.n,
+            a.kind,
+            "" if a.command_id == _command_id(saga_id, f"{key}:{a.kind}:{a.n}") else a.command_id,
+            a.participant,
+            a.input_type,
+            bytes(a.input),
+            a.dispatched_ms,
+            None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
+            a.outcome,
+            bytes(a.output),
+            a.error,
+            a.worker,
         )
         for a in step.attempts
     ]
     output: bytes | int = bytes(step.output)
     if output != b"null":
-        output = next((i for i, a in enumerate(attempts) if a.output == output), output)
+        for i, attempt in enumerate(attempts):
+            if attempt.output == output:
+                output = i
+                break
     return _pack.encode(
-        _Step(
-            status=step.status,
-            attempts=attempts,
-            output=output,
-            timer=step.timer,
-            generation=step.generation,
-            group=step.group,
-            seq=step.seq,
-            rewait=step.rewait,
-        )
+        _Step(step.status, attempts, output, step.timer, step.generation, step.group, step.seq, step.rewait)
     )
 
 
 _PENDING: Final = StepState()
-_PENDING_RECORD: Final = _pack.encode(_Step())
+_PENDING_RECORD: Final = _pack.encode(_Step(StepStatus.PENDING, [], b"null", None, 0, None, 0, 0))
 
 
 def decode_step(saga_id: str, key: str, raw: bytes) -> StepState:

@@ -80,7 +80,7 @@ def test_a_branch_record_derives_its_command_ids_from_its_own_key() -> None:
 
 
 def test_a_record_naming_an_attempt_it_does_not_have_is_corrupt() -> None:
-    raw = msgspec.msgpack.encode({"s": "succeeded", "o": 2})
+    raw = msgspec.msgpack.encode(["succeeded", [], 2, None, 0, None, 0, 0])
     with pytest.raises(msgspec.DecodeError, match="attempt 2 of 0"):
         decode_step("s1", "charge", raw)
 
