@@ -575,13 +575,14 @@ async def test_a_migration_commit_re_sent_is_reported_as_migrated(
     """migrate.lua re-sent after its reply was lost answers 'conflict' (the saga moved:
     because of this very call). The saga is migrated once and reported as migrated."""
     clock = FakeClock()
-    await sagas_in_flight(real_redis, clock)
+    client = await sagas_in_flight(real_redis, clock)
     async with swallowing(real_redis_url, script(MIGRATE)) as (_, proxied):
         report = await run_migration(proxied, v1_to_v2, clock=clock)
     outcomes = {r.saga_id: r.outcome for r in report.results}
     assert outcomes == {"s1": "migrated", "s2": "migrated", "refuse-1": "refused"}
     for saga_id in ("s1", "s2"):
-        history = decode_history(await real_redis.lrange(f"rs:{{shop:0}}:hist:{saga_id}", 0, -1))
+        raw = await real_redis.lrange(f"rs:{{shop:0}}:hist:{saga_id}", 0, -1)
+        history = decode_history(raw, state=await client.get(saga_id))
         assert sum(isinstance(entry.event, Migrated) for entry in history) == 1
 
 

@@ -17,6 +17,7 @@ from saga.core.model import (
 from saga.core.replay import decode_entries
 from saga.core.states import SagaStatus, StepStatus
 from saga.store.history import encode_entry, read_history
+from saga.testing import decode_history
 
 INPUT = b'{"type":"ChargeCard","amount":1}'
 OUTPUT = b'{"type":"CardCharged","id":"c1"}'
@@ -126,3 +127,12 @@ def test_command_ids_the_records_hold_are_stored_once() -> None:
 def test_a_reply_for_another_command_keeps_its_id_whatever_it_is(command_id: str) -> None:
     original = entry(msgspec.structs.replace(replied(), command_id=command_id))
     assert read_history([encode_entry(original, saga())], saga()) == [original]
+
+
+def test_the_testing_kit_reads_stored_entries_only_with_their_saga() -> None:
+    original = entry(replied(), dispatch())
+    stored = encode_entry(original, saga())
+    assert decode_history([stored], state=saga()) == [original]
+    assert decode_history([original]) == [original]  # entries already read are whole
+    with pytest.raises(ValueError, match="give state="):
+        decode_history([stored])

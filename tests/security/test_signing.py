@@ -75,7 +75,7 @@ async def test_a_client_without_the_orchestrator_keyring_starts_by_request_and_a
     assert refused.endswith(
         "start request refused: saga 'o-1' exists and runs order_fulfilment@1 with other data"
     )
-    [first, *_] = decode_history(await redis.lrange(PARTITION.history(ORDER.id), 0, -1))
+    [first, *_] = decode_history(await redis.lrange(PARTITION.history(ORDER.id), 0, -1), state=state)
     assert first.event.by == "client via client:web"  # type: ignore[union-attr]
 
 
