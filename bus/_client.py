@@ -9,12 +9,13 @@ server emulating Redis 7.0, each URL its own server, for the demo and fast unit 
 from __future__ import annotations
 
 import os
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
+from bus._cluster import cluster_client, is_cluster_url
 from bus._config import ClientConfig
 from bus._connection import FastConnection, FastPool
 
@@ -32,7 +33,11 @@ def resolve_url(url: str | None) -> str:
 
 
 def connect(url: str | None = None, config: ClientConfig | None = None) -> Redis:
-    """Build a client for ``url`` (see :func:`resolve_url`); no connection is opened yet."""
+    """Build a client for ``url`` (see :func:`resolve_url`); no connection is opened yet.
+
+    ``redis+cluster://host:port[,host:port…]`` (``rediss+cluster://`` with TLS) builds a
+    Redis Cluster client (see :mod:`bus._cluster`).
+    """
     config = config or ClientConfig()
     url = resolve_url(url)
     if url.startswith(MEMORY_URL):
@@ -47,6 +52,10 @@ def connect(url: str | None = None, config: ClientConfig | None = None) -> Redis
         "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), config.retries),
         "client_name": config.client_name,
     }
+    if is_cluster_url(url):
+        # The cluster client has the same command methods; its batches are split by node
+        # (bus/_cluster.py), so the engine treats it as the one client type it knows.
+        return cast(Redis, cluster_client(url, options))
     pool = FastPool.from_url(url, connection_class=FastConnection, **options)
     return redis.Redis.from_pool(pool)
 

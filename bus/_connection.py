@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio.connection import BlockingConnectionPool, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bus._cluster import is_cluster, send_cluster_batch
 
 _ReleasedEvent: Any
 try:
@@ -31,6 +33,7 @@ except ImportError:  # pragma: no cover - older redis-py has no pool events
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -186,6 +189,8 @@ class FastPool(BlockingConnectionPool):
 
 def is_lean(client: Redis) -> bool:
     """Whether ``client`` was built by :func:`bus.connect` for a real server (lean paths apply)."""
+    if is_cluster(client):
+        return False
     connection_class = client.connection_pool.connection_class
     return isinstance(connection_class, type) and issubclass(connection_class, FastConnection)
 
@@ -206,6 +211,10 @@ async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, pars
     needs a lean client (:func:`is_lean`). Clients not built by :func:`bus.connect`
     (fakeredis) get redis-py's pipeline.
     """
+    if is_cluster(client):
+        if not parse:
+            raise TypeError("raw replies need a client built by bus.connect for a single server")
+        return await send_cluster_batch(cast("RedisCluster", client), commands)
     if not is_lean(client):
         if not parse:
             raise TypeError("raw replies need a client built by bus.connect for a real server")

@@ -256,10 +256,11 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     rx.ClusterDownError,
     rx.ReadOnlyError,  # a replica promoted under us, or a failover in progress
     rx.TimeoutError,
+    rx.RedisClusterException,  # no node of the cluster serves the slot (yet)
 )
 
 
-def translate(error: rx.RedisError) -> BusError:
+def translate(error: rx.RedisError | rx.RedisClusterException) -> BusError:
     """Map one redis-py exception to the bus's error tree (the only such mapping)."""
     if isinstance(error, rx.OutOfMemoryError):
         return RedisOutOfMemory(str(error))
@@ -299,5 +300,5 @@ def redis_errors() -> Iterator[None]:
     """Translate redis-py exceptions raised in the block into :class:`BusError`."""
     try:
         yield
-    except rx.RedisError as error:
+    except (rx.RedisError, rx.RedisClusterException) as error:
         raise translate(error) from error

@@ -13,6 +13,7 @@ from bus._auth import KEYRING_ENV, VERIFY_ENV, check_key_id, encode_keyrings, is
 from bus._backoff import Backoff
 from bus._batcher import Batcher
 from bus._client import is_embedded
+from bus._cluster import is_cluster, primaries
 from bus._crash import (
     AFTER_CLAIM,
     AFTER_COMMIT_BEFORE_ACK,
@@ -60,11 +61,13 @@ __all__ = [
     "encode_keyrings",
     "encode_result",
     "get_logger",
+    "is_cluster",
     "is_embedded",
     "issue",
     "library",
     "load_libraries",
     "loaded_libraries",
+    "primaries",
     "redis_errors",
     "reply_envelope",
     "reply_to_command",

@@ -34,7 +34,7 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 import bus
-from bus.lowlevel import is_embedded
+from bus.lowlevel import is_cluster, is_embedded
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _GIVEN_REDIS_URL = os.environ.get("REDSAGA_TEST_REDIS_URL", "")
@@ -135,9 +135,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     for directory in _temp_dirs:
         shutil.rmtree(directory, ignore_errors=True)
+    from tests.cluster import stop_shared
+
+    stop_shared()
 
 
-pytest_plugins = ["tests.faults.servers"]
+pytest_plugins = ["tests.faults.servers", "tests.cluster"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -217,11 +220,19 @@ async def fake_redis() -> AsyncIterator[bus.Redis]:
         await client.aclose()
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", "real", pytest.param("cluster", marks=pytest.mark.cluster)])
 async def redis(request: pytest.FixtureRequest) -> AsyncIterator[bus.Redis]:
-    """The contract-suite fixture: every test using it runs on fakeredis and on real Redis."""
+    """The contract-suite fixture: every test using it runs on fakeredis and on real Redis.
+
+    A module marked ``on_cluster`` runs them on the test cluster as well (tests/cluster.py).
+    """
     if request.param == "fake":
         client = bus.connect(bus.MEMORY_URL)
+    elif request.param == "cluster":
+        from tests.cluster import flush, shared_cluster
+
+        client = bus.connect(shared_cluster().url)
+        await flush(client)
     else:
         require_server("Redis", REDIS_URL)
         client = bus.connect(REDIS_URL)
@@ -234,8 +245,10 @@ async def redis(request: pytest.FixtureRequest) -> AsyncIterator[bus.Redis]:
 
 @pytest.fixture
 def backend(redis: bus.Redis) -> str:
-    """``fake`` or ``real``: lets a contract test state an honest difference explicitly."""
-    return "fake" if is_embedded(redis) else "real"
+    """``fake``, ``real`` or ``cluster``: lets a contract test state an honest difference explicitly."""
+    if is_embedded(redis):
+        return "fake"
+    return "cluster" if is_cluster(redis) else "real"
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import bus
 from bus import Bus, BusConfig, Delivery, Publisher, Stream, Worker
 from tests.helpers import age_pending, dead_letters, pending, until_redis_clock_passes_newest
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 
 class Charge(msgspec.Struct, tag=True):
