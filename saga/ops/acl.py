@@ -85,9 +85,8 @@ _READ: Final = (
     "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
     "smembers", "sismember", "zrange", "zrangebyscore", "zscore", "zmscore", "zcount", "zcard",
     "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream",
-    "multi", "exec", "discard",
 )  # fmt: skip
-"""What the read-only operator commands send (``multi``/``exec`` wrap consistent reads)."""
+"""What the read-only operator commands send (no ``MULTI``: a cluster has none; saga/store/branches.py)."""
 _CLIENT_READS: Final = ("exists", "get", "hget", "hgetall", "hmget", "zmscore", "zrange", "zscore", "time")
 """What ``SagaClient`` reads: a saga and its branches, its timers, the indexes, token keys."""
 _ORCHESTRATE: Final = ("sadd", "set", "hdel")

@@ -37,7 +37,7 @@ from saga.ops.trace import Trace
 from saga.runtime.app import App
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
-from saga.store.branches import decode_branches
+from saga.store.branches import decode_branches, read_together
 from saga.store.codec import decode_state
 from saga.store.commit import TimerTemplate
 from saga.store.history import read_history
@@ -347,15 +347,14 @@ class SagaReader:
     async def _read(
         self, saga_id: str, context: str | None
     ) -> tuple[Partition, SagaState, builtins.list[HistoryEntry]]:
-        """State and history of the saga, read together (one MULTI), from whichever context holds it."""
+        """State and history of the saga, read together (one revision), from whichever context holds it."""
         for ctx in self._contexts(context):
             partition = Partition(ctx.name, partition_of(saga_id, ctx.partitions))
-            with redis_errors():
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    pipe.hgetall(partition.saga(saga_id))
-                    pipe.lrange(partition.history(saga_id), 0, -1)
-                    pipe.hgetall(partition.branches(saga_id))
-                    raw, history, branches = await pipe.execute()
+            raw, history, branches = await read_together(
+                self.redis,
+                partition.saga(saga_id),
+                [("LRANGE", partition.history(saga_id), "0", "-1"), ("HGETALL", partition.branches(saga_id))],
+            )
             if raw:
                 state = decode_state(saga_id, raw, context=partition.context, partition=partition.index).state
                 state.branches = decode_branches(saga_id, branches)

@@ -14,21 +14,27 @@ records its decision touched (the decider copies a branch record when it changes
 "touched" is an identity check, not a re-encoding of every branch). The hash expires with
 the saga.
 
-Loading reads both hashes in one ``MULTI`` for sagas that have group steps (one round trip
-more than a saga without them, and only when the orchestrator's cache misses).
+Loading reads both hashes together for sagas that have group steps (one round trip more
+than a saga without them, and only when the orchestrator's cache misses). Together means
+one pipeline that reads the saga's ``rev`` and ``tag`` again after the other keys: when they
+are unchanged, no commit came between the reads (every commit that changes the saga or a
+branch moves them). Not ``MULTI``: a Redis Cluster client has no transactions, and this
+works on one server and on a cluster alike (every key read shares the saga's hash tag).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from bus.lowlevel import redis_errors
 from saga.core.model import SagaState, StepState
 from saga.store.codec import Loaded, changed_branches, decode_state, decode_step
 from saga.store.keys import Partition
 
-__all__ = ["changed_branches", "decode_branches", "has_groups", "load_saga"]
+__all__ = ["changed_branches", "decode_branches", "has_groups", "load_saga", "read_together"]
+READ_ATTEMPTS: Final = 5
+"""Reads :func:`read_together` tries while commits keep landing between them."""
 
 
 def has_groups(state: SagaState) -> bool:
@@ -57,13 +63,34 @@ async def load_saga(
     loaded = decode_state(saga_id, raw, context=partition.context, partition=partition.index)
     if not has_groups(loaded.state):
         return loaded
-    with redis_errors():  # again, with the branches, in one MULTI: one consistent revision
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(partition.saga(saga_id))
-            pipe.hgetall(partition.branches(saga_id))
-            raw, branches = await pipe.execute()
+    raw, branches = await read_together(
+        redis, partition.saga(saga_id), [("HGETALL", partition.branches(saga_id))]
+    )
     if not raw:
         return None
     loaded = decode_state(saga_id, raw, context=partition.context, partition=partition.index)
     loaded.state.branches = decode_branches(saga_id, branches)
     return loaded
+
+
+async def read_together(redis: Any, saga_key: str, reads: Sequence[tuple[str, ...]]) -> list[Any]:
+    """The saga hash and ``reads`` of keys under its tag, as of one revision.
+
+    One pipeline: ``HGETALL`` of the saga, the reads, then the saga's ``rev`` and ``tag``
+    again; when those moved (a commit came between), the pipeline is sent again, up to
+    :data:`READ_ATTEMPTS` times. The last read is returned even then: a caller that commits
+    is fenced by the commit's revision check, and a view shows a saga that moves anyway.
+    """
+    replies: list[Any] = []
+    for _ in range(READ_ATTEMPTS):
+        with redis_errors():
+            async with redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(saga_key)
+                for read in reads:
+                    pipe.execute_command(*read)
+                pipe.hmget(saga_key, ["rev", "tag"])
+                *replies, after = await pipe.execute()
+        raw = replies[0]
+        if [raw.get(b"rev"), raw.get(b"tag")] == after:
+            break
+    return replies

@@ -7,7 +7,8 @@ service that is down, a release that is flaky, a fraud check that cancels mid-fl
 shipping service that is down for a while). The same script runs on:
 
 - the in-process runner (``saga.testing.SagaRunner``), and
-- Redis through ``SagaWorker.run_until_idle()`` with a ``FakeClock`` -- on fakeredis and on
+- Redis through ``SagaWorker.run_until_idle()`` with a ``FakeClock`` -- on fakeredis, on a
+  6-node Redis Cluster (marker ``cluster``) and on
   real Redis (the ``redis`` fixture) -- one worker for the orchestrator and one per
   participant, so a participant can be "down" by not being run.
 
@@ -63,7 +64,7 @@ from saga.runtime.protocol import RETRY as RETRY_REQUEST
 from saga.store.keys import Partition
 from saga.testing import SagaRunner, Summary, decode_history, invariant_violations, replay, summarize
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 Cancel = Callable[[str], Awaitable[None]]
 Op = tuple[str, ...]

@@ -1,7 +1,7 @@
 """The store contract: the memory store and the Redis scripts apply decisions alike.
 
-One suite, three backends (the in-process runner's :class:`MemoryStore`, and
-:class:`RedisStore` on fakeredis and on real Redis): revisions and the revision check,
+One suite, four backends (the in-process runner's :class:`MemoryStore`, and
+:class:`RedisStore` on fakeredis, on real Redis and on a 6-node Redis Cluster): revisions and the revision check,
 state and history, timers started, cancelled and fired, and the index of event waits.
 Honest difference: the buffer of early events expires by the caller's clock in memory and
 by Redis's own in Redis, so expiry is not part of the contract.
@@ -26,6 +26,7 @@ from saga.store.memory import MemoryStore
 from saga.store.protocol import SagaStore
 from saga.store.redis_store import RedisStore
 from saga.store.wait_index import BufferedEvent, Waiter
+from tests.cluster import flush, shared_cluster
 from tests.conftest import REDIS_URL, require_server
 
 pytestmark = pytest.mark.anyio
@@ -36,14 +37,17 @@ EVENTS = Stream.named("treasury-events")
 TTL_MS, CAP = 60_000, 3
 
 
-@pytest.fixture(params=["memory", "fake", "real"])
+@pytest.fixture(params=["memory", "fake", "real", pytest.param("cluster", marks=pytest.mark.cluster)])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[SagaStore]:
-    """Every test runs on the memory store, and the Redis store on fakeredis and on real Redis."""
+    """Every test runs on the memory store, and the Redis store on fakeredis, real Redis and a cluster."""
     if request.param == "memory":
         yield MemoryStore(ttl_ms=TTL_MS, cap=CAP)
         return
     if request.param == "fake":
         client = bus.connect(bus.MEMORY_URL)
+    elif request.param == "cluster":
+        client = bus.connect(shared_cluster().url)
+        await flush(client)
     else:
         require_server("Redis", REDIS_URL)
         client = bus.connect(REDIS_URL)
