@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from redis import exceptions as rx
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
+from redis.crc import key_slot
 
 from bus._errors import LibraryExists, translate
 
@@ -66,7 +67,29 @@ def cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
     # redis-py's per-node pool does not wait for a free connection: the pool size is a cap
     kwargs.pop("timeout", None)
     startup = [ClusterNode(host, port) for host, port in nodes]
-    return RedisCluster(startup_nodes=startup, **kwargs)
+    return ClusterClient(startup_nodes=startup, **kwargs)
+
+
+class ClusterClient(RedisCluster):
+    """redis-py's cluster client, with a close that never cuts a connection in use.
+
+    redis-py calls ``aclose()`` itself to force a new read of the slot map (after
+    ``CLUSTERDOWN`` during a failover, and after a run of ``MOVED``), and its close
+    disconnects every connection of every node, including those other tasks are writing on
+    or blocked reading from: they fail with an ``AttributeError`` from inside redis-py (seen
+    killing a worker in the failover test). Here a close marks connections in use to be
+    dropped when their command ends and drops the idle ones at once; the slot map is read
+    again on the next command. When nothing is in use (the owner closing the client at the
+    end), every connection is closed at once, as before.
+    """
+
+    async def aclose(self) -> None:
+        """Drop idle connections now and busy ones when released; re-read the slot map on next use."""
+        self._initialize = True
+        for nodes in (self.nodes_manager.nodes_cache, self.nodes_manager.startup_nodes):
+            for node in list(nodes.values()):
+                node.update_active_connections_for_reconnect()
+                await node.disconnect_free_connections()
 
 
 def _host_port(entry: str) -> tuple[str, int]:
@@ -81,9 +104,12 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
-def primaries(client: Any) -> list[ClusterNode]:
-    """The masters of ``client``'s cluster as it last read the slot map."""
-    return cast("RedisCluster", client).get_primaries()
+async def primaries(client: Any) -> list[ClusterNode]:
+    """The masters of ``client``'s cluster as it last read the slot map (read now if never)."""
+    cluster = cast("RedisCluster", client)
+    if not cluster.get_primaries():
+        await cluster.initialize()
+    return cluster.get_primaries()
 
 
 async def send_cluster_batch(client: RedisCluster, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -109,10 +135,8 @@ async def _run_keyed(
     for attempt in range(client.retry.get_retries() + 1):
         if not todo:
             return
-        pipe = client.pipeline(transaction=False)
-        for index in todo:
-            pipe.execute_command(*commands[index])
         try:
+            pipe = await _routed(client, [commands[index] for index in todo])
             results = await pipe.execute(raise_on_error=False)
         except _RETRYABLE as error:
             results = [error] * len(todo)
@@ -125,6 +149,26 @@ async def _run_keyed(
         raise replies[index]
 
 
+async def _routed(client: RedisCluster, commands: Sequence[tuple[Any, ...]]) -> Any:
+    """A cluster pipeline of ``commands``, each sent to the master of its key's slot.
+
+    The slot is computed here from the key (a script's first key after its key count):
+    redis-py would ask a node (``COMMAND GETKEYS``) for every ``FCALL``, one round trip per
+    call, to a node that may be the one just lost. A redirected command (``MOVED``, ``ASK``)
+    is re-sent by redis-py to its new owner.
+    """
+    await primaries(client)
+    pipe = client.pipeline(transaction=False)
+    for args in commands:
+        key = _key_of(args)
+        if key is None:
+            pipe.execute_command(*args)
+        else:
+            node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+            pipe.execute_command(*args, target_nodes=node)
+    return pipe
+
+
 async def _reread_slots(client: RedisCluster, attempt: int) -> None:
     """Back off, then re-read the slot map (a replica may have taken over a lost master)."""
     await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # reconnect back-off, as redis-py's own retry
@@ -135,10 +179,8 @@ async def _reread_slots(client: RedisCluster, attempt: int) -> None:
 
 
 async def _load_on_primaries(client: RedisCluster, args: tuple[Any, ...]) -> Any:
-    if not client.get_primaries():  # the slot map is read on first use; the masters are needed now
-        await client.initialize()
     outcomes = await asyncio.gather(
-        *(client.execute_command(*args, target_nodes=node) for node in client.get_primaries()),
+        *(client.execute_command(*args, target_nodes=node) for node in await primaries(client)),
         return_exceptions=True,
     )
     errors = [o for o in outcomes if isinstance(o, rx.RedisError)]
@@ -187,3 +229,13 @@ def _word(args: tuple[Any, ...], index: int) -> bytes:
     if isinstance(word, str):
         return word.upper().encode()
     return word.upper() if isinstance(word, bytes) else b""
+
+
+def slot_of(key: str) -> int:
+    """The cluster slot of ``key`` (CRC16 of its hash tag, mod 16384), as Redis computes it."""
+    return int(key_slot(key.encode()))
+
+
+def owner_of(client: Any, slot: int) -> str:
+    """``host:port`` of the master serving ``slot`` as ``client`` last read the slot map."""
+    return str(cast("RedisCluster", client).nodes_manager.get_node_from_slot(slot).name)

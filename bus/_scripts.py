@@ -165,9 +165,20 @@ class LoadedLibrary:
 
 
 async def loaded_libraries(client: Redis) -> list[LoadedLibrary]:
-    """The redsaga libraries loaded on ``client``'s Redis, by name (any release's)."""
+    """The redsaga libraries loaded on ``client``'s Redis, by name (any release's).
+
+    On a cluster, the libraries loaded on every master (one missing on a master cannot run
+    the calls whose keys live there).
+    """
     with redis_errors():
         listed = await client.function_list(f"{LIBRARY_PREFIX}*")
+    if isinstance(listed, dict):  # a cluster: one listing per master
+        per_node = [_libraries(node_listing) for node_listing in listed.values()]
+        return [lib for lib in per_node[0] if all(lib in others for others in per_node[1:])]
+    return _libraries(listed)
+
+
+def _libraries(listed: list[Any]) -> list[LoadedLibrary]:
     found = []
     for entry in map(_fields, listed):
         name = entry[b"library_name"].decode()

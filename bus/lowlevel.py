@@ -13,7 +13,7 @@ from bus._auth import KEYRING_ENV, VERIFY_ENV, check_key_id, encode_keyrings, is
 from bus._backoff import Backoff
 from bus._batcher import Batcher
 from bus._client import is_embedded
-from bus._cluster import is_cluster, primaries
+from bus._cluster import is_cluster, owner_of, primaries, slot_of
 from bus._crash import (
     AFTER_CLAIM,
     AFTER_COMMIT_BEFORE_ACK,
@@ -67,6 +67,7 @@ __all__ = [
     "library",
     "load_libraries",
     "loaded_libraries",
+    "owner_of",
     "primaries",
     "redis_errors",
     "reply_envelope",
@@ -74,6 +75,7 @@ __all__ = [
     "role_of",
     "run_batch",
     "shared_helpers",
+    "slot_of",
     "stream_audience",
     "tagged_key",
 ]

@@ -92,6 +92,19 @@ def duration_option(text: str | int) -> int:
         raise typer.BadParameter(str(error)) from None
 
 
+def partitions_option(text: str | tuple[int, ...] | None) -> tuple[int, ...]:
+    """The parser of ``--partitions``: ``0-3,7`` gives (0, 1, 2, 3, 7); empty: every partition."""
+    if text is None or isinstance(text, tuple):
+        return text or ()
+    indexes: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or not (last or first).isdigit() or int(last or first) < int(first):
+            raise typer.BadParameter(f"{part!r}: give partition indexes as 0-3,7", param_hint="'--partitions'")
+        indexes += [i for i in range(int(first), int(last or first) + 1) if i not in indexes]
+    return tuple(indexes)
+
+
 def clip(text: str, width: int = 80) -> str:
     """``text`` on one line, cut to ``width`` characters."""
     one_line = " ".join(text.split())

@@ -23,7 +23,7 @@ from redsaga.cli._common import (
     real_redis_url,
     run,
 )
-from redsaga.cli._format import cell, duration_option, status_colour
+from redsaga.cli._format import cell, duration_option, partitions_option, status_colour
 from redsaga.cli._load import load_app
 from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
 from redsaga.cli._port import MetricsHost, MetricsPort, open_port
@@ -68,6 +68,15 @@ def worker(
             help="redsaga_sagas_stuck counts sagas that have not moved for this long (10m, 2h).",
         ),
     ] = DEFAULT_STUCK_FOR_MS,
+    partitions: Annotated[
+        str | None,
+        typer.Option(
+            metavar="INDEXES",
+            help="Serve only these partitions of each context (0-3,7); several workers divide a "
+            "context's partitions so (default: every partition).",
+            show_default=False,
+        ),
+    ] = None,
     log_level: LogLevel = "info",
     console_logs: ConsoleLogs = False,
 ) -> None:
@@ -88,6 +97,7 @@ def worker(
     process runs) and /readyz (Redis answers, the epoch is the one it joined, its consumer
     groups exist); `saga health ready` asks /readyz (docs/operations.md lists the metrics).
     """
+    served = partitions_option(partitions)
     url = real_redis_url(redis_url)
     configure(json_logs=not console_logs, level=log_level)
     app = load_app(app_ref)
@@ -98,7 +108,11 @@ def worker(
             "(REDSAGA_KEYRING, written by `saga keys issue`), or set REDSAGA_VERIFY=off to run "
             "without (development only)"
         )
-    config = EngineConfig(bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms), auth=auth)
+    config = EngineConfig(
+        bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms),
+        auth=auth,
+        partitions=served,
+    )
     tune_gc()  # the App is loaded: freeze that heap, collect the young generation less often
 
     async def main() -> None:

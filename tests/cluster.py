@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redis as redis_sync
 from redis.asyncio.cluster import RedisCluster
 
 import bus
@@ -115,6 +116,7 @@ class LocalCluster:
                 check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
             )  # fmt: skip
             self.wait_ok()
+            self.wait_synced()
         except BaseException:
             self.stop()
             raise
@@ -153,6 +155,17 @@ class LocalCluster:
 
         self._wait(ok, "every node reports cluster_state:ok", timeout)
 
+    def wait_synced(self, timeout: float = 30) -> None:
+        """Wait until every replica's link to its master is up (a replica that never synced
+        is not eligible for promotion)."""
+
+        def synced() -> bool:
+            replicas = [_info(p, "replication") for p in self.running()]
+            links = [r.get("master_link_status") for r in replicas if r.get("role") == "slave"]
+            return len(links) == MASTERS and all(link == "up" for link in links)
+
+        self._wait(synced, "every replica is in sync", timeout)
+
     def running(self) -> list[int]:
         """Ports of the nodes whose process is alive."""
         return [port for port in self.ports if self.processes[port].poll() is None]
@@ -185,6 +198,35 @@ class LocalCluster:
         """``CLUSTER FAILOVER`` on ``replica`` (a planned switch) and wait until it is a master."""
         assert _reply(replica, "CLUSTER", "FAILOVER").startswith("+OK")
         self.wait_promoted(replica)
+
+    def node_of(self, port: int) -> str:
+        """``host:port`` of a node, as redis-py names it."""
+        return f"127.0.0.1:{port}"
+
+    def move_slot(self, slot: int, source: int, target: int) -> int:
+        """Move ``slot`` with its keys from master ``source`` to master ``target`` (as a reshard does).
+
+        The documented steps: ``IMPORTING`` on the target, ``MIGRATING`` on the source,
+        ``MIGRATE`` the keys in batches (a client meeting a moved key gets ``ASK``), then
+        ``SETSLOT … NODE`` on every master. Returns how many keys moved.
+        """
+        nodes = {port: redis_sync.Redis(port=port) for port in self.masters()}
+        try:
+            source_id, target_id = (
+                nodes[p].execute_command("CLUSTER", "MYID").decode() for p in (source, target)
+            )
+            nodes[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            nodes[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            moved = 0
+            while keys := nodes[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 50):
+                nodes[source].execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+            for node in (nodes[target], nodes[source], *nodes.values()):
+                node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            return moved
+        finally:
+            for node in nodes.values():
+                node.close()
 
     def stop(self) -> None:
         """Kill every node and remove the directory."""

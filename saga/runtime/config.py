@@ -52,6 +52,9 @@ class EngineConfig:
         health_file: A file the worker rewrites every ``heartbeat_ms`` while its event loop
             runs and its Redis answers (``saga health worker`` judges its age;
             ``saga/runtime/liveness.py``). Default: ``$REDSAGA_HEALTH_FILE``; ``None``: no file.
+        partitions: Serve only these partition indexes of each context (its sagas, inbox,
+            timers and the participants' command streams there); several workers divide a
+            context's partitions this way (``saga worker --partitions 0-3``). Empty: all.
 
     """
 
@@ -74,6 +77,11 @@ class EngineConfig:
     schedule_poll_ms: int = 500
     schedule_recheck_ms: int = 1_000
     health_file: str | None = field(default_factory=health_file_from_env)
+    partitions: tuple[int, ...] = ()
+
+    def serves(self, index: int) -> bool:
+        """Whether this worker serves partition ``index`` (every one when none are named)."""
+        return not self.partitions or index in self.partitions
 
     def __post_init__(self) -> None:
         if self.retention_s < 0 or self.cache_size < 0:
@@ -93,6 +101,8 @@ class EngineConfig:
             <= 0
         ):
             raise ValueError("EngineConfig event buffer and schedule settings must be positive")
+        if any(index < 0 for index in self.partitions) or len(set(self.partitions)) != len(self.partitions):
+            raise ValueError("EngineConfig.partitions must be distinct indexes >= 0")
         if self.token_ttl_s < 0:
             raise ValueError("EngineConfig.token_ttl_s must be >= 0")
         if self.signal_secret is not None and len(self.signal_secret) < 16:

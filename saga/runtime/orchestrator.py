@@ -137,8 +137,9 @@ class Orchestrator:
 
     @property
     def partitions(self) -> list[Partition]:
-        """Every partition of the context."""
-        return [Partition(self.context.name, i) for i in range(self.context.partitions)]
+        """Every partition of the context this worker serves (``EngineConfig.partitions``)."""
+        indexes = filter(self.config.serves, range(self.context.partitions))
+        return [Partition(self.context.name, i) for i in indexes]
 
     def install(self, bus: Bus) -> None:
         """Register the inbox and local-action consumers of every partition on ``bus``."""

@@ -119,14 +119,17 @@ class Participant:
         """Whether a handler replies through the outbox (then the relay publishes its replies)."""
         return any(h.outbox for h in self._handlers)
 
-    def install(self, bus: Bus) -> None:
-        """Register this participant's handlers on ``bus`` for every partition it serves."""
+    def install(self, bus: Bus, serves: Callable[[int], bool] = lambda _index: True) -> None:
+        """Register this participant's handlers on ``bus`` for every partition it serves.
+
+        ``serves`` picks the partition indexes (``EngineConfig.serves``; default: all).
+        """
         if not self._handlers:
             raise DefinitionError(f"participant {self.name!r} handles no command")
         me = participant_named(self.name)
         for context in self.serves:
             senders = [orchestrator_of(context.name)]  # its commands come from that orchestrator only
-            for index in range(context.partitions):
+            for index in filter(serves, range(context.partitions)):
                 stream = Partition(context.name, index).commands(self.name)
                 for handler in self._handlers:
                     register = bus.handler(

@@ -65,7 +65,7 @@ class SagaWorker:
         for orchestrator in self.orchestrators:
             orchestrator.install(bus)
         for participant in app.participants:
-            participant.install(bus)
+            participant.install(bus, self.config.serves)
         auth = self.config.auth
         self.has_tasks = bool(task_contexts(app.registry))
         principal = auth.signer_for("orchestrator") if self.has_tasks else ""  # a participant holds none

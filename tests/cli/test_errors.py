@@ -209,6 +209,7 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         (["epoch", "accept", "--redis-url", CLOSED_REDIS], "accepting a new epoch needs --yes"),
         (["list", "--no-such-option"], "No such option: --no-such-option (see saga list --help)"),
         (["worker"], "Missing option '--app'"),
+        (["worker", "--app", "redsaga.examples.orders:app", "--partitions", "3-1"], "'--partitions': '3-1'"),
         (["dlq", "nonsense"], "No such command 'nonsense'"),
         (["ui", "--port", "70000"], "Invalid value for '--port'"),
         (["tasks", "list"], "give exactly one of --role ROLE and --user USER"),
