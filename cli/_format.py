@@ -100,7 +100,8 @@ def partitions_option(text: str | tuple[int, ...] | None) -> tuple[int, ...]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         first, _, last = part.partition("-")
         if not first.isdigit() or not (last or first).isdigit() or int(last or first) < int(first):
-            raise typer.BadParameter(f"{part!r}: give partition indexes as 0-3,7", param_hint="'--partitions'")
+            hint = "'--partitions'"
+            raise typer.BadParameter(f"{part!r}: give partition indexes as 0-3,7", param_hint=hint)
         indexes += [i for i in range(int(first), int(last or first) + 1) if i not in indexes]
     return tuple(indexes)
 

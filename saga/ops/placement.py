@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bus.lowlevel import is_cluster, owner_of, slot_of
+from bus.lowlevel import is_cluster, owner_of, primaries, slot_of
 from saga.store.keys import Partition
 
 
@@ -42,8 +42,10 @@ class Move:
     target: str
 
 
-def placement(redis: Any, context: str, partitions: int) -> list[Placed]:
+async def placement(redis: Any, context: str, partitions: int) -> list[Placed]:
     """Every partition of ``context`` with its slot and (on a cluster) its master now."""
+    if is_cluster(redis):
+        await primaries(redis)  # the slot map, read on first use
     placed = []
     for index in range(partitions):
         slot = slot_of(Partition(context, index).inbox.key)

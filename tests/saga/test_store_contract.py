@@ -1,8 +1,8 @@
 """The store contract: the memory store and the Redis scripts apply decisions alike.
 
 One suite, four backends (the in-process runner's :class:`MemoryStore`, and
-:class:`RedisStore` on fakeredis, on real Redis and on a 6-node Redis Cluster): revisions and the revision check,
-state and history, timers started, cancelled and fired, and the index of event waits.
+:class:`RedisStore` on fakeredis, on real Redis and on a 6-node Redis Cluster): revisions
+and the revision check, state and history, timers started, cancelled and fired, and the index of event waits.
 Honest difference: the buffer of early events expires by the caller's clock in memory and
 by Redis's own in Redis, so expiry is not part of the contract.
 """
