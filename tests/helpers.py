@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 import bus
+from bus.lowlevel import is_cluster
 
 if TYPE_CHECKING:
     from saga import SagaWorker
@@ -106,3 +107,14 @@ async def until_redis_clock_passes_newest(redis: bus.Redis, stream_key: str) -> 
         return seconds * 1000 + micros // 1000 > newest_ms
 
     await eventually(passed, 5, "Redis's clock passed the stream's newest entry", poll=0.001)
+
+
+async def keys_matching(redis: bus.Redis, pattern: str) -> list[bytes]:
+    """Every key matching ``pattern``: ``KEYS`` on one server, ``SCAN`` on every master of a cluster.
+
+    ``KEYS`` on a cluster client asks one node, so a test asserting "no key left" would pass
+    on a cluster without looking at the other masters.
+    """
+    if is_cluster(redis):
+        return [key async for key in redis.scan_iter(match=pattern, count=1000)]
+    return list(await redis.keys(pattern))

@@ -17,7 +17,7 @@ from bus import Authenticator, AuthError, Bus, Delivery, Keyring, Stream, Unauth
 from bus._auth import decode_keyrings, encode_keyrings, issue, load_keyrings, stream_audience
 from tests.helpers import dead_letters, eventually
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 MASTER = {"k1": os.urandom(32)}
 ORDERS, PAYMENTS, INVENTORY = "orchestrator:orders", "participant:payments", "participant:inventory"
 

@@ -13,7 +13,7 @@ from bus import Bus, BusConfig, DefinitionError, Delivery, Publisher, Stream, Wo
 from bus._scripts import CommandCall
 from tests.helpers import dead_letters, pending
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 JOBS = Stream("jobs:0", "cmd:jobs")
 CONFIG = BusConfig(lease_ms=10_000, retry_base_ms=100, retry_max_ms=1_000, max_deliveries=3)

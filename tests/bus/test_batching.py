@@ -16,7 +16,7 @@ from bus._clock import SystemClock
 from bus._completer import Completer
 from bus._scripts import CommandCall, Library
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 
 async def test_concurrent_calls_share_a_pipeline_and_each_gets_its_own_result(redis: bus.Redis) -> None:

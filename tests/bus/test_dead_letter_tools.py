@@ -9,7 +9,7 @@ from bus import BusConfig, LetterFilter, Worker
 from bus._dead_letters import decode_letter
 from tests.bus.test_contract import COMMANDS, CONFIG, payments_app, publish_charge
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 
 async def test_a_requeued_letter_is_handled_again_and_requeue_is_safe_to_repeat(redis: bus.Redis) -> None:

@@ -8,7 +8,7 @@ import pytest
 import bus
 from bus._epoch import EPOCH_KEY, check_epoch, join_epoch
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 
 async def test_a_reader_waits_for_the_first_writer_and_then_joins_its_epoch(redis: bus.Redis) -> None:

@@ -29,7 +29,7 @@ from bus._scripts import (
 from saga.ops.acl import script_commands
 from tests.faults.servers import PrivateRedis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 PACKAGES = ("bus", "saga.store", "relay")
 
 
@@ -103,7 +103,7 @@ async def test_only_the_calls_that_met_the_missing_library_are_sent_again(
         missing.script("count").call(["b"], []),
     ]
     assert await run_batch(redis, calls) == [1, 1, 1, 2]
-    assert await redis.mget("a", "b", "c") == [b"1", b"2", b"1"]  # nothing ran twice
+    assert [await redis.get(key) for key in "abc"] == [b"1", b"2", b"1"]  # nothing ran twice
     [_, again] = sent
     function = missing.script("count").function
     assert again == [("FUNCTION", "LOAD", missing.source), *[("FCALL", function, 1, "b")] * 2]
@@ -153,9 +153,11 @@ async def test_a_user_that_may_not_load_functions_gets_the_fix(private_redis_ser
 
 
 async def test_a_library_that_vanishes_at_every_load_gives_up_with_function_missing(
-    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+    redis: bus.Redis, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bounded: a call does not loop forever against a Redis that keeps losing its functions."""
+    if backend == "cluster":
+        pytest.skip("a cluster batch loads on every master before the calls: a FLUSH cannot land between")
     lib = fresh(count=COUNTING)
     send_batch = scripts_module.send_batch
 

@@ -19,7 +19,7 @@ from bus._pool import HandlerPool
 from tests.bus.test_contract import COMMANDS, CONFIG, Charge, Charged, publish_charge, replies
 from tests.helpers import age_pending, eventually, pending
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 
 def test_the_heartbeat_may_take_at_most_half_the_lease() -> None:

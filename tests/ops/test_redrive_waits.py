@@ -21,7 +21,7 @@ from redsaga.cli.main import app as cli
 from saga import SagaClient, SagaStatus
 from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations
-from tests.helpers import eventually, while_deciding
+from tests.helpers import eventually, keys_matching, while_deciding
 from tests.ops.lending import APP_REF, YES, Lending
 from tests.ops.live import background_worker, flush
 from tests.saga.time_sagas import TREASURY_EVENTS, FundsReady, loan
@@ -87,7 +87,7 @@ async def test_the_admin_redrives_a_waiting_saga(
     assert (await lending.admin.replay(saga_id)).ok
     raw = await redis.lrange(PARTITION.history(saga_id), 0, -1)
     assert invariant_violations(loan, state, decode_history(raw, state=state)) == []
-    assert await redis.keys("rs:{lending:w:*}:wait:*") == []  # no event registration left behind
+    assert await keys_matching(redis, "rs:{lending:w:*}:wait:*") == []  # no event registration left behind
 
 
 # -- the command line ---------------------------------------------------------------------

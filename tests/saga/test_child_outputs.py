@@ -21,7 +21,7 @@ from tests.saga.compose_backends import RedisBackend, RunnerBackend
 from tests.saga.compose_sagas import Worked
 from tests.saga.last_steps import CHILDREN, DEFINITIONS, EVENTS, KINDS, PLAN, Kind, Posted
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
 
 async def run(backend: RunnerBackend | RedisBackend, kind: Kind) -> tuple[Summary, object]:

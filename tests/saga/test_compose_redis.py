@@ -36,7 +36,7 @@ from saga.store.commit import commit_result
 from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations, replay
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 PARTITION = Partition("bulk", 0)
 
 

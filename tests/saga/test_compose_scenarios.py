@@ -29,7 +29,7 @@ from saga.testing import Summary
 from tests.saga.compose_backends import RedisBackend, RunnerBackend
 from tests.saga.compose_sagas import Plan, Services, bill, fan, invoicing, parent, race, seats
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 ITEMS = ["a", "b", "c", "d"]
 
 

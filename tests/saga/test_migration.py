@@ -25,6 +25,7 @@ from saga.errors import MigrationRefused
 from saga.store.codec import decode_state
 from saga.testing import FakeParticipant, SagaRunner, decode_history, replay
 from saga.versions.migrator import _commit
+from tests.helpers import keys_matching
 from tests.saga.versioned import (
     V1,
     V2,
@@ -224,7 +225,7 @@ CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
 async def everything(redis: bus.Redis) -> dict[bytes, Any]:
     """Every key and its value: the whole database, to compare before and after."""
     values: dict[bytes, Any] = {}
-    for key in await redis.keys("*"):
+    for key in await keys_matching(redis, "*"):
         kind = (await redis.type(key)).decode()
         if kind == "hash":
             values[key] = await redis.hgetall(key)

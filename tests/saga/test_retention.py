@@ -15,7 +15,7 @@ from saga.runtime.tasks import TaskClient, role_table
 from saga.store.keys import Partition
 from tests.saga.task_sagas import Approval, Refund, refund
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 PARTITION = Partition("orders", 0)
 PART = Partition("refunds", 0)
 DAY = 86_400

@@ -33,7 +33,7 @@ from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, Scheduler
 from saga.testing import SagaRunner
 from tests.saga.report_sagas import MIDNIGHT, REPORTS, Report, every_minute, late_report, report
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
 MINUTE = 60
 

@@ -29,7 +29,7 @@ from saga.core.tokens import Signer
 from saga.runtime.protocol import SIGNAL, SignalDelivery
 from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations, replay
-from tests.helpers import dead_letters
+from tests.helpers import dead_letters, keys_matching
 from tests.saga.time_sagas import (
     LENDING,
     NOON,
@@ -43,7 +43,7 @@ from tests.saga.time_sagas import (
     trip,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 PARTITION = Partition(LENDING, 0)
 SECRET = "a test secret of at least sixteen bytes"
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000), signal_secret=SECRET)
@@ -120,7 +120,7 @@ async def test_a_loan_waits_for_a_signal_sleeps_and_waits_for_an_event(redis: bu
     assert world.effects == [("L1", "reserve"), ("L1", "disburse")]
     await world.check(saga_id)
     # the wait's registration is gone once it ended
-    assert await redis.keys(f"rs:{{{LENDING}:w:*}}:wait:*") == []
+    assert await keys_matching(redis, f"rs:{{{LENDING}:w:*}}:wait:*") == []
 
 
 async def test_an_event_before_its_wait_is_buffered_and_matched(redis: bus.Redis) -> None:
@@ -159,7 +159,7 @@ async def test_a_signal_delivered_twice_concurrently_resumes_once(redis: bus.Red
 async def test_a_forged_token_is_refused_and_nothing_is_written(redis: bus.Redis) -> None:
     world, saga_id = await waiting(redis)
     token = world.tokens[0]
-    keys_before = sorted(await redis.keys("*"))
+    keys_before = sorted(await keys_matching(redis, "*"))
     inbox_before = await redis.xlen(PARTITION.inbox.key)
     forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
     created = (await world.client.get(saga_id)).created_ms
@@ -170,7 +170,7 @@ async def test_a_forged_token_is_refused_and_nothing_is_written(redis: bus.Redis
         with pytest.raises(InvalidToken):
             await world.client.signal(bad, YES)
     assert await redis.xlen(PARTITION.inbox.key) == inbox_before
-    assert sorted(await redis.keys("*")) == keys_before
+    assert sorted(await keys_matching(redis, "*")) == keys_before
     assert (await world.client.get(saga_id)).status == SagaStatus.SUSPENDED
 
 
@@ -302,7 +302,7 @@ async def test_events_before_and_after_their_waits_on_two_workers_always_meet(re
     for saga_id in early:
         await publisher.publish(TREASURY_EVENTS, FundsReady(loan_id=saga_id, ref="r"))
     await both_workers()
-    assert len(await redis.keys(f"rs:{{{LENDING}:w:*}}:early:*")) == len(early)
+    assert len(await keys_matching(redis, f"rs:{{{LENDING}:w:*}}:early:*")) == len(early)
     for saga_id in ids:
         await client.start(funds_only, Order(id=saga_id), saga_id=saga_id)
         if saga_id in late:
