@@ -272,6 +272,15 @@ def stats(found: Stats) -> None:
     emit_table(["stream", "length", "group", "live consumers", "pending", "lag", "oldest pending"], rows)
     heading("dead letters")
     emit_table(["dead-letter stream", "letters"], sorted(found.dead_letters.items()))
+    if found.nodes:
+        heading("cluster masters")
+        emit_table(
+            ["master", "partitions", "streams", "keys", "memory MiB"],
+            [
+                [n.node, n.partitions, n.streams, n.keys, f"{n.used_memory_bytes / 2**20:.1f}"]
+                for n in found.nodes
+            ],
+        )
     if found.outbox:
         heading("outbox")
         emit_table(

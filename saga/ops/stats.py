@@ -15,13 +15,14 @@ those count as idle, not live.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from bus import StreamStats, dead_letter_sizes, stream_stats
-from bus.lowlevel import redis_errors
+from bus.lowlevel import is_cluster, owner_of, primaries, redis_errors, slot_of
 from redsaga.streams import Stream
 from saga.core.states import SagaStatus
 from saga.ops.listing import count_idle
@@ -97,6 +98,17 @@ class StreamLoad(msgspec.Struct, frozen=True, kw_only=True):
     groups: list[GroupLoad]
 
 
+class NodeLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """One master of a Redis Cluster: the partitions and streams it serves, its keys and memory."""
+
+    node: str
+    """``host:port``."""
+    partitions: int
+    streams: int
+    keys: int
+    used_memory_bytes: int
+
+
 class Stats(msgspec.Struct, kw_only=True):
     """Everything ``saga stats`` prints.
 
@@ -115,6 +127,7 @@ class Stats(msgspec.Struct, kw_only=True):
             oldest-pending age.
         dead_letters: Letters per dead-letter stream.
         outbox: The backlog of each outbox database asked about.
+        nodes: On a Redis Cluster, the load of each master (empty on a single server).
 
     """
 
@@ -128,6 +141,7 @@ class Stats(msgspec.Struct, kw_only=True):
     streams: list[StreamLoad]
     dead_letters: dict[str, int]
     outbox: list[OutboxBacklog]
+    nodes: list[NodeLoad] = msgspec.field(default_factory=list)
 
 
 async def saga_counts(redis: Any, partitions: Sequence[Partition]) -> list[SagaCount]:
@@ -174,7 +188,37 @@ async def gather(
         streams=[await _load(redis, await stream_stats(redis, s), live_after_ms) for s in streams],
         dead_letters=await dead_letter_sizes(redis, sorted({s.dlq_key for s in streams})),
         outbox=[await _outbox(dsn, now_ms) for dsn in dsns],
+        nodes=await node_loads(redis, partitions, streams),
     )
+
+
+async def node_loads(
+    redis: Any, partitions: Sequence[Partition], streams: Sequence[Stream]
+) -> list[NodeLoad]:
+    """Per master of a cluster: partitions and streams by the slot of their tag, keys, memory.
+
+    Empty on a single server. Uneven partitions per master are what ``saga.ops.placement``
+    plans slot moves for.
+    """
+    if not is_cluster(redis):
+        return []
+    with redis_errors():
+        masters = await primaries(redis)
+        by_partition = Counter(owner_of(redis, slot_of(p.inbox.key)) for p in partitions)
+        by_stream = Counter(owner_of(redis, slot_of(s.key)) for s in streams)
+        loads = []
+        for node in masters:
+            memory = await redis.info("memory", target_nodes=node)
+            loads.append(
+                NodeLoad(
+                    node=node.name,
+                    partitions=by_partition[node.name],
+                    streams=by_stream[node.name],
+                    keys=int(await redis.dbsize(target_nodes=node)),
+                    used_memory_bytes=int(memory["used_memory"]),
+                )
+            )
+    return sorted(loads, key=lambda load: load.node)
 
 
 async def _load(redis: Any, stats: StreamStats, live_after_ms: int) -> StreamLoad:

@@ -16,7 +16,7 @@ import redis as redis_sync
 from redis.asyncio.cluster import RedisCluster
 
 import bus
-from bus import BusConfig
+from bus import BusConfig, FakeClock
 from bus._cluster import cluster_client
 from bus._safety import check_redis_settings
 from bus._scripts import ReplicaAcks
@@ -32,6 +32,7 @@ from bus.lowlevel import (
     run_batch,
     slot_of,
 )
+from saga import SagaAdmin, SagaClient
 from saga.ops.placement import balancing_moves, placement, spread
 from saga.store.keys import Partition
 from tests.cluster import LocalCluster, flush
@@ -171,3 +172,21 @@ def test_demo_on_the_cluster_ends_every_saga_and_balances_the_ledger(cluster: Lo
     assert "40 orders in" in completed.stdout
     assert "ledger balanced: yes" in completed.stdout
     assert "stock released: yes" in completed.stdout
+
+
+async def test_stats_show_each_masters_partitions_streams_keys_and_memory(cluster_redis: bus.Redis) -> None:
+    from tests.saga.test_partition_subset import APP, Job, job
+
+    clock = FakeClock()
+    client = SagaClient(cluster_redis, APP.registry, clock=clock)
+    for n in range(8):
+        await client.start(job, Job(id=f"job-{n}"), saga_id=f"job-{n}")
+    found = await SagaAdmin(cluster_redis, APP, clock=clock).stats()
+    masters = {node.name for node in await primaries(cluster_redis)}
+    assert {n.node for n in found.nodes} == masters
+    assert sum(n.partitions for n in found.nodes) == 4
+    owners = [owner_of(cluster_redis, p.slot) for p in await placement(cluster_redis, "split", 4)]
+    assert {n.node: n.partitions for n in found.nodes} == {m: owners.count(m) for m in masters}
+    assert sum(n.streams for n in found.nodes) == len(found.streams)
+    assert all(n.used_memory_bytes > 0 for n in found.nodes)
+    assert sum(n.keys for n in found.nodes) >= 8  # a hash per saga at least
