@@ -36,9 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import bus  # noqa: E402 - after the path set-up, as the other benchmarks
-from bus._connection import send_batch  # noqa: E402
-from bus.lowlevel import Script, load_libraries, owner_of, primaries, run_batch, slot_of  # noqa: E402
+import bus
+from bus._connection import send_batch
+from bus.lowlevel import Script, load_libraries, owner_of, primaries, run_batch, slot_of
 
 ACK = Script.load("bus", "ack")
 Batch = Callable[[], Awaitable[Any]]
@@ -134,7 +134,8 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--redis-url", default="", help="a single Redis (default: start one)")
     parser.add_argument("--cluster-url", default="", help="redis+cluster://… (default: start 6 nodes)")
     parser.add_argument("--batches", type=int, default=2000)

@@ -24,13 +24,15 @@ what must be atomic is one script.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, Final, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from redis import exceptions as rx
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import parse_url
+from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.crc import key_slot
 
 from bus._errors import LibraryExists, translate
@@ -66,12 +68,51 @@ def cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
         kwargs["ssl"] = True
     # redis-py's per-node pool does not wait for a free connection: the pool size is a cap
     kwargs.pop("timeout", None)
-    startup = [ClusterNode(host, port) for host, port in nodes]
-    return ClusterClient(startup_nodes=startup, **kwargs)
+    connection_class = _GuardedSSLConnection if kwargs.get("ssl") else _GuardedConnection
+    client = ClusterClient(startup_nodes=[ClusterNode(host, port) for host, port in nodes], **kwargs)
+    client.nodes_manager.connection_kwargs["connection_class"] = connection_class  # nodes found later
+    for node in client.nodes_manager.startup_nodes.values():  # rebuilt by redis-py with its class
+        node.connection_class = connection_class
+    return client
+
+
+class _Guarded(Connection):
+    """A connection whose write fails as a lost link when another task dropped it meanwhile.
+
+    redis-py's cluster client disconnects a node's idle connections after a connection
+    error (``disconnect_free_connections``) while they stay in the free list, so a task can
+    take one, and find its writer gone in the middle of the send: an ``AttributeError`` from
+    inside redis-py, which no caller retries. Here it is redis-py's ``ConnectionError``,
+    which the cluster client retries on a fresh connection.
+    """
+
+    async def _send_packed_command(self, command: Iterable[bytes]) -> None:
+        writer = self._writer
+        if writer is None:
+            raise rx.ConnectionError("the connection was closed under this command (a node was recycled)")
+        writer.writelines(command)
+        await writer.drain()
+
+
+class _GuardedConnection(_Guarded):
+    """:class:`_Guarded` over TCP."""
+
+
+class _GuardedSSLConnection(_Guarded, SSLConnection):
+    """:class:`_Guarded` over TLS."""
+
+
+_HOLDING: ContextVar[bool] = ContextVar("redsaga_cluster_gate", default=False)
 
 
 class ClusterClient(RedisCluster):
-    """redis-py's cluster client, with a close that never cuts a connection in use.
+    """redis-py's cluster client, waiting for a free connection and never cutting one in use.
+
+    redis-py's per-node pool does not wait: past ``max_connections`` a command fails with
+    ``MaxConnectionsError`` (a single server's pool waits, and a hundred concurrent starts
+    are normal). Here every command and batch first takes one of ``max_connections`` slots
+    (a task holding one takes no second: a redirected command re-sent inside a batch); a
+    holder uses at most one connection per node, so no node's pool runs out.
 
     redis-py calls ``aclose()`` itself to force a new read of the slot map (after
     ``CLUSTERDOWN`` during a failover, and after a run of ``MOVED``), and its close
@@ -82,6 +123,28 @@ class ClusterClient(RedisCluster):
     again on the next command. When nothing is in use (the owner closing the client at the
     end), every connection is closed at once, as before.
     """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._gate = asyncio.Semaphore(self.nodes_manager.connection_kwargs.get("max_connections", 100))
+
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Hold one of the client's slots (at once if this task holds one already)."""
+        if _HOLDING.get():
+            yield
+            return
+        async with self._gate:
+            token = _HOLDING.set(True)
+            try:
+                yield
+            finally:
+                _HOLDING.reset(token)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """redis-py's, once a slot is free."""
+        async with self.held():
+            return await super().execute_command(*args, **kwargs)
 
     async def aclose(self) -> None:
         """Drop idle connections now and busy ones when released; re-read the slot map on next use."""
@@ -114,6 +177,13 @@ async def primaries(client: Any) -> list[ClusterNode]:
 
 async def send_cluster_batch(client: RedisCluster, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     """Run ``commands`` on the nodes that own their slots; replies (errors in place) in order."""
+    if isinstance(client, ClusterClient):
+        async with client.held():
+            return await _send(client, commands)
+    return await _send(client, commands)
+
+
+async def _send(client: RedisCluster, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     replies: list[Any] = [None] * len(commands)
     keyed: list[int] = []
     for index, args in enumerate(commands):
