@@ -9,7 +9,8 @@ in flight:
 
 - ``single-lean``       one server, the lean batch (what a single-server worker runs)
 - ``single-redis-py``   one server, redis-py's own pipeline (what the lean batch replaced)
-- ``cluster-batch``     the cluster, ``bus.lowlevel.run_batch`` (slot computed from the key)
+- ``cluster-batch``     the cluster, the same batch entry point (``bus/_cluster_batch.py``: a
+                        lean write per master, redis-py's pipeline for what it cannot place)
 - ``cluster-redis-py``  the cluster, redis-py's cluster pipeline left to find each call's
                         slot (it asks a node with ``COMMAND GETKEYS`` per ``FCALL``)
 - ``cluster-floor``     the cluster by hand: calls grouped by master, each group one lean
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bus
 from bus._connection import send_batch
-from bus.lowlevel import Script, load_libraries, owner_of, primaries, run_batch, slot_of
+from bus.lowlevel import Script, load_libraries, owner_of, primaries, slot_of
 
 ACK = Script.load("bus", "ack")
 Batch = Callable[[], Awaitable[Any]]
@@ -123,7 +124,7 @@ async def main(args: argparse.Namespace) -> None:
         cases: list[tuple[str, Batch]] = [
             ("single-lean", lambda: send_batch(single, commands)),
             ("single-redis-py", lambda: redis_py_pipeline(plain, commands)),
-            ("cluster-batch", lambda: run_batch(cluster, [ACK.call([c[3]], c[4:]) for c in commands])),
+            ("cluster-batch", lambda: send_batch(cluster, commands)),
             ("cluster-redis-py", lambda: redis_py_pipeline(cluster, commands)),
             ("cluster-floor", floor_batch(cluster, by_node, commands)),
         ]

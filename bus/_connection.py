@@ -23,7 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bus._cluster import is_cluster, send_cluster_batch
+from bus._cluster import is_cluster
+from bus._cluster_batch import send_cluster_batch
 
 _ReleasedEvent: Any
 try:

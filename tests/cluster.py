@@ -187,6 +187,14 @@ class LocalCluster:
         self.processes[port].send_signal(signal.SIGKILL)
         self.processes[port].wait(10)
 
+    def pause(self, port: int) -> None:
+        """SIGSTOP the node on ``port`` (a replica that stops acknowledging)."""
+        self.processes[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        """SIGCONT the node on ``port``."""
+        self.processes[port].send_signal(signal.SIGCONT)
+
     def wait_promoted(self, replica: int, timeout: float = 30) -> None:
         """Wait until ``replica`` is a master and the cluster serves every slot again."""
         self._wait(

@@ -78,6 +78,24 @@ async def test_a_batch_over_every_master_keeps_its_order_and_waits_on_each(clust
     assert all(isinstance(result, bus.ReplicaAckTimeout) for result in late)
 
 
+async def test_wait_counts_the_replicas_that_have_this_batchs_writes(
+    cluster: LocalCluster, cluster_redis: bus.Redis
+) -> None:
+    """``WAIT`` on another connection than the writes' would count a stopped replica as caught up."""
+    await primaries(cluster_redis)
+    keys = _keys_on_every_master(cluster_redis)
+    stopped = cluster.replica_of(_port(owner_of(cluster_redis, slot_of(keys[0]))))
+    cluster.pause(stopped)
+    try:
+        writes = [CommandCall(("SET", key, "after")) for key in keys]
+        results = await run_batch(cluster_redis, writes, acks=ReplicaAcks(1, 300))
+        assert all(isinstance(result, bus.ReplicaAckTimeout) for result in results)
+        assert {result.acked for result in results} == {0}
+    finally:
+        cluster.resume(stopped)
+    assert await run_batch(cluster_redis, writes, acks=ReplicaAcks(1, 5_000)) == [True, True, True]
+
+
 async def test_functions_are_loaded_on_every_master_and_listed_only_when_on_all(
     cluster_redis: bus.Redis,
 ) -> None:
