@@ -1,4 +1,5 @@
-"""Catalogue item 21 on a real 6-node Redis Cluster: a master lost under load, and a planned failover.
+"""Catalogue item 21 on a real 6-node Redis Cluster: a master lost under load, a planned failover,
+and the partition's slot moved to another master while workers run.
 
 The fault app's context lives in one partition, so every key of its sagas (hashes, inbox,
 command streams, timers) is on the master serving that partition's slot. That master is
@@ -52,3 +53,21 @@ async def test_every_saga_ends_once_when_the_master_of_its_partition_fails_over(
         await scenario.check(ids, timeout=120, dead_letters=0)
         assert all(w.alive for w in workers), "a worker died in the failover"
         assert await _master_of_the_load(scenario) == replica, "the client did not follow the new topology"
+
+
+async def test_every_saga_ends_once_when_its_partition_moves_to_another_master_under_load(
+    fresh_cluster: LocalCluster, tmp_path: Path, pg_dsn: str
+) -> None:
+    """A reshard with sagas in flight: the slot's keys move one batch at a time (``MIGRATE``),
+    commands for moved keys get ``ASK``, scripts whose keys are split get ``TRYAGAIN``."""
+    async with open_scenario(fresh_cluster.url, pg_dsn, tmp_path / "logs") as scenario:
+        ids = await scenario.start(scenario.mixed(SAGAS))
+        workers = [await scenario.worker("w1"), await scenario.worker("w2")]
+        await scenario.wait_ended(SAGAS // 4, timeout=60)
+        source = await _master_of_the_load(scenario)
+        target = next(port for port in fresh_cluster.masters() if port != source)
+        slot = slot_of(Partition(CONTEXT.name, 0).inbox.key)
+        assert fresh_cluster.move_slot(slot, source, target) > 0
+        await scenario.check(ids, timeout=120, dead_letters=0)
+        assert all(w.alive for w in workers), "a worker died in the move"
+        assert await _master_of_the_load(scenario) == target, "the client did not follow the move"
