@@ -312,11 +312,14 @@ async def floor_participant(redis: bus.Redis, name: str, next_stream: str) -> No
         batch = await redis.xreadgroup("p", "c", {stream: ">"}, count=100, block=1000)
         if not batch:
             continue
-        # evalsha on the pipeline: a redis-py Script object would add a SCRIPT EXISTS round
-        # trip to every pipeline (Pipeline.load_scripts), which a hand-written loop does not do
+        # EVALSHA on the pipeline: a redis-py Script object would add a SCRIPT EXISTS round
+        # trip to every pipeline (Pipeline.load_scripts), which a hand-written loop does not do;
+        # as a raw command, which a cluster pipeline routes by its keys (its evalsha() refuses)
         async with redis.pipeline(transaction=False) as pipe:
             for entry_id, fields in batch[0][1]:
-                pipe.evalsha(reply, 2, stream, next_stream, entry_id, fields[b"saga"], fields[b"step"])
+                pipe.execute_command(
+                    "EVALSHA", reply, 2, stream, next_stream, entry_id, fields[b"saga"], fields[b"step"]
+                )
             await pipe.execute()
 
 
@@ -332,7 +335,8 @@ async def floor_orchestrator(redis: bus.Redis, on_done: Callable[[str], None]) -
             for entry_id, fields in entries:
                 saga, step = fields[b"saga"].decode(), int(fields[b"step"])
                 following = floor_key("cmd", FLOOR_STEPS[step]) if step < 3 else inbox
-                pipe.evalsha(transition, 3, floor_key("saga", saga), inbox, following, entry_id, saga, step)
+                keys = (floor_key("saga", saga), inbox, following)
+                pipe.execute_command("EVALSHA", transition, 3, *keys, entry_id, saga, step)
             results = await pipe.execute()
         for (_, fields), step in zip(entries, results, strict=True):
             if step == 3:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from redis import exceptions as rx
 from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.crc import key_slot
 
@@ -150,6 +150,12 @@ class ClusterClient(RedisCluster):
         async with self.held():
             return await super().execute_command(*args, **kwargs)
 
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        """redis-py's cluster pipeline, whose ``execute`` holds a slot (one connection per node)."""
+        if shard_hint:
+            raise rx.RedisClusterException("shard_hint is deprecated in cluster mode")
+        return _GatedPipeline(self, transaction)  # type: ignore[abstract]  # as concrete as redis-py's own
+
     async def aclose(self) -> None:
         """Drop idle connections now and busy ones when released; re-read the slot map on next use."""
         self._initialize = True
@@ -159,6 +165,16 @@ class ClusterClient(RedisCluster):
                 await node.disconnect_free_connections()
         for lean in self._lean.values():  # idle ones only: a busy one is closed by its own error
             await lean.connection_pool.disconnect(inuse_connections=False)
+
+
+class _GatedPipeline(ClusterPipeline):
+    """A cluster pipeline that runs once its client has a free slot (see :class:`ClusterClient`)."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        """redis-py's, holding one of the client's slots."""
+        client = cast("ClusterClient", self.cluster_client)
+        async with client.held():
+            return await super().execute(raise_on_error, allow_redirections)
 
 
 def _host_port(entry: str) -> tuple[str, int]:
