@@ -73,8 +73,10 @@ from saga.store.keys import CONTEXTS, EPOCH, ContextKeys, PartitionKeys
 
 Role = Literal["orchestrator", "participant", "client", "tasks", "relay", "operator"]
 
-_CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info")
-"""Every process: connecting, and ``INFO`` for the start-up check of Redis settings."""
+_CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info", "cluster|slots", "command")
+"""Every process: connecting, ``INFO`` for the start-up check of Redis settings, and what a
+Redis Cluster client reads when it connects (the slot map, ``CLUSTER SLOTS``, and the
+command table, ``COMMAND``); both are refused harmlessly by a server that is no cluster."""
 _SCRIPTS: Final = ("fcall",)
 """redsaga's Lua runs as functions an admin loaded (``bus/_scripts.py``)."""
 _CONSUME: Final = (
