@@ -169,15 +169,17 @@ def test_the_worker_runs_with_the_librarys_defaults_unless_told(monkeypatch: pyt
     """``saga worker`` takes its slot and lease defaults from ``BusConfig``, so the two
     cannot drift apart; its options override them."""
     seen: list[bus.BusConfig] = []
+    served: list[tuple[int, ...]] = []
 
-    def config(*, bus: bus.BusConfig, auth: bus.Authenticator) -> EngineConfig:
+    def config(*, bus: bus.BusConfig, auth: bus.Authenticator, partitions: tuple[int, ...]) -> EngineConfig:
         seen.append(bus)
-        return EngineConfig(bus=bus, auth=auth)
+        served.append(partitions)
+        return EngineConfig(bus=bus, auth=auth, partitions=partitions)
 
     monkeypatch.setattr("redsaga.cli._run.EngineConfig", config)
     monkeypatch.setattr("redsaga.cli._run.run", lambda _main: None)
     monkeypatch.setattr("redsaga.cli._run.tune_gc", lambda: None)
-    for args in ([], ["--concurrency", "8", "--lease-ms", "5000"]):
+    for args in ([], ["--concurrency", "8", "--lease-ms", "5000", "--partitions", "0-2,5"]):
         result = runner.invoke(
             app,
             ["worker", "--app", "redsaga.examples.orders:app", "--redis-url", UNUSED, *args],
@@ -185,6 +187,7 @@ def test_the_worker_runs_with_the_librarys_defaults_unless_told(monkeypatch: pyt
         )
         assert result.exit_code == 0, result.output
     assert seen == [bus.BusConfig(), bus.BusConfig(concurrency=8, lease_ms=5000)]
+    assert served == [(), (0, 1, 2, 5)]  # every partition unless told
 
 
 @pytest.mark.redis
