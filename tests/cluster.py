@@ -244,12 +244,16 @@ class LocalCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+_BACKENDS = ("redis", "scenario")
+"""Fixtures with a cluster variant, kept only in modules marked ``on_cluster``."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop the cluster variant of the ``redis`` fixture's tests outside ``on_cluster`` modules."""
+    """Drop the cluster variants of the backend fixtures' tests outside ``on_cluster`` modules."""
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        on_cluster = callspec is not None and callspec.params.get("redis") == "cluster"
+        on_cluster = callspec is not None and "cluster" in (callspec.params.get(n) for n in _BACKENDS)
         wanted = not on_cluster or item.get_closest_marker("on_cluster") is not None
         (kept if wanted else dropped).append(item)
     if dropped:

@@ -33,7 +33,13 @@ from tests.faults.servers import PrivateRedis
 from tests.helpers import eventually
 
 ABANDONED = "handler abandoned; the entry stays pending for another consumer"
-pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.redis, pytest.mark.postgres]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.faults,
+    pytest.mark.redis,
+    pytest.mark.postgres,
+    pytest.mark.on_cluster,  # the scenarios run on the test cluster too
+]
 
 
 @pytest.mark.parametrize(
