@@ -22,6 +22,7 @@ from bus._crash import (
     crash_point,
 )
 from bus._crash import ENV as CRASH_ENV
+from bus._epoch import EPOCH_COPY_PATTERN
 from bus._errors import redis_errors
 from bus._log import get_logger
 from bus._outcomes import encode_result, reply_envelope, reply_to_command
@@ -46,6 +47,7 @@ __all__ = [
     "AFTER_XADD_BEFORE_MARK_SENT",
     "BEFORE_COMMIT",
     "CRASH_ENV",
+    "EPOCH_COPY_PATTERN",
     "KEYRING_ENV",
     "VERIFY_ENV",
     "Backoff",

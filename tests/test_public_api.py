@@ -207,6 +207,7 @@ EXPORTS: dict[str, list[str]] = {
         "Batcher",
         "CRASH_ENV",
         "CommandCall",
+        "EPOCH_COPY_PATTERN",
         "KEYRING_ENV",
         "Library",
         "Script",

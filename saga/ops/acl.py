@@ -69,7 +69,7 @@ from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
 from saga.runtime.tasks import task_contexts
 from saga.store import scripts
-from saga.store.keys import CONTEXTS, EPOCH, ContextKeys, PartitionKeys
+from saga.store.keys import CONTEXTS, EPOCH, EPOCH_COPIES, ContextKeys, PartitionKeys
 
 Role = Literal["orchestrator", "participant", "client", "tasks", "relay", "operator"]
 
@@ -214,7 +214,7 @@ def _orchestrator(
     own = ContextKeys(name)
     keys = [
         *_partition_keys(context, _EVERYTHING), "~" + own.wait_indexes, "~" + own.schedules.everything,
-        "~" + own.meta, "~" + own.versions, "~" + CONTEXTS, "~" + EPOCH,
+        "~" + own.meta, "~" + own.versions, "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
     ]  # fmt: skip
     added: list[str] = []  # keys it may only add to, elsewhere
     windows: list[str] = []  # the publish windows of those streams

@@ -90,6 +90,8 @@ A context's resume-token keys (``saga/store/token_keys.py``; :class:`ContextKeys
 The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 
     rs:epoch                         string: the deployment's epoch; epoch.lua (orchestrators)
+    rs:{epoch:<n>}                   string: on a Redis Cluster, 64 copies of it spread over the
+                                     slots, so each master holds one (:data:`EPOCH_COPIES`)
 
 :class:`Partition` and :class:`ContextKeys` built with a glob (``PartitionKeys("orders:[0-9]")``)
 give the ACL patterns matching exactly those keys, so ``saga acl`` derives every pattern here.
@@ -103,7 +105,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from bus import EPOCH_KEY, Stream
-from bus.lowlevel import tagged_key
+from bus.lowlevel import EPOCH_COPY_PATTERN, tagged_key
 from saga.errors import InvalidInput
 
 CONTEXTS: Final = tagged_key("redsaga", "contexts")
@@ -111,6 +113,8 @@ CONTEXTS: Final = tagged_key("redsaga", "contexts")
 
 EPOCH: Final = EPOCH_KEY
 """The deployment's epoch (the bus owns it; orchestrators write it, participants read it)."""
+EPOCH_COPIES: Final = EPOCH_COPY_PATTERN
+"""A glob for the epoch's copies on a cluster (the bus owns them; orchestrators only)."""
 
 MAX_ID_LENGTH: Final = 200
 _ID_CHARACTERS: Final = frozenset(chr(c) for c in range(0x21, 0x7F)) - frozenset("{}*?[]\\")

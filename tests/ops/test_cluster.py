@@ -18,6 +18,7 @@ from redis.asyncio.connection import SSLConnection
 import bus
 from bus import BusConfig, FakeClock
 from bus._cluster import cluster_client
+from bus._epoch import EPOCH_COPIES, check_epoch, join_epoch
 from bus._safety import check_redis_settings
 from bus._scripts import ReplicaAcks
 from bus.lowlevel import (
@@ -208,3 +209,25 @@ async def test_stats_show_each_masters_partitions_streams_keys_and_memory(cluste
     assert sum(n.streams for n in found.nodes) == len(found.streams)
     assert all(n.used_memory_bytes > 0 for n in found.nodes)
     assert sum(n.keys for n in found.nodes) >= 8  # a hash per saga at least
+
+
+async def test_every_master_holds_a_copy_of_the_epoch_and_one_restarted_empty_is_detected(
+    own_cluster: tuple[LocalCluster, bus.Redis],
+) -> None:
+    """``rs:epoch`` is on one master: a copy on each other master catches one that lost its data."""
+    _, client = own_cluster
+    epoch = await join_epoch(client)
+    masters = {node.name for node in await primaries(client)}
+    assert {owner_of(client, slot_of(key)) for key in EPOCH_COPIES} == masters
+    await check_epoch(client, epoch)
+    assert await join_epoch(client) == epoch  # a later worker joins the same epoch
+    emptied = next(m for m in masters if m != owner_of(client, slot_of(bus.EPOCH_KEY)))
+    with redis_sync.Redis(port=_port(emptied)) as node:
+        node.flushall()  # a master restarted without its data; rs:epoch's master kept it
+    with pytest.raises(bus.RedisDataLost):
+        await check_epoch(client, epoch)
+    with pytest.raises(bus.RedisDataLost):  # workers started later refuse too
+        await join_epoch(client)
+    accepted = await bus.accept_epoch(client)  # the operator decides to go on
+    await check_epoch(client, accepted)
+    assert await join_epoch(client) == accepted
