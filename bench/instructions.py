@@ -12,7 +12,7 @@ valgrind) and repeats within about 2%. Under valgrind the client runs some fifty
 slower and Redis does not, so batches are as large as the shape allows: the burst shape
 counts the work per saga under load, the serial shape one saga at a time. Count one tree
 at a time: how the event loop batches its work depends on the machine's load, and so does
-the count (four trees counted at once on 2 cores gave 5-25% more than each alone). It is a cost
+the count (four trees counted at once on 2 cores gave up to 25% more than each alone). It is a cost
 count, not a speed: instructions differ in price (a Python dict lookup that misses the
 cache costs more than a ``sprintf``), so a change is kept on a timed benchmark's word too.
 
