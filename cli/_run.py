@@ -28,6 +28,7 @@ from redsaga.cli._load import load_app
 from redsaga.cli._logging import ConsoleLogs, LogLevel, configure
 from redsaga.cli._port import MetricsHost, MetricsPort, open_port
 from saga import EngineConfig, SagaWorker
+from saga.errors import PartitionOutOfRange
 from saga.metrics import DEFAULT_STUCK_FOR_MS, WorkerMetrics
 from saga.ops.text import printable
 from saga.runtime.gc_tuning import tune_gc
@@ -102,17 +103,21 @@ def worker(
     configure(json_logs=not console_logs, level=log_level)
     app = load_app(app_ref)
     auth = bus.Authenticator.from_env()
+    config = EngineConfig(
+        bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms),
+        auth=auth,
+        partitions=served,
+    )
+    try:
+        config.check_partitions(app.contexts)
+    except PartitionOutOfRange as error:
+        raise typer.BadParameter(str(error), param_hint="'--partitions'") from None
     if not auth.enabled and os.environ.get(VERIFY_ENV) != "off":
         raise CommandError(
             "signing is off: this worker would act on entries nobody checked. Give it its keyring "
             "(REDSAGA_KEYRING, written by `saga keys issue`), or set REDSAGA_VERIFY=off to run "
             "without (development only)"
         )
-    config = EngineConfig(
-        bus=bus.BusConfig(concurrency=concurrency, lease_ms=lease_ms),
-        auth=auth,
-        partitions=served,
-    )
     tune_gc()  # the App is loaded: freeze that heap, collect the young generation less often
 
     async def main() -> None:

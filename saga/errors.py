@@ -22,6 +22,7 @@
     ├── ScheduleNotFound       no schedule has this id (in this context)
     ├── ScheduleExists         a schedule with this id exists already
     ├── PartitionMismatch      a participant serves a context with another partition count
+    ├── PartitionOutOfRange*   a worker was told to serve a partition index no context has
     ├── ReplayMismatch†        replaying a history decided something else (saga.testing.replay)
     ├── TraceMismatch†         an exported trace does not replay (saga.testing.replay_trace)
     ├── RunnerError            saga.testing's runner cannot go on: a mistake in the test's set-up
@@ -293,6 +294,26 @@ class PartitionMismatch(SagaError):
         self.registered = registered
 
 
+class PartitionOutOfRange(SagaError, ValueError):
+    """A worker was told to serve partition indexes that no context it serves has.
+
+    ``indexes`` are the indexes at or beyond the partition count of every context in
+    ``partitions`` (each context's name and partition count). With contexts of different
+    counts an index below the largest count is valid: the smaller contexts have nothing there.
+    """
+
+    def __init__(self, indexes: tuple[int, ...], partitions: dict[str, int]) -> None:
+        counts = ", ".join(f"{name!r} has {count}" for name, count in sorted(partitions.items()))
+        highest = max(partitions.values(), default=0)
+        named = ",".join(map(str, indexes))
+        super().__init__(
+            f"no partition {named} to serve: {counts or 'no context is served'}"
+            + (f"; give indexes from 0 to {highest - 1}" if highest else "")
+        )
+        self.indexes = indexes
+        self.partitions = partitions
+
+
 class ReplayMismatch(SagaError, AssertionError):
     """Replaying a history through the decider decided something else (``mismatch`` says what).
 
@@ -454,6 +475,7 @@ __all__ = [
     "MigrationRefused",
     "NotAuthorized",
     "PartitionMismatch",
+    "PartitionOutOfRange",
     "ReplayMismatch",
     "RunnerError",
     "SagaError",

@@ -7,6 +7,7 @@ from typing import Any
 
 from bus import Bus
 from saga.core.migration import Migration
+from saga.definition.context import Context
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.runtime.participant import Participant
@@ -50,6 +51,12 @@ class App:
         self.on_stop = list(on_stop)
         if not (len(self.registry) or self.participants or self.buses):
             raise ValueError(f"app {name!r} runs nothing: give it sagas, participants or buses")
+
+    @property
+    def contexts(self) -> list[Context]:
+        """Every context this app orchestrates or whose commands its participants handle."""
+        served = [*self.registry.contexts.values(), *(c for p in self.participants for c in p.serves)]
+        return list(dict.fromkeys(served))
 
     def migration(self, name: str, source: int, target: int) -> Migration:
         """The registered migration of saga ``name`` from version ``source`` to ``target``."""

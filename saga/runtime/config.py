@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bus import Authenticator, BusConfig
+from saga.errors import PartitionOutOfRange
 from saga.runtime.liveness import health_file_from_env
+
+if TYPE_CHECKING:
+    from saga.definition.context import Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,17 @@ class EngineConfig:
     def serves(self, index: int) -> bool:
         """Whether this worker serves partition ``index`` (every one when none are named)."""
         return not self.partitions or index in self.partitions
+
+    def check_partitions(self, contexts: Iterable[Context]) -> None:
+        """Refuse partition indexes that none of ``contexts`` (those a worker serves) has.
+
+        Raises :class:`~saga.errors.PartitionOutOfRange` naming them: a worker told to serve
+        only partitions that do not exist would start and serve nothing.
+        """
+        counts = {context.name: context.partitions for context in contexts}
+        beyond = tuple(i for i in self.partitions if i >= max(counts.values(), default=0))
+        if beyond:
+            raise PartitionOutOfRange(beyond, counts)
 
     def __post_init__(self) -> None:
         if self.retention_s < 0 or self.cache_size < 0:

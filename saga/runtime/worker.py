@@ -37,7 +37,8 @@ class SagaWorker:
     """Runs everything an :class:`App` declares on one bus worker, plus timers and schedules.
 
     Bounded concurrency, leases, dead letters, graceful shutdown and reconnects come from
-    the bus worker; :meth:`stop` stops both.
+    the bus worker; :meth:`stop` stops both. Raises :class:`~saga.errors.PartitionOutOfRange`
+    when ``config.partitions`` names indexes none of the app's contexts has.
     """
 
     def __init__(
@@ -51,6 +52,7 @@ class SagaWorker:
     ) -> None:
         self.app = app
         self.config = config or EngineConfig()
+        self.config.check_partitions(app.contexts)
         self.clock = clock or SystemClock()
         self.redis = redis
         self.orchestrators = [

@@ -210,6 +210,10 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         (["list", "--no-such-option"], "No such option: --no-such-option (see saga list --help)"),
         (["worker"], "Missing option '--app'"),
         (["worker", "--app", "redsaga.examples.orders:app", "--partitions", "3-1"], "'--partitions': '3-1'"),
+        (
+            ["worker", "--app", "redsaga.examples.orders:app", "--partitions", "0,2-3"],
+            "Invalid value for '--partitions': no partition 2,3 to serve: 'orders' has 1; give indexes",
+        ),
         (["dlq", "nonsense"], "No such command 'nonsense'"),
         (["ui", "--port", "70000"], "Invalid value for '--port'"),
         (["tasks", "list"], "give exactly one of --role ROLE and --user USER"),

@@ -26,6 +26,7 @@ from saga import (
     SagaWorker,
     command,
 )
+from saga.errors import PartitionOutOfRange
 from saga.store.keys import partition_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
@@ -70,6 +71,19 @@ def test_a_config_names_distinct_partition_indexes() -> None:
     for wrong in ((-1,), (1, 1)):
         with pytest.raises(ValueError, match="distinct indexes"):
             EngineConfig(partitions=wrong)
+
+
+async def test_a_worker_refuses_partition_indexes_no_context_has(redis: bus.Redis) -> None:
+    """An index at or beyond every served context's count names nothing; one below the
+    largest count is fine (the smaller contexts have nothing there)."""
+    with pytest.raises(PartitionOutOfRange) as refused:
+        SagaWorker(redis, APP, config=EngineConfig(partitions=(1, 4, 6)))
+    assert (refused.value.indexes, refused.value.partitions) == ((4, 6), {"split": 4})
+    assert str(refused.value) == "no partition 4,6 to serve: 'split' has 4; give indexes from 0 to 3"
+    other = Participant("other", serves=[Context("small", partitions=2)])
+    other.handles(Do)(do)
+    both = App("both", sagas=[job], participants=[doer, other])
+    assert [p.index for p in SagaWorker(redis, both, config=EngineConfig(partitions=(3,))).partitions] == [3]
 
 
 async def test_two_workers_with_disjoint_partitions_end_every_saga_between_them(redis: bus.Redis) -> None:
