@@ -98,10 +98,16 @@ def outbox_db(request: pytest.FixtureRequest) -> OutboxDb:
     return db
 
 
-@pytest.fixture
-async def relay_redis(outbox_db: OutboxDb) -> AsyncIterator[bus.Redis]:
-    """The session's real Redis for PostgreSQL runs, fakeredis for SQLite runs."""
-    if outbox_db.dialect == "postgresql":
+@pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
+async def relay_redis(request: pytest.FixtureRequest, outbox_db: OutboxDb) -> AsyncIterator[bus.Redis]:
+    """The session's real Redis for PostgreSQL runs, fakeredis for SQLite runs; and the test
+    cluster for both (tests/cluster.py), where each hash tag's publish call goes to its master."""
+    if request.param == "cluster":
+        from tests.cluster import flush, shared_cluster
+
+        client = bus.connect(shared_cluster().url)
+        await flush(client)
+    elif outbox_db.dialect == "postgresql":
         conftest.require_server("Redis", conftest.REDIS_URL)
         client = bus.connect(conftest.REDIS_URL)
         await client.flushdb()

@@ -1,4 +1,5 @@
-"""The outbox relay contract: every test runs on SQLite (fakeredis) and PostgreSQL (real Redis)."""
+"""The outbox relay contract: every test runs on SQLite (fakeredis) and PostgreSQL (real Redis),
+and both on the test cluster (marker ``cluster``: each hash tag's publish call on its master)."""
 
 from __future__ import annotations
 

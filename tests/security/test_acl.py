@@ -192,6 +192,11 @@ async def test_the_outbox_demo_replies_through_relays_running_as_the_relay_user(
     participants make the orchestrator retry on its timers. A reply row is signed as it is
     written, by the participant's keyring from REDSAGA_KEYRING (as a participant process is
     given it); the relay holds no key."""
+    await outbox_demo_as_users(users, tmp_path, monkeypatch)
+
+
+async def outbox_demo_as_users(users: Users, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the outbox demo's orders with every process, relays too, as its own user."""
     stateful = ["participant:payments", "participant:inventory"]
     monkeypatch.setenv(
         KEYRING_ENV, encode_keyrings(issue_keyrings(users.master, users.reach, stateful)).decode()

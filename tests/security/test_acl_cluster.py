@@ -9,6 +9,7 @@ lines are applied on each (masters and replicas: a promoted replica needs them t
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,7 +25,7 @@ from saga.ops.acl import acl_rules
 from saga.ops.keyrings import reach_of
 from tests.cluster import LocalCluster
 from tests.security.acl_users import Users
-from tests.security.test_acl import STATELESS, order, run_orders
+from tests.security.test_acl import STATELESS, order, outbox_demo_as_users, run_orders
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -80,3 +81,10 @@ async def test_the_demo_runs_on_a_cluster_with_one_user_per_process_and_no_node_
         "no-carrier": SagaStatus.COMPENSATED,
     }
     assert await users.denials() == []
+
+
+async def test_the_outbox_demo_replies_through_relays_as_the_relay_user_on_a_cluster(
+    users: Users, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relays publish each hash tag's rows on its own master, as the relay user."""
+    await outbox_demo_as_users(users, tmp_path, monkeypatch)
