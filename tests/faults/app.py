@@ -50,7 +50,10 @@ from saga import (
 )
 
 STEPS: Final = ("reserve", "charge", "pack", "ship", "invoice")
-CONTEXT: Final = Context("faultctx")
+PARTITIONS_ENV: Final = "FAULTS_PARTITIONS"
+"""The fault context's partition count in a worker process (default 1): a test that spreads
+the load over a cluster's masters gives its workers more (``open_scenario(partitions=…)``)."""
+CONTEXT: Final = Context("faultctx", partitions=int(os.environ.get(PARTITIONS_ENV) or 1))
 PARTICIPANT: Final = "shop"
 FOREVER: Final = -1
 """``Order.undo_fails`` value: the compensation fails on every attempt."""
@@ -163,9 +166,6 @@ class Done(msgspec.Struct, tag=True, frozen=True):
     step: str
 
 
-order: Saga[Order] = Saga("order", version=1, context=CONTEXT, data=Order)
-
-
 def _declare(definition: Saga[Any], step: str) -> None:
     def do(data: Order) -> Command:
         return command(PARTICIPANT, Do(step=step, order=data))
@@ -178,10 +178,6 @@ def _declare(definition: Saga[Any], step: str) -> None:
     definition.compensation(retry=UNDO_RETRY)(undo)
 
 
-for _step in STEPS:
-    _declare(order, _step)
-
-
 class Nap(msgspec.Struct, frozen=True):
     """The data of a ``napper`` saga: sleep ``ms``, then one step."""
 
@@ -189,13 +185,22 @@ class Nap(msgspec.Struct, frozen=True):
     ms: int = 0
 
 
-napper: Saga[Nap] = Saga("napper", version=1, context=CONTEXT, data=Nap)
-napper.sleep("nap", lambda data: timedelta(milliseconds=data.ms))
-
-
-@napper.step(reply=Done, retry=DO_RETRY, timeout=STEP_TIMEOUT_S)
 def woke(data: Nap) -> Command:
     return command(PARTICIPANT, Do(step="woke", order=Order(id=data.id)))
+
+
+def sagas(context: Context) -> tuple[Saga[Order], Saga[Nap]]:
+    """The ``order`` and ``napper`` sagas in ``context`` (the fault context, with its partitions)."""
+    order: Saga[Order] = Saga("order", version=1, context=context, data=Order)
+    for step in STEPS:
+        _declare(order, step)
+    napper: Saga[Nap] = Saga("napper", version=1, context=context, data=Nap)
+    napper.sleep("nap", lambda data: timedelta(milliseconds=data.ms))
+    napper.step(reply=Done, retry=DO_RETRY, timeout=STEP_TIMEOUT_S)(woke)
+    return order, napper
+
+
+order, napper = sagas(CONTEXT)
 
 
 class Ledger:

@@ -23,7 +23,7 @@ import psycopg
 
 import bus
 from bus.lowlevel import CRASH_ENV
-from saga import Saga, SagaClient, SagaState, SagaStatus
+from saga import Context, Registry, Saga, SagaClient, SagaState, SagaStatus
 from tests.faults import app
 from tests.faults.checker import Checker
 from tests.faults.procs import Proc, Procs
@@ -50,6 +50,9 @@ class Scenario:
     rng: random.Random
     pg_dsn: str
     schema: str
+    order: Saga[app.Order] = app.order
+    """The ``order`` saga in the scenario's fault context (its partition count)."""
+    napper: Saga[app.Nap] = app.napper
     orders: dict[str, app.Order] = field(default_factory=dict)
     """Every ``order`` saga started, by id."""
     started: list[str] = field(default_factory=list)
@@ -77,13 +80,13 @@ class Scenario:
         items = list(orders)
         for order in items:
             self.orders[order.id] = order
-        await self._start_all([(app.order, order, order.id) for order in items])
+        await self._start_all([(self.order, order, order.id) for order in items])
         return [order.id for order in items]
 
     async def start_naps(self, ids: Iterable[str], ms: int) -> list[str]:
         """Start one ``napper`` saga per id, each sleeping ``ms`` before its step."""
         started = list(ids)
-        await self._start_all([(app.napper, app.Nap(id=saga_id, ms=ms), saga_id) for saga_id in started])
+        await self._start_all([(self.napper, app.Nap(id=saga_id, ms=ms), saga_id) for saga_id in started])
         return started
 
     async def _start_all(self, items: list[tuple[Saga[Any], object, str]]) -> None:
@@ -170,8 +173,11 @@ class Scenario:
 
 
 @asynccontextmanager
-async def open_scenario(redis_url: str, pg_dsn: str, logs: Path) -> AsyncIterator[Scenario]:
-    """A :class:`Scenario` on ``redis_url`` (an empty database) with its own schema."""
+async def open_scenario(
+    redis_url: str, pg_dsn: str, logs: Path, *, partitions: int = 1
+) -> AsyncIterator[Scenario]:
+    """A :class:`Scenario` on ``redis_url`` (an empty database) with its own schema, its fault
+    context spread over ``partitions`` (the workers are told so by ``$FAULTS_PARTITIONS``)."""
     chosen = seed()
     print(f"fault scenario seed {chosen} (repeat with {SEED_ENV}={chosen})")
     schema = f"faults_{uuid.uuid4().hex[:10]}"
@@ -180,12 +186,14 @@ async def open_scenario(redis_url: str, pg_dsn: str, logs: Path) -> AsyncIterato
         pg.execute(f"SET search_path TO {schema}")  # type: ignore[arg-type]
         pg.execute(app.SCHEMA)  # type: ignore[arg-type]
     redis = bus.connect(redis_url)
-    client = SagaClient(redis, app.REGISTRY)
+    order, napper = app.sagas(Context(app.CONTEXT.name, partitions=partitions))
+    client = SagaClient(redis, Registry([order, napper]))
     env = {"FAULTS_REDIS_URL": redis_url, "FAULTS_PG_DSN": pg_dsn, "FAULTS_SCHEMA": schema}
-    procs = Procs("tests.faults.app", logs, env)
-    checker = Checker(redis, client, pg_dsn, schema, app.CONTEXT.name, chosen)
+    procs = Procs("tests.faults.app", logs, {**env, app.PARTITIONS_ENV: str(partitions)})
+    checker = Checker(redis, client, pg_dsn, schema, app.CONTEXT.name, chosen, partitions)
+    rng = random.Random(chosen)
     try:
-        yield Scenario(redis, client, procs, checker, random.Random(chosen), pg_dsn, schema)
+        yield Scenario(redis, client, procs, checker, rng, pg_dsn, schema, order, napper)
     finally:
         procs.kill_all()
         await redis.aclose()

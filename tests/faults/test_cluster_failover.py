@@ -10,6 +10,10 @@ without being told. Replication is asynchronous: transitions the dead master ack
 but had not sent on are lost (docs/guarantees.md), their entries are redelivered and decided
 again, and the participant's own effect records (PostgreSQL, one row per idempotency key)
 show every effect applied once, as the G1-G8 checker asserts.
+
+A variant spreads the load over every master: the fault context with six partitions, whose
+tags CRC16 places two on each master (``saga.ops.placement``); one of the three loaded masters
+is killed, and the sagas of the other four partitions go on while its replica takes over.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from pathlib import Path
 import pytest
 
 from bus.lowlevel import owner_of, primaries, slot_of
-from saga.store.keys import Partition
+from saga.ops.placement import placement, spread
+from saga.store.keys import Partition, partition_of
 from tests.cluster import LocalCluster
 from tests.faults.app import CONTEXT
 from tests.faults.scenario import Scenario, open_scenario
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.cluster, pytest.mark.postgres]
 SAGAS = 150
+SPREAD = 6
+"""Partitions of the spread variant: two of the fault context's tags on each master."""
 
 
 async def _master_of_the_load(scenario: Scenario) -> int:
@@ -71,3 +78,28 @@ async def test_every_saga_ends_once_when_its_partition_moves_to_another_master_u
         await scenario.check(ids, timeout=120, dead_letters=0)
         assert all(w.alive for w in workers), "a worker died in the move"
         assert await _master_of_the_load(scenario) == target, "the client did not follow the move"
+
+
+async def test_every_saga_ends_once_when_one_of_three_loaded_masters_is_killed(
+    fresh_cluster: LocalCluster, tmp_path: Path, pg_dsn: str
+) -> None:
+    async with open_scenario(fresh_cluster.url, pg_dsn, tmp_path / "logs", partitions=SPREAD) as scenario:
+        placed = await placement(scenario.redis, CONTEXT.name, SPREAD)
+        masters = [fresh_cluster.node_of(port) for port in fresh_cluster.masters()]
+        assert spread(placed, masters) == dict.fromkeys(masters, 2)
+        ids = await scenario.start(scenario.mixed(SAGAS))
+        loaded = {placed[partition_of(saga_id, SPREAD)].node for saga_id in ids}
+        assert sorted(loaded) == sorted(masters), "the load does not reach every master"
+        workers = [await scenario.worker("w1"), await scenario.worker("w2")]
+        await scenario.wait_ended(SAGAS // 4, timeout=60)
+        victim = placed[0].node
+        replica = fresh_cluster.replica_of(int(victim.rpartition(":")[2]))
+        fresh_cluster.kill(int(victim.rpartition(":")[2]))
+        fresh_cluster.wait_promoted(replica)
+        await scenario.check(ids, timeout=120, dead_letters=0)
+        assert all(w.alive for w in workers), "a worker died in the failover"
+        lost = [p.partition for p in placed if p.node == victim]
+        after = {p.partition: p.node for p in await placement(scenario.redis, CONTEXT.name, SPREAD)}
+        assert [after[i] for i in lost] == [fresh_cluster.node_of(replica)] * len(lost), (
+            "the client did not follow the new topology"
+        )
