@@ -19,6 +19,10 @@ that counts and drops the spans, so every span is recorded and handed over as it
 with a real exporter minus its I/O; ``spans_per_saga`` says how many. One process only: the
 child process does not trace.
 
+``--replica-acks 0,1`` runs redsaga a second time with ``BusConfig.replica_acks=1`` (lines
+named ``….acks1``): every start and publish waits in its pipeline for ``WAIT 1`` on each master
+it wrote to, to price replica acknowledgement (needs a replica per master: a cluster's).
+
 ``--signing off,on`` runs redsaga a second time with every entry signed and checked
 (lines named ``….signed``; every principal's keyring issued from one master for the run,
 the child process holding only the participants'), to price signing beside the same floor.
@@ -122,11 +126,13 @@ MASTER = new_master()
 PARTICIPANT_PRINCIPALS = ["participant:inventory", "participant:payments", "participant:shipping"]
 
 
-def config_for(keys: str | None) -> EngineConfig:
-    """The bench's engine config, signing with the keyring ``keys`` (JSON) when given."""
-    if keys is None:
+def config_for(keys: str | None, acks: int = 0) -> EngineConfig:
+    """The bench's engine config, signing with the keyring ``keys`` (JSON) when given, its
+    producers waiting for ``acks`` replicas (``BusConfig.replica_acks``)."""
+    if keys is None and not acks:
         return CONFIG
-    return EngineConfig(retention_s=0, auth=bus.Authenticator(load_keyrings(keys)))
+    auth = bus.Authenticator(load_keyrings(keys)) if keys else bus.SIGNING_OFF
+    return EngineConfig(retention_s=0, auth=auth, bus=bus.BusConfig(replica_acks=acks))
 
 
 def order(n: int) -> Order:
@@ -220,10 +226,11 @@ async def run_redsaga(
     signed: bool = False,
     metrics: bool = False,
     traced: bool = False,
+    acks: int = 0,
 ) -> dict[str, object]:
     tracing = tracing_on() if traced else None
     try:
-        result = await _run_redsaga(url, shape, count, procs, tag, signed=signed, metrics=metrics)
+        result = await _run_redsaga(url, shape, count, procs, tag, signed=signed, metrics=metrics, acks=acks)
     finally:
         use_tracer_provider(None)
     if tracing is not None:
@@ -232,13 +239,21 @@ async def run_redsaga(
 
 
 async def _run_redsaga(
-    url: str, shape: str, count: int, procs: int, tag: str, *, signed: bool = False, metrics: bool = False
+    url: str,
+    shape: str,
+    count: int,
+    procs: int,
+    tag: str,
+    *,
+    signed: bool = False,
+    metrics: bool = False,
+    acks: int = 0,
 ) -> dict[str, object]:
     redis = bus.connect(url)
     await redis.flushdb()
     tracker = Tracker()
     here = ["orchestrator:orders"] + (PARTICIPANT_PRINCIPALS if procs == 1 else [])
-    config = config_for(signing_keys(here) if signed else None)
+    config = config_for(signing_keys(here) if signed else None, acks)
     worker = SagaWorker(redis, ALL_APP if procs == 1 else ORCHESTRATOR_APP, config=config)
 
     def observe(state: SagaState) -> None:
@@ -257,7 +272,7 @@ async def _run_redsaga(
         return event
 
     child = (
-        spawn_child(url, "redsaga", signing_keys(PARTICIPANT_PRINCIPALS) if signed else None)
+        spawn_child(url, "redsaga", signing_keys(PARTICIPANT_PRINCIPALS) if signed else None, acks)
         if procs == 2
         else None
     )
@@ -442,10 +457,10 @@ async def server_cpu_s(redis: bus.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def spawn_child(url: str, kind: str, keys: str | None = None) -> subprocess.Popen[str]:
+def spawn_child(url: str, kind: str, keys: str | None = None, acks: int = 0) -> subprocess.Popen[str]:
     env = {**os.environ, KEYRING_ENV: keys} if keys else None
     return subprocess.Popen(
-        [sys.executable, __file__, "--child", kind, "--redis-url", url],
+        [sys.executable, __file__, "--child", kind, "--redis-url", url, "--replica-acks", str(acks)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -459,7 +474,7 @@ async def wait_for_ready(child: subprocess.Popen[str]) -> None:
     assert line.strip() == "ready", line
 
 
-async def child_main(kind: str, url: str) -> None:
+async def child_main(kind: str, url: str, acks: int = 0) -> None:
     """Participants in their own process; prints 'ready', then its counts on SIGTERM."""
     redis = bus.connect(url)
     COMMANDS[0] = 0
@@ -467,7 +482,7 @@ async def child_main(kind: str, url: str) -> None:
     count_conflicts()
     async with anyio.create_task_group() as tg:
         if kind == "redsaga":
-            worker = SagaWorker(redis, PARTICIPANTS_APP, config=config_for(os.environ.get(KEYRING_ENV)))
+            worker = SagaWorker(redis, PARTICIPANTS_APP, config=config_for(os.environ.get(KEYRING_ENV), acks))
             tg.start_soon(worker.run)
             await worker.started.wait()
         elif kind.startswith("fanout:"):  # a second worker racing for the fan-out saga's replies
@@ -677,11 +692,14 @@ def main() -> None:
     parser.add_argument("--signing", default="off", help="off, on, or off,on (both, signed lines '.signed')")
     parser.add_argument("--metrics", default="off", help="off, on, or off,on (lines '.metrics' with them on)")
     parser.add_argument("--tracing", default="off", help="off, on, or off,on (lines '.traced' with it on)")
+    parser.add_argument(
+        "--replica-acks", default="0", help="0, 1, or 0,1 (lines '.acks1' waiting for one replica)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tune_gc()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
     if args.child:
-        anyio.run(child_main, args.child, args.redis_url)
+        anyio.run(child_main, args.child, args.redis_url, int(args.replica_acks))
         return
     for procs in [int(p) for p in args.procs.split(",")]:
         for shape in args.shapes.split(","):
@@ -694,18 +712,25 @@ def main() -> None:
                     print(json.dumps({"name": "saga.fanout.1proc.floor", **floor}), flush=True)
                 continue
             count = args.serial if shape == "serial" else args.sagas
-            for signing, metrics, tracing in itertools.product(
-                args.signing.split(","), args.metrics.split(","), args.tracing.split(",")
+            for signing, metrics, tracing, acks in itertools.product(
+                args.signing.split(","),
+                args.metrics.split(","),
+                args.tracing.split(","),
+                [int(a) for a in args.replica_acks.split(",")],
             ):
                 run = functools.partial(
-                    run_redsaga, signed=signing == "on", metrics=metrics == "on", traced=tracing == "on"
+                    run_redsaga,
+                    signed=signing == "on",
+                    metrics=metrics == "on",
+                    traced=tracing == "on",
+                    acks=acks,
                 )
                 result = anyio.run(run, args.redis_url, shape, count, procs, f"{shape}-")
                 suffix = "".join(
                     name
                     for name, on in ((".signed", signing), (".metrics", metrics), (".traced", tracing))
                     if on == "on"
-                )
+                ) + (f".acks{acks}" if acks else "")
                 print(json.dumps({"name": f"saga.{shape}.{procs}proc{suffix}", **result}), flush=True)
             result = anyio.run(run_floor, args.redis_url, shape, count, procs, f"{shape}-")
             print(json.dumps({"name": f"saga.{shape}.{procs}proc.floor", **result}), flush=True)
