@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 import bus
-from bus.lowlevel import is_cluster
+from bus.lowlevel import is_cluster, primaries
 
 if TYPE_CHECKING:
     from saga import SagaWorker
@@ -116,5 +116,26 @@ async def keys_matching(redis: bus.Redis, pattern: str) -> list[bytes]:
     on a cluster without looking at the other masters.
     """
     if is_cluster(redis):
-        return [key async for key in redis.scan_iter(match=pattern, count=1000)]
+        return await scan_keys(redis, match=pattern)
     return list(await redis.keys(pattern))
+
+
+async def scan_keys(redis: bus.Redis, *, match: str | None = None, type_: str | None = None) -> list[bytes]:
+    """Every key (matching ``match``, of type ``type_``) by ``SCAN``: on a cluster, master by master.
+
+    On a cluster each master is scanned to the end on its own, its cursor read from its own
+    reply: redis-py's ``scan_iter`` keys its cursors by the node names of its first reply,
+    and loses one (``KeyError``) when the slot map is re-read under it, as after a failover.
+    """
+    if not is_cluster(redis):
+        return [key async for key in redis.scan_iter(match=match, count=1000, _type=type_)]
+    keys: list[bytes] = []
+    for node in await primaries(redis):
+        cursor = None
+        while cursor != 0:
+            replies, found = await redis.scan(  # type: ignore[call-arg]
+                cursor=cursor or 0, match=match, count=1000, _type=type_, target_nodes=node
+            )
+            [cursor] = replies.values()
+            keys += found
+    return keys

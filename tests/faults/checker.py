@@ -44,6 +44,7 @@ import bus
 from saga import SagaClient, SagaState, SagaStatus
 from saga.core.model import HistoryEntry
 from saga.store.keys import Partition, partition_of
+from tests.helpers import scan_keys
 
 END_STATES = frozenset({*(s for s in SagaStatus if s.terminal), SagaStatus.DEAD_LETTERED})
 UNDOING = frozenset({SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.DEAD_LETTERED})
@@ -156,9 +157,7 @@ class Checker:
         keys: list[str] = []
         for partition in self._partitions():
             pattern = f"rs:{{{partition.tag}}}:*"
-            keys += [
-                k.decode() async for k in self.redis.scan_iter(match=pattern, count=1000, _type="STREAM")
-            ]
+            keys += [k.decode() for k in await scan_keys(self.redis, match=pattern, type_="STREAM")]
         return sorted(keys)
 
     def _partitions(self) -> list[Partition]:
@@ -396,7 +395,7 @@ class Checker:
             if length > self.bounds.stream_entries_per_saga * max(1, sagas):
                 self.problem("G8", f"{stream} holds {length} entries for {sagas} sagas")
         total = 0
-        async for key in self.redis.scan_iter(count=1000):
+        for key in await scan_keys(self.redis):
             total += await self.redis.memory_usage(key) or 0
         if total > self.bounds.key_bytes:
             self.problem("G8", f"the test's keys take {total} bytes (bound {self.bounds.key_bytes})")
