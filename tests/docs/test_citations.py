@@ -70,12 +70,13 @@ def test_the_scan_sees_the_repository() -> None:
         "DESIGN §4",
         "design brief §9",
         "the " + "DESIGN" + ".md section",
-        "fixed in " + "issue 9",
-        "issue #12",
+        "fixed in issue {n}",
+        "issue #{n}",
     ],
 )
 def test_the_pattern_catches_each_way_an_outside_document_was_cited(text: str) -> None:
-    assert OUTSIDE.search(text)
+    # numbers filled in here, so this file's own samples are no citation of a numbered issue
+    assert OUTSIDE.search(text.format(n=9))
 
 
 @pytest.mark.parametrize("text", ["FAULTS_SEED=1", "FAULTS = (", "item 8 of docs/faults.md", "G1-G8"])
