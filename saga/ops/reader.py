@@ -160,10 +160,7 @@ class SagaReader:
         """
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be positive and offset not negative")
-        query = _query(status, definition, version, stuck_for_ms)
-        partitions = self._partitions(context)
-        counts = await saga_counts(self.redis, partitions)
-        self._check_named(definition, counts)
+        query, partitions, counts = await self._counted(status, definition, version, context, stuck_for_ms)
         total = None if stuck_for_ms is not None else _total(counts, query)
         return await list_sagas(
             self.redis, partitions, query, now_ms=await self.now_ms(), offset=offset, limit=limit, total=total
@@ -182,10 +179,7 @@ class SagaReader:
 
         From the counters; with ``stuck_for_ms``, from a walk of the ``active`` index.
         """
-        query = _query(status, definition, version, stuck_for_ms)
-        partitions = self._partitions(context)
-        counts = await saga_counts(self.redis, partitions)
-        self._check_named(definition, counts)
+        query, partitions, counts = await self._counted(status, definition, version, context, stuck_for_ms)
         if stuck_for_ms is None:
             kept = [c for c in counts if query.accepts_count(c.definition, c.version, c.status)]
             return SagaTally(total=sum(c.count for c in kept), counts=kept)
@@ -409,6 +403,21 @@ class SagaReader:
         if definition is None:
             raise CodeRequired(operation, f"{state.name}@{state.version}")
         return definition
+
+    async def _counted(
+        self,
+        status: str | SagaStatus | Sequence[str | SagaStatus],
+        definition: str | None,
+        version: int | None,
+        context: str | None,
+        stuck_for_ms: int | None,
+    ) -> tuple[Query, builtins.list[Partition], builtins.list[SagaCount]]:
+        """The query, its partitions and their counters, an unknown ``definition`` refused."""
+        query = _query(status, definition, version, stuck_for_ms)
+        partitions = self._partitions(context)
+        counts = await saga_counts(self.redis, partitions)
+        self._check_named(definition, counts)
+        return query, partitions, counts
 
     def _check_named(self, definition: str | None, counts: Sequence[SagaCount]) -> None:
         """:class:`UnknownDefinition` unless ``definition`` is registered or has sagas counted."""
