@@ -32,6 +32,8 @@ from typing import Any, Final
 from redis import exceptions as rx
 from redis.asyncio.cluster import RedisCluster
 
+from bus._backoff import Backoff
+from bus._clock import SystemClock
 from bus._cluster import ClusterClient, primaries
 from bus._errors import LibraryExists, translate
 
@@ -133,6 +135,8 @@ class _Batch:
     async def redis_py(self, todo: list[int]) -> None:
         """redis-py's cluster pipeline for ``todo``; calls that met a lost node are sent again."""
         client = self.client
+        # the transport's own retry, as redis-py's: real time, not the engine's injected clock
+        backoff = Backoff(SystemClock(), cap_s=1.0)
         for attempt in range(client.retry.get_retries() + 1):
             if not todo:
                 return
@@ -147,7 +151,8 @@ class _Batch:
                 self.replies[index] = result
             todo = [index for index in todo if isinstance(self.replies[index], _RETRYABLE)]
             if todo and attempt < client.retry.get_retries():
-                await _reread_slots(client, attempt)
+                await backoff.wait()
+                await _reread_slots(client)
         for index in todo:  # still failing: the node is gone for now, like a lost single server
             raise self.replies[index]
 
@@ -175,9 +180,8 @@ async def _routed(client: RedisCluster, commands: Sequence[Command], wait: Comma
     return pipe, len(nodes)
 
 
-async def _reread_slots(client: RedisCluster, attempt: int) -> None:
-    """Back off, then re-read the slot map (a replica may have taken over a lost master)."""
-    await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # reconnect back-off, as redis-py's own retry
+async def _reread_slots(client: RedisCluster) -> None:
+    """Re-read the slot map (a replica may have taken over a lost master)."""
     try:
         await client.nodes_manager.initialize()
     except (rx.RedisError, rx.RedisClusterException):
