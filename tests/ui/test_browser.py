@@ -77,7 +77,13 @@ async def _fill(url: str) -> Demo:
         await redis.aclose()
 
 
-async def _flush(url: str) -> None:
+def database_url(database: int) -> str:
+    """The session's Redis, in ``database`` (each browser module fills and flushes its own)."""
+    return urlunparse(urlparse(session.REDIS_URL)._replace(path=f"/{database}"))
+
+
+async def flush(url: str) -> None:
+    """Empty the database at ``url`` once a module's pages are checked."""
     redis = bus.connect(url)
     try:
         await redis.flushdb()
@@ -88,11 +94,11 @@ async def _flush(url: str) -> None:
 @pytest.fixture(scope="module")
 def demo() -> Iterator[Demo]:
     require_server("Redis", session.REDIS_URL)
-    url = urlunparse(urlparse(session.REDIS_URL)._replace(path=f"/{DATABASE}"))
+    url = database_url(DATABASE)
     # in a thread of its own: Playwright's sync API runs an event loop in this one
     with anyio.from_thread.start_blocking_portal() as portal:
         yield portal.call(_fill, url)
-        portal.call(_flush, url)
+        portal.call(flush, url)
 
 
 @contextmanager

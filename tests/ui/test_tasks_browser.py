@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from urllib.parse import urlparse, urlunparse
 
 import anyio
 import anyio.from_thread
@@ -20,7 +19,7 @@ from bus import FakeClock
 from saga import App, SagaClient, SagaWorker
 from tests.conftest import require_server
 from tests.saga.task_sagas import Refund, lenient, refund
-from tests.ui.test_browser import MARKUP, browser, page, serving
+from tests.ui.test_browser import MARKUP, browser, database_url, flush, page, serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.slow]
 __all__ = ["browser", "page"]  # the browser module's fixtures, used here
@@ -44,23 +43,15 @@ async def _fill(url: str) -> None:
         await redis.aclose()
 
 
-async def _flush(url: str) -> None:
-    redis = bus.connect(url)
-    try:
-        await redis.flushdb()
-    finally:
-        await redis.aclose()
-
-
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     require_server("Redis", session.REDIS_URL)
-    url = urlunparse(urlparse(session.REDIS_URL)._replace(path=f"/{DATABASE}"))
+    url = database_url(DATABASE)
     with anyio.from_thread.start_blocking_portal() as portal:
         portal.call(_fill, url)
         with serving(url) as served:
             yield served
-        portal.call(_flush, url)
+        portal.call(flush, url)
 
 
 def test_a_roles_open_tasks_soonest_due_first_with_markup_shown_as_text(page: Page) -> None:
