@@ -23,6 +23,9 @@ child process does not trace.
 named ``….acks1``): every start and publish waits in its pipeline for ``WAIT 1`` on each master
 it wrote to, to price replica acknowledgement (needs a replica per master: a cluster's).
 
+``--peers celery`` runs the same saga as a Celery chain after the floor, one process of
+driver and a prefork worker of two (lines named ``….celery``; ``bench/celery_chain.py``).
+
 ``--signing off,on`` runs redsaga a second time with every entry signed and checked
 (lines named ``….signed``; every principal's keyring issued from one master for the run,
 the child process holding only the participants'), to price signing beside the same floor.
@@ -695,6 +698,9 @@ def main() -> None:
     parser.add_argument(
         "--replica-acks", default="0", help="0, 1, or 0,1 (lines '.acks1' waiting for one replica)"
     )
+    parser.add_argument(
+        "--peers", default="", help="celery: also run the saga as a Celery chain (lines '.celery')"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tune_gc()  # what `saga worker` does once loaded (docs/operations.md); both sides gain
@@ -734,6 +740,11 @@ def main() -> None:
                 print(json.dumps({"name": f"saga.{shape}.{procs}proc{suffix}", **result}), flush=True)
             result = anyio.run(run_floor, args.redis_url, shape, count, procs, f"{shape}-")
             print(json.dumps({"name": f"saga.{shape}.{procs}proc.floor", **result}), flush=True)
+            if "celery" in args.peers.split(",") and procs == 1:
+                from celery_chain import run_celery  # noqa: PLC0415 -- needs the 'peers' extra
+
+                result = anyio.run(run_celery, args.redis_url, shape, count, sys.modules[__name__])
+                print(json.dumps({"name": f"saga.{shape}.1proc.celery", **result}), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"name": "saga.bench.process", "max_rss_kb": usage.ru_maxrss}), flush=True)
 
