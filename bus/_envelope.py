@@ -5,8 +5,9 @@ stays readable and Lua scripts can read a field without decoding anything::
 
     id      UUIDv7 of the message              type    message type name (the Struct's tag)
     src     source context                     corr    correlation id (the saga id)
-    cause   causation id (the message that     idem    idempotency key (stable across retries)
-            caused this one)                   reply   stream key for the reply, if any
+    cause   causation id (the message that     idem    idempotency key (stable across retries;
+            caused this one)                           left out when it is the id)
+    reply   stream key for the reply, if any
     at      created-at, Unix ms                n       attempt number, from 1
     hdr     headers as a JSON object           v       envelope schema version
     data    the payload: the message Struct as JSON
@@ -15,6 +16,8 @@ stays readable and Lua scripts can read a field without decoding anything::
 
 Schema evolution follows msgspec's rules: new payload fields get defaults, a type name is
 never reused for a different shape, and an unsupported ``v`` is dead-lettered, not guessed.
+Version 2 leaves ``idem`` out when it equals ``id`` (the MAC covers the key the entry is
+deduped on, so the two forms verify alike); version 1 entries are still read.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import msgspec
 from bus._errors import MalformedEntry, PayloadTooLarge
 from redsaga.ids import message_type, uuid7
 
-SCHEMA_VERSION: Final = 1
-SUPPORTED_SCHEMA_VERSIONS: Final = frozenset({1})
+SCHEMA_VERSION: Final = 2
+SUPPORTED_SCHEMA_VERSIONS: Final = frozenset({1, 2})
 REQUIRED_FIELDS: Final = (b"id", b"type", b"at", b"v", b"data")
 _TEXT_FIELDS: Final = (
     (b"src", "source"),
@@ -63,6 +66,7 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     correlation_id: str = ""
     causation_id: str = ""
     idempotency_key: str = ""
+    """The key consumers dedupe on (``""``: the id; see :attr:`dedupe_key`)."""
     reply_to: str = ""
     created_at_ms: int = 0
     attempt: int = 1
@@ -93,12 +97,15 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 
         Every field that identifies or carries the message, as decoded -- so a writer's field
         or header order, or a default left out, changes nothing -- and not ``created_at_ms``: a timer's
-        entry is stamped when Redis fires it, after it was signed.
+        entry is stamped when Redis fires it, after it was signed. From version 2 the
+        idempotency key is covered as :attr:`dedupe_key`, since ``idem`` is left out when it
+        is the id.
         """
+        idempotency_key = self.idempotency_key if self.schema_version == 1 else self.dedupe_key
         return _canonical_encoder.encode(
             (
                 self.id, self.type, self.schema_version, self.payload, self.source, self.correlation_id,
-                self.causation_id, self.idempotency_key, self.reply_to, self.attempt, self.headers,
+                self.causation_id, idempotency_key, self.reply_to, self.attempt, self.headers,
                 signer, key_id,
             )
         )  # fmt: skip
@@ -124,7 +131,7 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         ]
         for name, attribute in _TEXT_FIELD_NAMES:
             value = getattr(self, attribute)
-            if value:
+            if value and (attribute != "idempotency_key" or value != self.id):
                 args += (name, value)
         if self.attempt != 1:
             args += ("n", self.attempt)

@@ -64,7 +64,8 @@ def reply_to_command(
     Its id derives from the command's, so where a reply is published on its own (to another
     slot, from an outbox) a second publish for one delivery is deduped by the publish
     window; it names the command as its cause, so the requester can match it to the
-    attempt; the command's headers are carried over, plus ``replied-by`` when given.
+    attempt; the command's headers are carried over, plus ``replied-by`` when given. Its
+    idempotency key is its id (left unset: the envelope's default).
     """
     reply_id = derived_id(command.id, "reply")
     headers = {**command.headers, "replied-by": replied_by} if replied_by else command.headers
@@ -75,7 +76,6 @@ def reply_to_command(
         source=source,
         correlation_id=command.correlation_id,
         causation_id=command.id,
-        idempotency_key=reply_id,
         created_at_ms=now_ms,
         attempt=command.attempt,
         headers=headers,

@@ -99,6 +99,19 @@ def test_header_order_and_left_out_defaults_are_not_signed() -> None:
     assert payments.verify(decoded(fields), PAYMENTS, PAYMENTS) == ORDERS
 
 
+def test_an_idempotency_key_equal_to_the_id_is_left_out_and_still_covered() -> None:
+    """A reply is deduped on its id: ``idem`` would repeat it, so it is not written."""
+    orchestrator, payments = auth(keyring(ORDERS, PAYMENTS)), auth(keyring(PAYMENTS, ORDERS))
+    reply = command(message_id="r1", idempotency_key="r1")
+    fields = as_fields(payments.sign(reply, ORDERS, PAYMENTS))
+    assert b"idem" not in fields
+    read = decoded(fields)
+    assert (read.dedupe_key, orchestrator.verify(read, ORDERS, ORDERS)) == ("r1", PAYMENTS)
+    fields[b"idem"] = b"saga-1:charge:do"
+    with pytest.raises(Unauthenticated):
+        orchestrator.verify(decoded(fields), ORDERS, ORDERS)
+
+
 def test_at_is_not_covered_a_timer_is_stamped_when_it_fires() -> None:
     orchestrator = auth(keyring(ORDERS))
     fields = as_fields(orchestrator.sign(command(), ORDERS, ORDERS))

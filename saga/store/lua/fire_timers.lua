@@ -38,10 +38,10 @@ for i = 1, #due, 2 do
     end
     if auth then
       local p, k, mac = string.match(auth, '^(%S+) (%S+) (%S+)$')
-      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
+      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 2,
         'corr', saga_id, 'data', data, 'p', p, 'k', k, 'mac', mac)
     else
-      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 1,
+      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 2,
         'corr', saga_id, 'data', data)
     end
   end
