@@ -368,7 +368,7 @@ class SagaReader:
                 data = await self.redis.hget(partition.timer_data, timer_id)
                 if data is None:
                     continue  # fired already: the event is in the inbox
-                _, template = TimerTemplate.parse(timer_id, data)
+                _, template = TimerTemplate.parse(data)
                 views.append(
                     TimerView(
                         timer_id=timer_id,

@@ -128,7 +128,6 @@ SUCCEEDED: Final = "StepSucceeded"
 SIGNAL: Final = "SignalReceived"
 EVENT: Final = "EventReceived"
 
-_timer = msgspec.json.Decoder(TimerTemplate)
 _operator = msgspec.json.Decoder(OperatorRequest)
 _failed = msgspec.json.Decoder(StepFailed)
 _succeeded = msgspec.json.Decoder(StepSucceeded)
@@ -153,7 +152,7 @@ def to_event(envelope: Envelope) -> Event:
 def _decode(envelope: Envelope) -> Event:
     at = envelope.created_at_ms
     if envelope.type == TIMER:
-        return _timer.decode(envelope.payload).fired(envelope.id, at)
+        return TimerTemplate.decode(envelope.payload).fired(envelope.id, at)
     if envelope.type == SIGNAL:
         return _signal.decode(envelope.payload).received(envelope.id, at)
     if envelope.type == EVENT:

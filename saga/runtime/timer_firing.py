@@ -26,6 +26,7 @@ from bus.lowlevel import Backoff, get_logger, run_batch
 from saga.runtime.config import EngineConfig
 from saga.store.keys import Partition
 from saga.store.scripts import FIRE_TIMERS
+from saga.store.trust import orchestrator_of
 
 _log = get_logger("redsaga.saga")
 
@@ -47,7 +48,10 @@ async def fire_round(redis: Any, partitions: Sequence[Partition], clock: Clock, 
     pending = list(partitions)
     while pending:
         now = clock.script_now_ms()
-        calls = [FIRE_TIMERS.call([p.timers, p.timer_data, p.inbox.key], [now, batch]) for p in pending]
+        calls = [
+            FIRE_TIMERS.call([p.timers, p.timer_data, p.inbox.key], [now, batch, orchestrator_of(p.context)])
+            for p in pending
+        ]
         full = []
         for partition, result in zip(pending, await run_batch(redis, calls), strict=True):
             if isinstance(result, BusError):

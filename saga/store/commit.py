@@ -81,17 +81,16 @@ class WatchRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
         )
 
 
-class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
+class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True, array_like=True):
     """A timer's event as stored: a :class:`~saga.core.model.TimerFired` minus id and time.
 
     Stored in ``timerdata`` under the timer id as ``<byte length of the saga id>:<saga id>``
-    followed by this JSON without the timer id (the hash field and the fired entry's id
-    carry it): one field per timer, about 380 bytes of Redis memory less than the first
-    layout (event with the id inside, plus a ``<timer id>:c`` field for the saga id),
-    which the scripts still read.
+    followed by this Struct as a JSON array (``["timeout","charge","do",1]``), without the
+    timer id (the hash field and the fired entry's id carry it). The layouts before it (a
+    JSON object; the first one with the timer id inside and the saga id in a ``<timer
+    id>:c`` field) are still read.
     """
 
-    timer_id: str = ""
     purpose: TimerPurpose
     step: str
     kind: Kind
@@ -107,13 +106,22 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
             attempt=timer.attempt,
         )
 
+    @staticmethod
+    def decode(data: bytes) -> TimerTemplate:
+        """Decode a stored (or fired) event: the array, or the object an older layout wrote."""
+        if data[:1] != b"{":
+            return _template_decoder.decode(data)
+        old = _template_object_decoder.decode(data)
+        return TimerTemplate(purpose=old.purpose, step=old.step, kind=old.kind, attempt=old.attempt)
+
     def stored(self, saga_id: str, auth: str = "") -> bytes:
         """The ``timerdata`` value: the saga id, length-prefixed, then the event.
 
-        A template made by :meth:`of` has no timer id: the hash field carries it. With
-        signing on, ``auth`` (``'<p> <k> <mac>'``, :meth:`saga.store.trust.Seal.fields` of
+        The timer id is not in it: the hash field carries it. With
+        signing on, ``auth`` (``'<k> <mac>'``, :meth:`saga.store.trust.Seal.fields` of
         :meth:`entry`) goes between them, length-prefixed too, and the script that fires
-        the timer writes it as the entry's ``p``, ``k`` and ``mac`` fields.
+        the timer writes it as the entry's ``k`` and ``mac`` fields, with ``p`` the
+        context's orchestrator (the only principal that signs timers), which it is given.
         """
         owner = saga_id.encode()
         signed = b"" if not auth else str(len(auth)).encode() + b":" + auth.encode()
@@ -124,25 +132,24 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
         return Envelope(id=timer_id, type=TIMER_FIRED, payload=_json.encode(self), correlation_id=saga_id)
 
     @classmethod
-    def parse(cls, timer_id: str, stored: bytes) -> tuple[str, TimerTemplate]:
+    def parse(cls, stored: bytes) -> tuple[str, TimerTemplate]:
         """Read a ``timerdata`` value back: ``(saga id, event)`` (the inverse of :meth:`stored`)."""
         length, _, rest = stored.partition(b":")
         if not length.isdigit():  # the first layout: the bare event, saga id in another field
-            return "", msgspec.structs.replace(_template_decoder.decode(stored), timer_id=timer_id)
+            return "", cls.decode(stored)
         size = int(length)
         owner, rest = rest[:size].decode(), rest[size:]
-        if rest[:1] != b"{":  # signed: '<len>:<p k mac>' before the event
+        if rest[:1] not in (b"[", b"{"):  # signed: '<len>:<k mac>' before the event
             auth_length, _, rest = rest.partition(b":")
             rest = rest[int(auth_length) :]
-        template = _template_decoder.decode(rest)
-        return owner, msgspec.structs.replace(template, timer_id=timer_id)
+        return owner, cls.decode(rest)
 
     def fired(self, event_id: str, at_ms: int) -> TimerFired:
         """The event the saga sees when this timer fires (the entry's id is the timer id)."""
         return TimerFired(
             id=event_id,
             at_ms=at_ms,
-            timer_id=self.timer_id or event_id,
+            timer_id=event_id,
             purpose=self.purpose,
             step=self.step,
             kind=self.kind,
@@ -150,7 +157,20 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
         )
 
 
+class _TimerObject(msgspec.Struct, gc=False, kw_only=True):
+    """The event as the layouts before the array stored it: a JSON object.
+
+    The first layout had the timer id inside too, which the fired entry's id repeats.
+    """
+
+    purpose: TimerPurpose
+    step: str
+    kind: Kind
+    attempt: int
+
+
 _template_decoder = msgspec.json.Decoder(TimerTemplate)
+_template_object_decoder = msgspec.json.Decoder(_TimerObject)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from saga.store.history import read_history
 from saga.store.keys import Partition
 from saga.store.protocol import StoredTimer
 from saga.store.scripts import FIRE_TIMERS
+from saga.store.trust import orchestrator_of
 from saga.store.wait_index import BufferedEvent, Waiter
 
 
@@ -77,7 +78,7 @@ class RedisStore:
         found = []
         for (raw_id, score), data in zip(due, stored, strict=True):
             timer_id = raw_id.decode()
-            saga_id, template = TimerTemplate.parse(timer_id, data)
+            saga_id, template = TimerTemplate.parse(data)
             found.append(StoredTimer(timer_id, saga_id, int(score), template))
         return found
 
@@ -85,7 +86,8 @@ class RedisStore:
         """Fire every timer due at ``now_ms`` onto the partition's inbox (``fire_timers.lua``)."""
         due = [t for t in await self.timers(partition) if t.due_ms <= now_ms]
         call = FIRE_TIMERS.call(
-            [partition.timers, partition.timer_data, partition.inbox.key], [now_ms, len(due)]
+            [partition.timers, partition.timer_data, partition.inbox.key],
+            [now_ms, len(due), orchestrator_of(partition.context)],
         )
         (result,) = await run_batch(self.redis, [call])
         if isinstance(result, BaseException):

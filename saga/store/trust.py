@@ -78,15 +78,15 @@ class Seal:
         return self.auth.sign(envelope, audience, self.principal)
 
     def fields(self, envelope: Envelope, audience: str) -> str:
-        """The ``p``, ``k`` and ``mac`` fields of ``envelope`` signed for ``audience``.
+        """The ``k`` and ``mac`` fields of ``envelope`` signed for ``audience``.
 
-        As ``'<p> <k> <mac>'``: what a timer stores for the script that fires it (``""`` when
-        signing is off).
+        As ``'<k> <mac>'``: what a timer stores for the script that fires it (``""`` when
+        signing is off); the script is given ``p``, this principal (a context's orchestrator).
         """
         if not self.auth.enabled:
             return ""
         signed = self.sign(envelope, audience)
-        return f"{signed.signer} {signed.key_id} {signed.mac}"
+        return f"{signed.key_id} {signed.mac}"
 
 
 def inbox_audience(context: str) -> str:

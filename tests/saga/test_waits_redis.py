@@ -359,6 +359,32 @@ async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) ->
     assert fired.timer_id == timer_id
 
 
+def test_a_timer_is_stored_as_an_array_and_signed_without_its_principal() -> None:
+    """The signer of a timer is always the context's orchestrator: fire_timers.lua is given it."""
+    from saga.store.commit import TimerTemplate
+
+    template = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1)
+    stored = template.stored("s1", "k1 mac")
+    assert stored == b"2:s1" + b"6:k1 mac" + b'["retry","step","do",1]'
+    assert TimerTemplate.parse(stored) == ("s1", template)
+    before = b'2:s1{"purpose":"retry","step":"step","kind":"do","attempt":1}'  # the object layout
+    assert TimerTemplate.parse(before) == ("s1", template)
+
+
+async def test_a_signed_timer_fires_with_the_orchestrator_as_its_signer(redis: bus.Redis) -> None:
+    from saga.runtime.timer_firing import fire_due
+    from saga.store.commit import TimerTemplate
+
+    partition = Partition("signed", 0)
+    stored = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1).stored("s1", "k1 mac")
+    await redis.zadd(partition.timers, {"t1": 1})
+    await redis.hset(partition.timer_data, "t1", stored)
+    assert await fire_due(redis, partition, FakeClock(), 10) == 1
+    [(_, fields)] = await redis.xrange(partition.inbox.key)
+    assert (fields[b"p"], fields[b"k"], fields[b"mac"]) == (b"orchestrator:signed", b"k1", b"mac")
+    assert fields[b"data"] == b'["retry","step","do",1]'
+
+
 async def test_more_due_timers_than_a_batch_all_fire_in_one_round(redis: bus.Redis) -> None:
     """A partition whose batch came back full is asked again, alone, until it is drained."""
     from saga.runtime.timer_firing import fire_round

@@ -1,9 +1,10 @@
 -- Move due timers into the partition's inbox, atomically: read due, XADD, remove.
 --
 -- KEYS[1] timers zset    KEYS[2] timer data hash: timer id -> '<len>:<saga id><event JSON>',
---         or with '<len>:<p k mac>' (the entry's signature) between them
+--         or with '<len>:<k mac>' (the entry's signature) between them
 -- KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
+-- ARGV[3] the principal that signed the timers (the context's orchestrator): their 'p' 
 --
 -- One script per batch, so two schedulers never fire the same timer and a scheduler killed
 -- between batches leaves every unfired timer in the set; the saga side ignores a firing
@@ -23,7 +24,7 @@ for i = 1, #due, 2 do
   if stored then
     local saga_id, data, auth
     local length = string.match(stored, '^(%d+):')
-    if length then  -- '<len>:<saga id>[<len>:<p k mac>]<event JSON>'
+    if length then  -- '<len>:<saga id>[<len>:<k mac>]<event JSON>'
       local from = #length + 2
       saga_id = string.sub(stored, from, from + tonumber(length) - 1)
       data = string.sub(stored, from + tonumber(length))
@@ -37,9 +38,9 @@ for i = 1, #due, 2 do
       data = stored
     end
     if auth then
-      local p, k, mac = string.match(auth, '^(%S+) (%S+) (%S+)$')
+      local k, mac = string.match(auth, '(%S+) (%S+)$')
       redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 2,
-        'corr', saga_id, 'data', data, 'p', p, 'k', k, 'mac', mac)
+        'corr', saga_id, 'data', data, 'p', ARGV[3], 'k', k, 'mac', mac)
     else
       redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 2,
         'corr', saga_id, 'data', data)
