@@ -4,7 +4,7 @@
 --         or with '<len>:<k mac>' (the entry's signature) between them
 -- KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
--- ARGV[3] the principal that signed the timers (the context's orchestrator): their 'p' 
+-- ARGV[3] the principal that signed the timers (the context's orchestrator): the entries' 'p'
 --
 -- One script per batch, so two schedulers never fire the same timer and a scheduler killed
 -- between batches leaves every unfired timer in the set; the saga side ignores a firing
