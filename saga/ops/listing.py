@@ -22,7 +22,7 @@ import msgspec
 
 from bus.lowlevel import redis_errors
 from saga.core.states import SagaStatus
-from saga.store.codec import decode_meta, decode_step
+from saga.store.codec import decode_meta, decode_timer
 from saga.store.keys import Partition
 
 _WINDOW: Final = 200
@@ -194,7 +194,7 @@ async def waiting(redis: Any, partition: Partition, saga_ids: Sequence[str], now
                 pipe.hget(partition.saga(saga_id), f"s:{wait.step}")
             steps = await pipe.execute()
     timers = {
-        saga_id: decode_step(saga_id, waits[saga_id].step, raw).timer if raw is not None else None
+        saga_id: decode_timer(raw) if raw is not None else None
         for saga_id, raw in zip(waits, steps, strict=True)
     }
     timed = [(saga_id, timer) for saga_id, timer in timers.items() if timer is not None]

@@ -11,12 +11,16 @@ A saga hash holds small fields so that a transition rewrites only what changed::
     data     the start data (JSON)       meta            the format (:data:`FORMAT`), cursor,
                                                          completed steps, notes, the current
                                                          wait, early signals, the parent
-    s:<step> one step's state with every attempt
+    s:<step> one step's state with every attempt but what each attempt's dispatch set
+    i:<step>:<i>  what the dispatch of the step's attempt ``i`` (its index) set: command id,
+             participant, message type, input, dispatch time; written once, so the commits
+             that change the record later (the reply, a retry) leave the input alone
     trace    the W3C traceparent of the saga's start, when it was traced (written once)
     tstate   the W3C tracestate that came with it, if any
 
-``meta`` and the step records are MessagePack: ``meta`` a map with one-letter names and no
-default written, a step record and its attempts arrays in their Structs' field order. The
+``meta``, the step records and the starts are MessagePack: ``meta`` a map with one-letter
+names and no default written, a step record, its attempts and their starts arrays in their
+Structs' field order (a branch record, in the branch hash, holds its attempts' starts). The
 context and partition are the key's; an attempt's command id is left out when it is the
 derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the decider makes), and a
 step's output when it is one of its attempts' (its index instead). The inputs and outputs
@@ -56,13 +60,27 @@ from saga.core.model import (
 from saga.core.states import SagaStatus, StepStatus
 
 STEP_PREFIX: Final = "s:"
-FORMAT: Final = 2
+START_PREFIX: Final = "i:"
+"""Of the field ``i:<step>:<index>``: the start of the step's attempt at that index."""
+FORMAT: Final = 3
 """The layout of ``meta`` and the step records, written in ``meta`` (1: JSON, with the
 context and partition in ``meta`` and every command id written out; 2: MessagePack, meta a
-map with short names and step records arrays, nothing the key or a derivation says)."""
+map with short names and step records arrays, nothing the key or a derivation says; 3: an
+attempt's start in a field of its own, ``i:<step>:<i>``)."""
 
 _pack = msgspec.msgpack.Encoder()
 _command_id = functools.lru_cache(maxsize=4096)(derived_id)
+
+
+class _Start(msgspec.Struct, gc=False, array_like=True):
+    """What an attempt's dispatch sets and nothing later changes (an array)."""
+
+    command_id: str
+    """``""``: the id derived from the saga, the record's key, the kind and ``n``."""
+    participant: str
+    input_type: str
+    input: bytes
+    dispatched_ms: int
 
 
 class _Attempt(msgspec.Struct, gc=False, array_like=True):
@@ -70,12 +88,8 @@ class _Attempt(msgspec.Struct, gc=False, array_like=True):
 
     n: int
     kind: Kind
-    command_id: str
-    """``""``: the id derived from the saga, the record's key, the kind and ``n``."""
-    participant: str
-    input_type: str
-    input: bytes
-    dispatched_ms: int
+    start: _Start | None
+    """``None``: in a field of its own (:data:`START_PREFIX`), written once."""
     took_ms: int | None
     """``ended_ms - dispatched_ms`` (``None``: not ended)."""
     outcome: Outcome | None
@@ -114,29 +128,41 @@ class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
 
 _meta_decoder = msgspec.msgpack.Decoder(_Meta)
 _step_decoder = msgspec.msgpack.Decoder(_Step)
+_start_decoder = msgspec.msgpack.Decoder(_Start)
 
 
 def encode_step(saga_id: str, key: str, step: StepState) -> bytes:
-    """One step's (or branch's, under ``key``) record as stored."""
+    """One branch's (or step's, under ``key``) record as stored, its attempts' starts inside."""
+    return _encode_step(saga_id, key, step, None)
+
+
+def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] | None) -> bytes:
+    """The record; with ``starts``, each attempt's start goes there instead of inside it."""
     if step == _PENDING:  # every step of a saga that just started but its first
         return _PENDING_RECORD
-    attempts = [
-        _Attempt(
-            a.n,
-            a.kind,
+    attempts = []
+    for a in step.attempts:
+        start = _Start(
             "" if a.command_id == _command_id(saga_id, f"{key}:{a.kind}:{a.n}") else a.command_id,
             a.participant,
             a.input_type,
             bytes(a.input),
             a.dispatched_ms,
-            None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
-            a.outcome,
-            bytes(a.output),
-            a.error,
-            a.worker,
         )
-        for a in step.attempts
-    ]
+        if starts is not None:
+            starts.append(start)
+        attempts.append(
+            _Attempt(
+                a.n,
+                a.kind,
+                None if starts is not None else start,
+                None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
+                a.outcome,
+                bytes(a.output),
+                a.error,
+                a.worker,
+            )
+        )
     output: bytes | int = bytes(step.output)
     if output != b"null":
         for i, attempt in enumerate(attempts):
@@ -152,26 +178,37 @@ _PENDING: Final = StepState()
 _PENDING_RECORD: Final = _pack.encode(_Step(StepStatus.PENDING, [], b"null", None, 0, None, 0, 0))
 
 
-def decode_step(saga_id: str, key: str, raw: bytes) -> StepState:
-    """A step's (or branch's) record as read (raises ``msgspec.DecodeError`` if corrupt)."""
+def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] | None = None) -> StepState:
+    """A step's (or branch's) record as read (raises ``msgspec.DecodeError`` if corrupt).
+
+    ``fields`` (the saga hash's) hold the starts of the attempts whose record left them out.
+    """
     stored = _step_decoder.decode(raw)
-    attempts = [
-        Attempt(
-            n=a.n,
-            kind=a.kind,
-            command_id=a.command_id or _command_id(saga_id, f"{key}:{a.kind}:{a.n}"),
-            participant=a.participant,
-            input_type=a.input_type,
-            input=msgspec.Raw(a.input),
-            dispatched_ms=a.dispatched_ms,
-            ended_ms=None if a.took_ms is None else a.dispatched_ms + a.took_ms,
-            outcome=a.outcome,
-            output=_raw(a.output),
-            error=a.error,
-            worker=a.worker,
+    attempts = []
+    for i, a in enumerate(stored.attempts):
+        start = a.start
+        if start is None:
+            field = f"{START_PREFIX}{key}:{i}"
+            encoded = fields.get(field) if fields is not None else None
+            if encoded is None:
+                raise msgspec.DecodeError(f"step {key!r} has no {field!r}")
+            start = _start_decoder.decode(encoded)
+        attempts.append(
+            Attempt(
+                n=a.n,
+                kind=a.kind,
+                command_id=start.command_id or _command_id(saga_id, f"{key}:{a.kind}:{a.n}"),
+                participant=start.participant,
+                input_type=start.input_type,
+                input=msgspec.Raw(start.input),
+                dispatched_ms=start.dispatched_ms,
+                ended_ms=None if a.took_ms is None else start.dispatched_ms + a.took_ms,
+                outcome=a.outcome,
+                output=_raw(a.output),
+                error=a.error,
+                worker=a.worker,
+            )
         )
-        for a in stored.attempts
-    ]
     output = stored.output
     if isinstance(output, int):
         if not 0 <= output < len(attempts):
@@ -187,6 +224,11 @@ def decode_step(saga_id: str, key: str, raw: bytes) -> StepState:
         seq=stored.seq,
         rewait=stored.rewait,
     )
+
+
+def decode_timer(raw: bytes) -> str | None:
+    """A step record's timer alone (no attempt's start needed)."""
+    return _step_decoder.decode(raw).timer
 
 
 def _raw(value: bytes) -> msgspec.Raw:
@@ -255,9 +297,16 @@ def encode_state(
     for name, step in state.steps.items():
         field = STEP_PREFIX + name
         encoded = old_fields.get(field)
-        if encoded is None or old_steps.get(name) != step:
-            encoded = encode_step(state.id, name, step)
-        fields[field] = encoded
+        if encoded is not None and old_steps.get(name) == step:
+            fields[field] = encoded
+            for i in range(len(step.attempts)):
+                start_field = f"{START_PREFIX}{name}:{i}"
+                fields[start_field] = old_fields[start_field]
+            continue
+        starts: list[_Start] = []
+        fields[field] = _encode_step(state.id, name, step, starts)
+        for i, start in enumerate(starts):
+            fields[f"{START_PREFIX}{name}:{i}"] = _pack.encode(start)
     if state.trace:
         fields["trace"] = state.trace.encode()
         if state.trace_state:
@@ -273,7 +322,7 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes], *, context: str, part
     fields = {key.decode(): value for key, value in raw.items()}
     meta = decode_meta(fields["meta"])
     steps = {
-        key[len(STEP_PREFIX) :]: decode_step(saga_id, key[len(STEP_PREFIX) :], value)
+        key[len(STEP_PREFIX) :]: decode_step(saga_id, key[len(STEP_PREFIX) :], value, fields)
         for key, value in fields.items()
         if key.startswith(STEP_PREFIX)
     }

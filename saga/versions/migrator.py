@@ -21,6 +21,7 @@ from saga.core.migration import Migration, current_step, decide_migration
 from saga.core.model import HistoryEntry, SagaState
 from saga.errors import MigrationRefused
 from saga.store.codec import (
+    START_PREFIX,
     STEP_PREFIX,
     Loaded,
     decode_state,
@@ -216,7 +217,7 @@ async def _commit(
     fields = encode_state(new_state)
     changed = [(k, v) for k, v in fields.items() if loaded.fields.get(k) != v]
     changed.append(("tag", new_tag().encode()))
-    deleted = [k for k in loaded.fields if k.startswith(STEP_PREFIX) and k not in fields]
+    deleted = [k for k in loaded.fields if k.startswith((STEP_PREFIX, START_PREFIX)) and k not in fields]
     args: list[Any] = [
         expected(loaded),
         str(state.version),

@@ -39,7 +39,7 @@ from redsaga.examples.contracts import (
 )
 from redsaga.examples.orders import order_fulfilment
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker
-from saga.store.codec import decode_step
+from saga.store.codec import decode_state
 from saga.store.keys import Partition
 
 PARTITION = Partition("orders", 0)
@@ -166,8 +166,9 @@ async def _lose_command(redis: bus.Redis, saga_id: str) -> None:
 async def _add_bad_entries(redis: bus.Redis, saga_id: str) -> None:
     """Two dead letters in the partition: an entry that is no envelope, and a wrong reply."""
     await redis.xadd(PARTITION.inbox.key, {"garbage": "1"})
-    state = await redis.hget(PARTITION.saga(saga_id), "s:reserve_stock")
-    command_id = decode_step(saga_id, "reserve_stock", state).attempts[0].command_id
+    raw = await redis.hgetall(PARTITION.saga(saga_id))
+    state = decode_state(saga_id, raw, context=PARTITION.context, partition=PARTITION.index).state
+    command_id = state.steps["reserve_stock"].attempts[0].command_id
     await redis.xadd(
         PARTITION.inbox.key,
         {

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from redsaga.ids import derived_id
 from saga.core.model import Attempt, Note, SagaState, StepState
 from saga.core.states import SagaStatus, StepStatus
-from saga.store.codec import FORMAT, decode_meta, decode_state, decode_step, encode_state, encode_step
+from saga.store.codec import (
+    FORMAT,
+    decode_meta,
+    decode_state,
+    decode_step,
+    encode_state,
+    encode_step,
+    state_write,
+)
 
 
 def attempt(n: int, command_id: str, output: bytes = b"null") -> Attempt:
@@ -65,10 +74,32 @@ def test_the_records_leave_out_what_the_key_and_the_derivations_say() -> None:
     assert b"orders" not in fields["meta"]  # the context and partition are the key's
     assert decode_meta(fields["meta"]).format == FORMAT
     charge = fields["s:charge"]
-    assert derived_id("s1", "charge:do:1").encode() not in charge  # derived: left out
-    assert b"operator-chosen" in charge  # not derived: kept
+    assert derived_id("s1", "charge:do:1").encode() not in fields["i:charge:0"]  # derived: left out
+    assert b"operator-chosen" in fields["i:charge:1"]  # not derived: kept
     assert charge.count(b'{"id":"c2"}') == 1  # the step's output is its second attempt's
     assert b'{"forced":true}' in fields["s:ship"]  # an output no attempt has is written out
+
+
+def test_an_attempts_start_is_written_once_and_a_reply_leaves_it_alone() -> None:
+    before = state()
+    sent = replace(attempt(1, "c"), ended_ms=None, outcome=None, worker=None)
+    before.steps["later"] = StepState(status=StepStatus.DISPATCHED, attempts=[sent])
+    dispatched = encode_state(before)
+    assert b'{"amount":1}' in dispatched["i:later:0"]
+    assert b'{"amount":1}' not in dispatched["s:later"]  # the input is in its own field only
+    after = before.working_copy()
+    after.steps["later"].status = StepStatus.SUCCEEDED
+    after.steps["later"].attempts[0] = attempt(1, "c", b'{"done":1}')
+    write = state_write(before, dispatched, after, changed=True)
+    assert set(write.changed) == {"s:later"}  # the reply rewrites the record, not the start
+    fields = {name.encode(): value for name, value in write.fields.items()}
+    assert decode_state("s1", fields, context="orders", partition=3).state.steps == after.steps
+
+
+def test_a_record_whose_start_is_missing_is_corrupt() -> None:
+    fields = {name.encode(): value for name, value in encode_state(state()).items() if name != "i:charge:1"}
+    with pytest.raises(msgspec.DecodeError, match="i:charge:1"):
+        decode_state("s1", fields, context="orders", partition=3)
 
 
 def test_a_branch_record_derives_its_command_ids_from_its_own_key() -> None:
@@ -76,6 +107,7 @@ def test_a_branch_record_derives_its_command_ids_from_its_own_key() -> None:
     record = StepState(attempts=[attempt(1, derived_id("s1", f"{key}:do:1"))])
     raw = encode_step("s1", key, record)
     assert derived_id("s1", f"{key}:do:1").encode() not in raw
+    assert b'{"amount":1}' in raw  # a branch record holds its starts
     assert decode_step("s1", key, raw) == record
 
 
