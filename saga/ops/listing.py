@@ -194,7 +194,7 @@ async def waiting(redis: Any, partition: Partition, saga_ids: Sequence[str], now
                 pipe.hget(partition.saga(saga_id), f"s:{wait.step}")
             steps = await pipe.execute()
     timers = {
-        saga_id: decode_timer(raw) if raw is not None else None
+        saga_id: decode_timer(saga_id, waits[saga_id].step, raw) if raw is not None else None
         for saga_id, raw in zip(waits, steps, strict=True)
     }
     timed = [(saga_id, timer) for saga_id, timer in timers.items() if timer is not None]

@@ -22,9 +22,11 @@ A saga hash holds small fields so that a transition rewrites only what changed::
 names and no default written, a step record, its attempts and their starts arrays in their
 Structs' field order (a branch record, in the branch hash, holds its attempts' starts). The
 context and partition are the key's; an attempt's command id is left out when it is the
-derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the decider makes), and a
-step's output when it is one of its attempts' (its index instead). The inputs and outputs
-inside stay the JSON the messages carried.
+derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the decider makes), a
+step's output when it is one of its attempts' (its index instead), and its timer when it is
+its last attempt's timeout or retry timer, which the decider names
+``<saga id>:<step>:<kind>:<n>:<purpose>`` (1 or 2 instead). The inputs and outputs inside
+stay the JSON the messages carried.
 
 The records of a group step's branches live in a hash of their own, written by the same
 script (``saga/store/branches.py``), so the saga hash stays small however many branches run.
@@ -66,7 +68,7 @@ FORMAT: Final = 3
 """The layout of ``meta`` and the step records, written in ``meta`` (1: JSON, with the
 context and partition in ``meta`` and every command id written out; 2: MessagePack, meta a
 map with short names and step records arrays, nothing the key or a derivation says; 3: an
-attempt's start in a field of its own, ``i:<step>:<i>``)."""
+attempt's start in a field of its own, ``i:<step>:<i>``, and a derivable timer left out)."""
 
 _pack = msgspec.msgpack.Encoder()
 _command_id = functools.lru_cache(maxsize=4096)(derived_id)
@@ -105,11 +107,17 @@ class _Step(msgspec.Struct, gc=False, array_like=True):
     attempts: list[_Attempt]
     output: bytes | int
     """The output, or (an int) the index of the attempt whose output it is."""
-    timer: str | None
+    timer: str | int | None
+    """The timer, or (an int, :data:`_TIMERS`) which of the last attempt's it is."""
     generation: int
     group: GroupState | None
     seq: int
     rewait: int
+
+
+_TIMERS: Final = ("timeout", "retry")
+"""The timers derivable from a step's last attempt, ``<saga id>:<key>:<kind>:<n>:<purpose>``
+(what the decider names them), stored as their index + 1."""
 
 
 class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
@@ -169,8 +177,15 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
             if attempt.output == output:
                 output = i
                 break
+    timer: str | int | None = step.timer
+    if step.timer is not None and step.attempts:
+        last = step.attempts[-1]
+        prefix = f"{saga_id}:{key}:{last.kind}:{last.n}:"
+        purpose = step.timer[len(prefix) :]
+        if step.timer.startswith(prefix) and purpose in _TIMERS:
+            timer = _TIMERS.index(purpose) + 1
     return _pack.encode(
-        _Step(step.status, attempts, output, step.timer, step.generation, step.group, step.seq, step.rewait)
+        _Step(step.status, attempts, output, timer, step.generation, step.group, step.seq, step.rewait)
     )
 
 
@@ -218,7 +233,7 @@ def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] 
         status=stored.status,
         attempts=attempts,
         output=_raw(output),
-        timer=stored.timer,
+        timer=_timer(saga_id, key, stored),
         generation=stored.generation,
         group=stored.group,
         seq=stored.seq,
@@ -226,9 +241,19 @@ def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] 
     )
 
 
-def decode_timer(raw: bytes) -> str | None:
+def decode_timer(saga_id: str, key: str, raw: bytes) -> str | None:
     """A step record's timer alone (no attempt's start needed)."""
-    return _step_decoder.decode(raw).timer
+    return _timer(saga_id, key, _step_decoder.decode(raw))
+
+
+def _timer(saga_id: str, key: str, stored: _Step) -> str | None:
+    timer = stored.timer
+    if not isinstance(timer, int):
+        return timer
+    if not stored.attempts or not 0 < timer <= len(_TIMERS):
+        raise msgspec.DecodeError(f"step {key!r} names timer {timer} of its last attempt")
+    last = stored.attempts[-1]
+    return f"{saga_id}:{key}:{last.kind}:{last.n}:{_TIMERS[timer - 1]}"
 
 
 def _raw(value: bytes) -> msgspec.Raw:

@@ -14,6 +14,7 @@ from saga.store.codec import (
     decode_meta,
     decode_state,
     decode_step,
+    decode_timer,
     encode_state,
     encode_step,
     state_write,
@@ -94,6 +95,18 @@ def test_an_attempts_start_is_written_once_and_a_reply_leaves_it_alone() -> None
     assert set(write.changed) == {"s:later"}  # the reply rewrites the record, not the start
     fields = {name.encode(): value for name, value in write.fields.items()}
     assert decode_state("s1", fields, context="orders", partition=3).state.steps == after.steps
+
+
+@pytest.mark.parametrize("purpose", ["timeout", "retry"])
+def test_a_timer_the_last_attempt_names_is_left_out(purpose: str) -> None:
+    record = StepState(status=StepStatus.DISPATCHED, attempts=[attempt(1, "c"), attempt(2, "c2")])
+    record.timer = f"s1:charge:do:2:{purpose}"
+    raw = encode_step("s1", "charge", record)
+    assert b"s1:charge" not in raw
+    assert decode_step("s1", "charge", raw) == record
+    assert decode_timer("s1", "charge", raw) == record.timer
+    record.timer = "s1:charge:do:1:timeout"  # an earlier attempt's: written out
+    assert decode_step("s1", "charge", encode_step("s1", "charge", record)) == record
 
 
 def test_a_record_whose_start_is_missing_is_corrupt() -> None:
