@@ -1,10 +1,10 @@
 """Listing sagas from the indexes: by status, definition and version, or by time stuck.
 
 Sources are the per-partition sorted sets the transition script maintains (``idx:<status>``
-scored by when the saga entered the status; ``active`` scored by when a non-ended saga
-last moved), read in windows and merged across partitions in score order: oldest (or
-stalest) first. Filters on definition and version read two hash fields per candidate, in
-pipelined batches. Nothing scans the keyspace.
+scored by when the saga last moved, or ended; the unfinished statuses' indexes for stuck
+sagas), read in windows and merged across partitions in score order: stalest first.
+Filters on definition and version read two hash fields per candidate, in pipelined batches.
+Nothing scans the keyspace.
 
 *Stuck* means not moved for a while and not waiting as designed: a saga suspended on a
 sleep, signal or event whose own deadline (the wait's timer) is still ahead, or that waits
@@ -26,14 +26,17 @@ from saga.store.codec import decode_meta, decode_timer
 from saga.store.keys import Partition
 
 _WINDOW: Final = 200
+_MOVING: Final = tuple(s for s in SagaStatus if not s.terminal and s != SagaStatus.SUSPENDED)
+"""The unfinished statuses but suspended: a saga in them that has not moved is stuck."""
 _FIELDS: Final = ("name", "version", "status", "updated", "rev")
 
 
 class SagaRow(msgspec.Struct, kw_only=True):
     """One saga in a listing.
 
-    ``since_ms`` is the index score: when it entered its status, or (listing stuck sagas)
-    when it last moved; ``idle_ms`` is how long ago it last moved.
+    ``since_ms`` is the index score: when it last moved (an ended saga: when it ended),
+    by Redis's clock or the injected one; ``idle_ms`` is how long ago it last moved, by
+    the ``updated`` time its last transition wrote.
     """
 
     id: str
@@ -82,9 +85,10 @@ class Query:
 
     def keys(self, partition: Partition) -> list[str]:
         """The index keys of ``partition`` this query reads."""
-        if self.stuck_for_ms is not None:
-            return [partition.active]
-        return [partition.by_status(s.value) for s in (self.statuses or tuple(SagaStatus))]
+        statuses = self.statuses or tuple(SagaStatus)
+        if self.stuck_for_ms is not None:  # an ended saga is not stuck
+            statuses = tuple(s for s in statuses if not s.terminal)
+        return [partition.by_status(s.value) for s in statuses]
 
     def accepts(self, row: SagaRow) -> bool:
         """Whether a candidate from the indexes matches every filter."""
@@ -300,25 +304,25 @@ async def count_idle(
 ) -> tuple[int, int]:
     """``(stuck, waiting)``: sagas not moved for ``idle_ms``, split by :func:`waiting`.
 
-    Reads the ``active`` index in windows and asks the ``suspended`` index which of them
-    are suspended; only those are read further.
+    Counts each unfinished status's index up to the cutoff; only the suspended sagas are
+    read, in windows, to tell the waiting ones apart.
     """
     stuck = held = 0
+    cutoff = now_ms - idle_ms
     for partition in partitions:
+        with redis_errors():
+            async with redis.pipeline(transaction=False) as pipe:
+                for status in _MOVING:
+                    pipe.zcount(partition.by_status(status.value), "-inf", cutoff)
+                stuck += sum(await pipe.execute())
         start = 0
         while True:
             with redis_errors():
                 ids = await redis.zrangebyscore(
-                    partition.active, "-inf", now_ms - idle_ms, start=start, num=_WINDOW
+                    partition.by_status(SagaStatus.SUSPENDED.value), "-inf", cutoff, start=start, num=_WINDOW
                 )
-                members = [m.decode() for m in ids]
-                scores = (
-                    await redis.zmscore(partition.by_status(SagaStatus.SUSPENDED.value), members)
-                    if ids
-                    else []
-                )
-            suspended = [m for m, score in zip(members, scores, strict=True) if score is not None]
-            waits = len(await waiting(redis, partition, suspended, now_ms))
+            members = [m.decode() for m in ids]
+            waits = len(await waiting(redis, partition, members, now_ms))
             held += waits
             stuck += len(members) - waits
             start += len(members)

@@ -301,7 +301,7 @@ def commit_call(
 @functools.lru_cache(maxsize=1024)
 def _fixed_keys(partition: Partition) -> tuple[str, ...]:
     """The keys every transition of ``partition`` names between the saga's and the indexes'."""
-    return (partition.inbox.key, partition.timers, partition.timer_data, partition.counts, partition.active)
+    return (partition.inbox.key, partition.timers, partition.timer_data, partition.counts)
 
 
 def _effect_args(

@@ -27,10 +27,11 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      sagas to start or cancel); transition.lua
     rs:{orders:0}:timers             zset: timer id -> due time (ms); transition.lua, fire_timers.lua
     rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'; same
-    rs:{orders:0}:idx:<status>       zset: saga id -> time it entered the status; transition.lua,
-                                     prune_ended.lua (derives it from the prefix it is given)
-    rs:{orders:0}:active             zset: saga id -> time it last moved (non-terminal only);
-                                     transition.lua
+    rs:{orders:0}:idx:<status>       zset: saga id -> when it last moved (an ended saga: when it
+                                     ended); the unfinished statuses' indexes together are the
+                                     sagas in flight, by staleness (``saga list --stuck-for``);
+                                     transition.lua, migrate.lua, prune_ended.lua (derives it
+                                     from the prefix it is given)
     rs:{orders:0}:counts             hash: '<name>@<version>|<status>' -> number of sagas;
                                      transition.lua, prune_ended.lua
     rs:{orders:0}:ending             zset: 'name@version|status|id' -> when the ended saga's hash
@@ -195,18 +196,13 @@ class PartitionKeys:
         return _key(self.tag, "timerdata")
 
     def by_status(self, status: str) -> str:
-        """The index of sagas in ``status`` (score: when they entered it)."""
+        """The index of sagas in ``status`` (score: when they last moved, or ended)."""
         return _key(self.tag, "idx", status)
 
     @property
     def status_prefix(self) -> str:
         """What :meth:`by_status` puts before the status (for a script that derives it)."""
         return _key(self.tag, "idx", "")
-
-    @property
-    def active(self) -> str:
-        """The index of non-terminal sagas by last movement (for ``--stuck-for``)."""
-        return _key(self.tag, "active")
 
     @property
     def counts(self) -> str:

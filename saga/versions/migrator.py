@@ -231,7 +231,12 @@ async def _commit(
     for name, value in changed:
         args += [name, value]
     args += [len(deleted), *deleted]
-    keys = [partition.saga(state.id), partition.history(state.id), partition.counts, partition.active]
+    keys = [
+        partition.saga(state.id),
+        partition.history(state.id),
+        partition.counts,
+        partition.by_status(state.status.value),
+    ]
     reply = await MIGRATE(redis, keys, args)
     outcome = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
     return outcome == "ok"

@@ -15,7 +15,7 @@ from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import app
 from saga import EngineConfig, InvalidInput, SagaClient, SagaStatus, SagaWorker
 from saga.core.decider import decide
-from saga.core.model import StepReplied
+from saga.core.model import SagaState, StepReplied
 from saga.store.codec import decode_state
 from saga.store.commit import CommitResult, commit_call, commit_result
 from saga.store.keys import Partition
@@ -49,22 +49,26 @@ async def test_start_with_invalid_data_stores_nothing(redis: bus.Redis) -> None:
     assert await keys_matching(redis, "*") == []
 
 
-async def test_a_stale_decision_cannot_commit(redis: bus.Redis) -> None:
-    """A worker that decided on an old revision is refused; nothing it decided is written."""
-    client = SagaClient(redis, app.registry)
-    await client.start(order_fulfilment, ORDER, saga_id="s1")
-    stale = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
-    attempt = stale.state.steps["reserve_stock"].attempts[0]
-    reply = StepReplied(
+def stock_reserved(state: SagaState) -> StepReplied:
+    """The reply to the saga's first command."""
+    return StepReplied(
         id="r1",
         at_ms=1,
         step="reserve_stock",
         kind="do",
         attempt=1,
-        command_id=attempt.command_id,
+        command_id=state.steps["reserve_stock"].attempts[0].command_id,
         ok=True,
         output=msgspec.Raw(b'{"type":"StockReserved","reservation_id":"r"}'),
     )
+
+
+async def test_a_stale_decision_cannot_commit(redis: bus.Redis) -> None:
+    """A worker that decided on an old revision is refused; nothing it decided is written."""
+    client = SagaClient(redis, app.registry)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    stale = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
+    reply = stock_reserved(stale.state)
     decision = decide(order_fulfilment, stale.state, reply)
     call, _ = commit_call(
         PARTITION, stale, decision, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
@@ -91,16 +95,7 @@ async def test_a_copy_of_a_lost_revision_cannot_commit_onto_its_remake(redis: bu
     await client.start(order_fulfilment, ORDER, saga_id="s1")
     first = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
     before_loss = await redis.dump(PARTITION.saga("s1"))
-    reply = StepReplied(
-        id="r1",
-        at_ms=1,
-        step="reserve_stock",
-        kind="do",
-        attempt=1,
-        command_id=first.state.steps["reserve_stock"].attempts[0].command_id,
-        ok=True,
-        output=msgspec.Raw(b'{"type":"StockReserved","reservation_id":"r"}'),
-    )
+    reply = stock_reserved(first.state)
     decision = decide(order_fulfilment, first.state, reply)
     call, cached = commit_call(
         PARTITION, first, decision, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
@@ -345,3 +340,21 @@ async def test_timeouts_retry_and_a_late_reply_changes_nothing(redis: bus.Redis)
     attempts = state.steps["reserve_stock"].attempts
     assert [(a.n, a.outcome) for a in attempts] == [(1, "timeout"), (2, "ok")]
     assert "no reply within 30s" in (attempts[0].error or "")
+
+
+async def test_an_unfinished_sagas_index_score_is_when_it_last_moved(redis: bus.Redis) -> None:
+    """One index per status, scored by the last move: ``--stuck-for`` reads the unfinished
+    statuses' indexes, and no second index is written on every transition."""
+    await SagaClient(redis, app.registry).start(order_fulfilment, ORDER, saga_id="s1")
+    started = await redis.zscore(PARTITION.by_status("running"), "s1")
+    assert started is not None
+    loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
+    reply = stock_reserved(loaded.state)
+    moved = int(started) + 5_000
+    call, _ = commit_call(
+        PARTITION, loaded, decide(order_fulfilment, loaded.state, reply), reply,
+        delivery=None, now_ms=moved, timer_now_ms=moved, retention_s=0,
+    )  # fmt: skip
+    assert commit_result(await call.run(redis)).outcome == "ok"
+    assert await redis.zscore(PARTITION.by_status("running"), "s1") == moved
+    assert await keys_matching(redis, "*:active") == []

@@ -74,7 +74,7 @@ def test_every_partition_key_belongs_to_the_orchestrator_and_none_to_another_con
     keys = [
         partition.saga("s"), partition.history("s"), partition.branches("s"), partition.inbox.key,
         partition.commands("payments").key, partition.timers, partition.timer_data,
-        partition.by_status("running"), partition.active, partition.counts, partition.drained,
+        partition.by_status("running"), partition.counts, partition.drained,
         partition.ending, partition.inbox.dlq_key, partition.inbox.published_key,
         partition.inbox.dedupe_key("orders", "k"), partition.inbox.failures_key("orders"),
         ContextKeys("orders").shapes, ContextKeys("orders").workers, CONTEXTS, secret_key("orders"),

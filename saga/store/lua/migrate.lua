@@ -4,7 +4,8 @@
 -- definition version to the new one, and mark it as moved. Nothing is written unless every
 -- check passes (Lua does not roll back), so a repeat or a lost race changes nothing.
 --
--- KEYS[1] saga hash   KEYS[2] history list   KEYS[3] counts hash   KEYS[4] active index
+-- KEYS[1] saga hash   KEYS[2] history list   KEYS[3] counts hash
+-- KEYS[4] the index of its status (scored by when the saga last moved)
 --
 -- ARGV[1] expected '<revision>:<tag>' (see transition.lua)   ARGV[2] expected version (the hash's 'version' field)
 -- ARGV[3] old definition key    ARGV[4] new definition key (name@version)

@@ -5,10 +5,14 @@
 --
 -- KEYS[1] saga hash         KEYS[2] history list    KEYS[3] inbox stream
 -- KEYS[4] timers zset       KEYS[5] timer data      KEYS[6] counts hash
--- KEYS[7] active index      KEYS[8] old status idx  KEYS[9] new status idx
--- KEYS[10] drained set ('name@version' new sagas may not start on)
--- KEYS[11] ending zset (ended sagas' index entries, by when their hash expires)
--- KEYS[12…] one command stream per command, in ARGV order
+-- KEYS[7] old status idx    KEYS[8] new status idx (each scored by when its sagas last
+--                           moved; an ended saga's score: when it ended)
+-- KEYS[9] drained set ('name@version' new sagas may not start on)
+-- KEYS[10] ending zset (ended sagas' index entries, by when their hash expires)
+-- KEYS[11…] one command stream per command, in ARGV order
+-- Every key is declared, though all share the saga's slot: during a reshard Redis checks the
+-- declared keys before the script runs (ASK, or TRYAGAIN when they are split), while a key
+-- found moved in the middle of the script fails that call after the writes before it.
 --
 -- ARGV[1] expected '<revision>:<tag>' ('0:' when the saga must not exist); the tag is
 --         the random 'tag' field the commit that made the revision wrote, so a revision
@@ -41,7 +45,7 @@ local current = tonumber(seen[1] or '0')
 if current ~= expected or (seen[2] or '') ~= expected_tag then
   return {'conflict', current}
 end
-if expected == 0 and redis.call('SISMEMBER', KEYS[10], ARGV[8]) == 1 then
+if expected == 0 and redis.call('SISMEMBER', KEYS[9], ARGV[8]) == 1 then
   return {'drained'}
 end
 local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
@@ -72,22 +76,20 @@ redis.call('RPUSH', history, ARGV[11])
 local id = string.match(saga, ':saga:(.*)$')
 if old_status ~= new_status then
   if old_status ~= '' then
-    redis.call('ZREM', KEYS[8], id)
+    redis.call('ZREM', KEYS[7], id)
     redis.call('HINCRBY', KEYS[6], definition .. '|' .. old_status, -1)
   end
-  redis.call('ZADD', KEYS[9], now, id)
   redis.call('HINCRBY', KEYS[6], definition .. '|' .. new_status, 1)
 end
-if terminal then
-  redis.call('ZREM', KEYS[7], id)
-  if ttl > 0 then
-    redis.call('EXPIRE', saga, ttl)
-    redis.call('EXPIRE', history, ttl)
-    -- the indexes and counters outlive the hash unless saga/store/lua/prune_ended.lua removes them
-    redis.call('ZADD', KEYS[11], now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
-  end
-elseif nfields > 0 then
-  redis.call('ZADD', KEYS[7], now, id)
+-- an unfinished saga's score is when it last moved; an ended one's, when it ended
+if old_status ~= new_status or (nfields > 0 and not terminal) then
+  redis.call('ZADD', KEYS[8], now, id)
+end
+if terminal and ttl > 0 then
+  redis.call('EXPIRE', saga, ttl)
+  redis.call('EXPIRE', history, ttl)
+  -- the indexes and counters outlive the hash unless saga/store/lua/prune_ended.lua removes them
+  redis.call('ZADD', KEYS[10], now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
 end
 
 local nstart = tonumber(ARGV[i])
@@ -114,7 +116,7 @@ local ncommands = tonumber(ARGV[i])
 i = i + 1
 for c = 1, ncommands do
   local k = tonumber(ARGV[i])
-  redis.call('XADD', KEYS[11 + c], '*', unpack(ARGV, i + 1, i + k * 2))
+  redis.call('XADD', KEYS[10 + c], '*', unpack(ARGV, i + 1, i + k * 2))
   i = i + k * 2 + 1
 end
 
