@@ -39,7 +39,6 @@ from saga.definition.saga import Saga
 from saga.store.codec import state_write
 
 _json = msgspec.json.Encoder()
-_entry_decoder = msgspec.json.Decoder(HistoryEntry)
 
 
 class Mismatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,11 +98,6 @@ class ReplayReport(msgspec.Struct, kw_only=True):
     def ok(self) -> bool:
         """Whether every recorded decision was reproduced."""
         return self.mismatch is None
-
-
-def decode_entries(raw: Iterable[HistoryEntry | bytes | str]) -> list[HistoryEntry]:
-    """History entries from the store's JSON lines (``LRANGE``) or already decoded."""
-    return [e if isinstance(e, HistoryEntry) else _entry_decoder.decode(e) for e in raw]
 
 
 def replay_history(

@@ -28,13 +28,14 @@ from bus import Envelope, Publisher, uuid7
 from bus.lowlevel import redis_errors
 from saga.core.decider import Decision, decide
 from saga.core.model import Dispatch, Event, HistoryEntry, SagaState, StepState
-from saga.core.replay import decode_entries
 from saga.core.states import SagaStatus
 from saga.core.tokens import Signer
 from saga.definition.saga import Saga
 from saga.errors import ActionRefused
 from saga.runtime.protocol import CANCEL, FORCE, RETRY, OperatorRequest, operator_event
+from saga.store.branches import load_saga
 from saga.store.codec import state_write
+from saga.store.history import event_id, read_history
 from saga.store.keys import Partition
 from saga.store.trust import inbox_audience
 
@@ -155,8 +156,11 @@ async def submit(
             while True:
                 with redis_errors():
                     raw = await redis.lrange(history_key, seen, -1)
-                for entry in decode_entries(raw):
-                    if entry.event.id == action.event.id:
+                for stored in raw:
+                    if event_id(stored) == action.event.id:
+                        # read after the entry, the saga holds every record it refers to
+                        loaded = await load_saga(redis, partition, saga_id)
+                        [entry] = read_history([stored], loaded.state if loaded else state)
                         return _decided(action, saga_id, entry)
                 seen += len(raw)
                 await anyio.sleep(poll_s)

@@ -14,8 +14,8 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
 
     rs:{orders:0}:saga:<id>          hash: the saga's state (layout: saga/store/codec.py);
                                      transition.lua, migrate.lua
-    rs:{orders:0}:hist:<id>          list: the saga's history, one JSON entry per event,
-                                     referring to the saga hash (saga/store/history.py);
+    rs:{orders:0}:hist:<id>          list: the saga's history, one MessagePack entry per
+                                     event, referring to the saga hash (saga/store/history.py);
                                      transition.lua, migrate.lua
     rs:{orders:0}:branches:<id>      hash: '<group>#<index>' -> one branch's record (JSON), for
                                      sagas with group steps (saga/store/branches.py); transition.lua

@@ -30,10 +30,9 @@ from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import ReplayMismatch
-from saga.store.history import REFERENCE, read_history
+from saga.store.history import read_history
 
 _json = msgspec.json.Encoder()
-_history_decoder = msgspec.json.Decoder(HistoryEntry)
 _history_list_decoder = msgspec.json.Decoder(list[HistoryEntry])
 
 
@@ -95,32 +94,23 @@ def compensation_order(history: Iterable[HistoryEntry]) -> list[str]:
 def decode_history(
     raw: bytes | str | Iterable[HistoryEntry | bytes | str], *, state: SagaState | None = None
 ) -> list[HistoryEntry]:
-    """Read a history: a JSON array, or entries / JSON entries one by one (Redis ``LRANGE``).
+    """Read a history: a JSON array (an exported trace), entries, or the store's entries.
 
-    The store's entries refer to the saga's step records for the commands' payloads and the
-    replies' outputs (``saga/store/history.py``): give the saga's ``state`` as read after
-    them (``SagaClient.get``) with entries from ``LRANGE``; ``SagaAdmin.history`` and
-    exported traces hold them resolved already. Raises ``ValueError`` for stored entries
-    read without their ``state``.
+    The store's entries (Redis ``LRANGE``) are compact and refer to the saga's hash for
+    what it holds (``saga/store/history.py``): give the saga's ``state`` as read after
+    them (``SagaClient.get``) with them; ``SagaAdmin.history`` and exported traces hold
+    entries whole already. Raises ``ValueError`` for stored entries read without their
+    ``state``.
     """
     if isinstance(raw, bytes | str):
         return _history_list_decoder.decode(raw)
     entries = list(raw)
     stored = [e for e in entries if not isinstance(e, HistoryEntry)]
-    if state is not None and len(stored) == len(entries):
-        return read_history(stored, state)
-    decoded = [e if isinstance(e, HistoryEntry) else _history_decoder.decode(e) for e in entries]
-    if stored and any(_refers(entry) for entry in decoded):
-        raise ValueError("these stored history entries refer to their saga's step records: give state=")
-    return decoded
-
-
-def _refers(entry: HistoryEntry) -> bool:
-    """Whether a stored entry points at a step record (see ``saga/store/history.py``)."""
-    values = [e.payload for e in entry.effects if isinstance(e, Dispatch)]
-    if isinstance(entry.event, StepReplied):
-        values.append(entry.event.output)
-    return REFERENCE in values
+    if not stored:
+        return entries  # type: ignore[return-value] # all of them are entries already
+    if state is None or len(stored) != len(entries):
+        raise ValueError("the store's history entries are read with their saga: give state= (and only them)")
+    return read_history(stored, state)
 
 
 def invariant_violations(

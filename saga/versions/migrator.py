@@ -30,11 +30,11 @@ from saga.store.codec import (
     migrated_revision,
     new_tag,
 )
+from saga.store.history import encode_entry, event_id
 from saga.store.keys import Partition
 from saga.store.scripts import MIGRATE
 from saga.versions.registry import IN_FLIGHT, Versions
 
-_json = msgspec.json.Encoder()
 _ATTEMPTS: Final = 5
 
 Outcome = Literal["migrated", "would_migrate", "refused", "skipped", "conflict"]
@@ -201,7 +201,7 @@ def _result(state: SagaState, outcome: Outcome, step: str, to_step: str, reason:
 async def _last_event_id(redis: Any, partition: Partition, saga_id: str) -> str:
     with redis_errors():
         last = await redis.lindex(partition.history(saga_id), -1)
-    return msgspec.json.decode(last, type=HistoryEntry).event.id if last else ""
+    return event_id(last) if last else ""
 
 
 async def _commit(
@@ -224,7 +224,7 @@ async def _commit(
         f"{state.name}@{state.version}",
         f"{new_state.name}@{new_state.version}",
         state.status.value,
-        _json.encode(entry),
+        encode_entry(entry, new_state, before=state),
         clock.script_now_ms(),
         len(changed),
     ]

@@ -44,6 +44,7 @@ import bus
 from saga import SagaClient, SagaState, SagaStatus
 from saga.core.model import HistoryEntry
 from saga.store.keys import Partition, partition_of
+from saga.store.redis_store import RedisStore
 from tests.helpers import scan_keys
 
 END_STATES = frozenset({*(s for s in SagaStatus if s.terminal), SagaStatus.DEAD_LETTERED})
@@ -149,8 +150,7 @@ class Checker:
 
     async def history(self, saga_id: str) -> list[HistoryEntry]:
         """A saga's history, oldest first."""
-        raw = await self.redis.lrange(self.partition(saga_id).history(saga_id), 0, -1)
-        return [msgspec.json.decode(entry, type=HistoryEntry) for entry in raw]
+        return await RedisStore(self.redis, ttl_ms=0, cap=0).history(self.partition(saga_id), saga_id)
 
     async def streams(self) -> list[str]:
         """Every stream key of the context's partitions (inbox, command streams, dead letters)."""

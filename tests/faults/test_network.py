@@ -37,9 +37,10 @@ from saga import (
     ScheduleClient,
     run_migration,
 )
-from saga.core.model import HistoryEntry, Migrated
+from saga.core.model import Migrated
 from saga.errors import ScheduleExists
 from saga.store.keys import Partition
+from saga.store.redis_store import RedisStore
 from saga.store.scripts import FIRE_TIMERS, MIGRATE, SCHEDULE_WRITE, TRANSITION
 from saga.testing import decode_history
 from tests.bus.test_contract import COMMANDS, Charge, Charged, payments_app, publish_charge, replies
@@ -129,10 +130,7 @@ async def check_applied_once(redis: bus.Redis, *order_ids: str) -> None:
     client = SagaClient(redis, app(redis).registry)
     for order_id in order_ids:
         assert (await client.get(order_id)).status == SagaStatus.COMPLETED
-        history = [
-            msgspec.json.decode(raw, type=HistoryEntry)
-            for raw in await redis.lrange(PARTITION.history(order_id), 0, -1)
-        ]
+        history = await RedisStore(redis, ttl_ms=0, cap=0).history(PARTITION, order_id)
         revisions = [entry.revision for entry in history]
         assert revisions == sorted(set(revisions)), "a transition was applied twice"
         assert [entry.ignored for entry in history if entry.ignored] == []

@@ -12,12 +12,11 @@ import os
 import random
 from pathlib import Path
 
-import msgspec
 import pytest
 
 import bus
 from saga import SagaClient, SagaState, SagaStatus
-from saga.core.model import HistoryEntry
+from saga.testing import decode_history
 from tests.faults.procs import Procs, owned
 from tests.helpers import eventually
 from tests.saga.fan_crash_app import URL_ENV, FanJob, app, fan_crash
@@ -82,9 +81,7 @@ async def test_sigkill_with_fan_out_sagas_in_flight_undoes_exactly_the_completed
         mine = [e for e in effects if e.startswith(f"{job.id}:")]
         assert {e for e in mine if e.endswith(":do")} == done, (seed, job.id)
         assert [e for e in mine if e.endswith(":undo")] == undone, (seed, job.id)
-        history = [
-            msgspec.json.decode(raw, type=HistoryEntry)
-            for raw in await real_redis.lrange(f"rs:{{fancrashctx:0}}:hist:{job.id}", 0, -1)
-        ]
+        raw = await real_redis.lrange(f"rs:{{fancrashctx:0}}:hist:{job.id}", 0, -1)
+        history = decode_history(raw, state=state)  # the saga has ended: its state is as new
         revisions = [h.revision for h in history if not h.ignored]
         assert revisions == list(range(1, len(revisions) + 1)), (seed, job.id, revisions)

@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 
 import bus
@@ -26,6 +25,7 @@ from bus import FakeClock, SystemClock
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.core.model import HistoryEntry, TimerFired
 from saga.store.keys import Partition, partition_of
+from saga.store.redis_store import RedisStore
 from tests.faults.servers import PrivateRedis
 from tests.saga.nap_sagas import NAPS, Nap, nap, recorder
 
@@ -57,8 +57,7 @@ def spawn_scheduler(url: str, log: Path, batch: int) -> subprocess.Popen[bytes]:
 
 async def histories(redis: bus.Redis, saga_id: str) -> list[HistoryEntry]:
     partition = Partition(NAPS.name, partition_of(saga_id, NAPS.partitions))
-    raw = await redis.lrange(partition.history(saga_id), 0, -1)
-    return [msgspec.json.decode(r, type=HistoryEntry) for r in raw]
+    return await RedisStore(redis, ttl_ms=0, cap=0).history(partition, saga_id)
 
 
 async def test_sigkill_the_scheduler_mid_firing_every_timer_fires_once(

@@ -9,7 +9,7 @@
 --
 -- ARGV[1] expected '<revision>:<tag>' (see transition.lua)   ARGV[2] expected version (the hash's 'version' field)
 -- ARGV[3] old definition key    ARGV[4] new definition key (name@version)
--- ARGV[5] the saga's status     ARGV[6] history entry (JSON; its revision is ARGV[1] + 1)
+-- ARGV[5] the saga's status     ARGV[6] history entry (saga/store/history.py; its revision is ARGV[1] + 1)
 -- ARGV[7] now in ms, or -1 for the Redis clock
 -- then: n, n × (field, value)   the fields to set ('rev' excepted; a new 'tag' among them)
 -- then: m, m × field            the fields to delete
