@@ -138,7 +138,7 @@ _EFFECTS: Final[dict[type[msgspec.Struct], type[msgspec.Struct]]] = {
 }
 _DISPATCH_REF: Final = msgspec.defstruct(
     "StoredDispatchRef",
-    [("step", str), ("kind", str), ("attempt", int), ("timeout_ms", int | None, None)],
+    [("step", str), ("kind", Kind), ("attempt", int), ("timeout_ms", int | None, None)],
     array_like=True,
     tag=7,
     frozen=True,
