@@ -22,6 +22,7 @@ from saga.core.group_rules import completed_output
 from saga.core.model import NULL, Attempt, Dispatch, Kind, ParentLink, StartTimer
 from saga.core.rules import Run
 from saga.core.states import StepStatus, move_step
+from saga.core.timer_ids import attempt_timer_id
 from saga.core.wait_rules import WaitRules
 from saga.definition.retry import Retry
 from saga.definition.step import LOCAL, Command, Compensation, Step, StepContext, invoke
@@ -112,7 +113,7 @@ class Commands:
             )
         )
         if timeout:
-            timer_id = f"{self.run.state.id}:{step.name}:{kind}:{n}:timeout"
+            timer_id = attempt_timer_id(self.run.state.id, step.name, kind, n, "timeout")
             step_state.timer = timer_id
             self.run.effects.append(
                 StartTimer(

@@ -55,6 +55,7 @@ from saga.core.model import (
 from saga.core.operator_rules import OperatorRules
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.core.tcc_rules import TccRules
+from saga.core.timer_ids import attempt_timer_id
 from saga.core.tokens import Signer
 from saga.core.wait_rules import WaitRules
 from saga.definition.saga import Saga, Step
@@ -405,7 +406,7 @@ class _Run:
                 "confirm": StepStatus.CONFIRM_RETRYING,
             }[kind]
             step_state.status = move_step(step_state.status, target)
-            timer_id = f"{self.state.id}:{step.name}:{kind}:{attempt.n}:retry"
+            timer_id = attempt_timer_id(self.state.id, step.name, kind, attempt.n, "retry")
             step_state.timer = timer_id
             delay = policy.delay_ms(attempt.n, f"{self.state.id}:{step.name}:{kind}")
             self.effects.append(

@@ -13,8 +13,8 @@ import msgspec
 
 from saga.core.model import Note, SagaState, WaitKind
 from saga.core.states import SagaStatus
+from saga.core.timer_ids import deadline_timer_id
 from saga.core.tokens import Signer
-from saga.core.wait_rules import deadline_timer_id
 
 
 class WaitInfo(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -41,6 +41,7 @@ from saga.core.model import (
 )
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
+from saga.core.timer_ids import attempt_timer_id, deadline_timer_id
 from saga.core.tokens import Signer
 from saga.definition.step import Step
 from saga.definition.waits import EventWait, Sleep
@@ -49,11 +50,6 @@ from saga.errors import DefinitionError
 WAIT_PARTICIPANT = "_wait"
 """The ``participant`` recorded on a wait's attempt (nobody is sent anything)."""
 _json = msgspec.json.Encoder()
-
-
-def deadline_timer_id(saga_id: str) -> str:
-    """The id of a saga's deadline timer."""
-    return f"{saga_id}:deadline"
 
 
 def next_wait(step_state: StepState) -> int:
@@ -193,7 +189,7 @@ class WaitRules:
         delay_ms: int,
         at_ms: int | None,
     ) -> None:
-        timer_id = f"{self.run.state.id}:{step}:wait:{n}:{purpose}"
+        timer_id = attempt_timer_id(self.run.state.id, step, "wait", n, purpose)
         step_state.timer = timer_id
         self.run.effects.append(
             StartTimer(

@@ -60,6 +60,7 @@ from saga.core.model import (
     Wait,
 )
 from saga.core.states import SagaStatus, StepStatus
+from saga.core.timer_ids import attempt_timer_id
 
 STEP_PREFIX: Final = "s:"
 START_PREFIX: Final = "i:"
@@ -116,8 +117,8 @@ class _Step(msgspec.Struct, gc=False, array_like=True):
 
 
 _TIMERS: Final = ("timeout", "retry")
-"""The timers derivable from a step's last attempt, ``<saga id>:<key>:<kind>:<n>:<purpose>``
-(what the decider names them), stored as their index + 1."""
+"""The purposes of the timers derivable from a step's last attempt
+(:func:`~saga.core.model.attempt_timer_id`), stored as their index + 1."""
 
 
 class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
@@ -180,10 +181,9 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
     timer: str | int | None = step.timer
     if step.timer is not None and step.attempts:
         last = step.attempts[-1]
-        prefix = f"{saga_id}:{key}:{last.kind}:{last.n}:"
-        purpose = step.timer[len(prefix) :]
-        if step.timer.startswith(prefix) and purpose in _TIMERS:
-            timer = _TIMERS.index(purpose) + 1
+        for i, purpose in enumerate(_TIMERS, 1):
+            if step.timer == attempt_timer_id(saga_id, key, last.kind, last.n, purpose):
+                timer = i
     return _pack.encode(
         _Step(step.status, attempts, output, timer, step.generation, step.group, step.seq, step.rewait)
     )
@@ -253,7 +253,7 @@ def _timer(saga_id: str, key: str, stored: _Step) -> str | None:
     if not stored.attempts or not 0 < timer <= len(_TIMERS):
         raise msgspec.DecodeError(f"step {key!r} names timer {timer} of its last attempt")
     last = stored.attempts[-1]
-    return f"{saga_id}:{key}:{last.kind}:{last.n}:{_TIMERS[timer - 1]}"
+    return attempt_timer_id(saga_id, key, last.kind, last.n, _TIMERS[timer - 1])
 
 
 def _raw(value: bytes) -> msgspec.Raw:

@@ -71,6 +71,7 @@ from saga.core.model import (
     WatchEvent,
 )
 from saga.core.states import SagaStatus
+from saga.core.timer_ids import attempt_timer_id
 
 FORMAT: Final = 1
 """The stored form's number: the first element of every entry (a JSON entry starts ``{``)."""
@@ -305,7 +306,7 @@ class _Seen:
             if not isinstance(last, Dispatch) or last.timeout_ms is None:
                 raise msgspec.DecodeError("a history entry has a command's timeout timer without the command")
             return StartTimer(
-                timer_id=_timer_id(self.state.id, last.step, last.kind, last.attempt, "timeout"),
+                timer_id=attempt_timer_id(self.state.id, last.step, last.kind, last.attempt, "timeout"),
                 delay_ms=last.timeout_ms,
                 purpose="timeout",
                 step=last.step,
@@ -314,7 +315,7 @@ class _Seen:
             )
         if kind is _STORED_START and stored.timer_id is None:
             fields = msgspec.structs.asdict(stored)
-            fields["timer_id"] = _timer_id(
+            fields["timer_id"] = attempt_timer_id(
                 self.state.id, stored.step, stored.kind, stored.attempt, stored.purpose
             )
             return StartTimer(**fields)
@@ -420,7 +421,9 @@ def _stored_dispatch(dispatch: Dispatch, state: SagaState) -> Any:
 
 def _stored_timer(timer: StartTimer, last: Dispatch | None, saga_id: str) -> Any:
     """A timer as stored: nothing for a command's timeout, no id when it is the derived one."""
-    derived = timer.timer_id == _timer_id(saga_id, timer.step, timer.kind, timer.attempt, timer.purpose)
+    derived = timer.timer_id == attempt_timer_id(
+        saga_id, timer.step, timer.kind, timer.attempt, timer.purpose
+    )
     if (
         derived
         and last is not None
@@ -441,16 +444,11 @@ def _stored_timer(timer: StartTimer, last: Dispatch | None, saga_id: str) -> Any
     )
 
 
-def _timer_id(saga_id: str, step: str, kind: str, attempt: int, purpose: str) -> str:
-    """The id the decider gives an attempt's timer (``saga/core/commands.py``, ``decider.py``)."""
-    return f"{saga_id}:{step}:{kind}:{attempt}:{purpose}"
-
-
 def _timeout_of(event: Recorded, saga_id: str) -> str | None:
     """The timeout timer of the attempt ``event`` answers, if it is a reply."""
     if type(event) is not StepReplied:
         return None
-    return _timer_id(saga_id, event.step, event.kind, event.attempt, "timeout")
+    return attempt_timer_id(saga_id, event.step, event.kind, event.attempt, "timeout")
 
 
 def _decode(raw: bytes | str) -> Any:
