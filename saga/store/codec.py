@@ -118,7 +118,7 @@ class _Step(msgspec.Struct, gc=False, array_like=True):
 
 _TIMERS: Final = ("timeout", "retry")
 """The purposes of the timers derivable from a step's last attempt
-(:func:`~saga.core.model.attempt_timer_id`), stored as their index + 1."""
+(:func:`~saga.core.timer_ids.attempt_timer_id`), stored as their index + 1."""
 
 
 class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
