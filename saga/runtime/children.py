@@ -33,6 +33,7 @@ from saga.errors import InvalidInput, SagaExists, SagaNotFound, UnknownDefinitio
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import FAILED, SUCCEEDED, StepFailed, StepSucceeded
+from saga.runtime.saga_cache import SagaCache
 from saga.runtime.tracing import trace_of
 from saga.store.commit import ParentReport
 from saga.store.keys import Partition
@@ -118,7 +119,11 @@ def decode_report(envelope: Envelope) -> ParentReport:
 
 
 class Children:
-    """One context's child-saga plumbing (installed by its orchestrator)."""
+    """One context's child-saga plumbing (installed by its orchestrator).
+
+    Child sagas it starts are kept in ``cache`` as written (see
+    :class:`~saga.runtime.saga_cache.SagaCache`).
+    """
 
     def __init__(
         self,
@@ -128,6 +133,7 @@ class Children:
         clock: Clock,
         config: EngineConfig,
         source: str,
+        cache: SagaCache | None = None,
     ) -> None:
         self.redis = redis
         self.registry = registry
@@ -138,12 +144,18 @@ class Children:
             redis, source=source, config=config.bus, auth=config.auth, principal=orchestrator_of(source)
         )
         self._clients: dict[str, SagaClient] = {}
+        self._cache = cache
 
     def _client(self, definition: Saga[Any]) -> SagaClient:
         client = self._clients.get(definition.key)
         if client is None:
             client = SagaClient(
-                self.redis, Registry([definition]), clock=self.clock, config=self.config, source=self.source
+                self.redis,
+                Registry([definition]),
+                clock=self.clock,
+                config=self.config,
+                source=self.source,
+                cache=self._cache,
             )
             self._clients[definition.key] = client
         return client

@@ -35,6 +35,7 @@ from saga.errors import (
 )
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
+from saga.runtime.saga_cache import SagaCache
 from saga.runtime.tracing import keep_trace, signal_span, start_span
 from saga.store.branches import load_saga
 from saga.store.commit import commit_call, commit_result
@@ -47,7 +48,12 @@ _json = msgspec.json.Encoder()
 
 
 class SagaClient:
-    """Starts and reads the sagas of the definitions in ``registry``."""
+    """Starts and reads the sagas of the definitions in ``registry``.
+
+    ``cache``, a worker's :class:`~saga.runtime.saga_cache.SagaCache`, keeps every saga this
+    client starts as written, so the worker in the same process decides its first reply
+    without reading it back (:meth:`saga.SagaWorker.client` makes such a client).
+    """
 
     def __init__(
         self,
@@ -58,6 +64,7 @@ class SagaClient:
         config: EngineConfig | None = None,
         source: str = "client",
         principal: str | None = None,
+        cache: SagaCache | None = None,
     ) -> None:
         self.redis = redis
         self.registry = registry
@@ -76,6 +83,7 @@ class SagaClient:
         self._verifiers: dict[str, TokenVerifier] = {}
         self._shapes: dict[tuple[str, str, int], Shape | None] = {}
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
+        self._cache = cache
 
     async def signer(self, context: str) -> Signer:
         """The resume-token signer of ``context`` (loaded once).
@@ -197,7 +205,7 @@ class SagaClient:
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         keep_trace(decision, trace)
-        call, _ = commit_call(
+        call, written = commit_call(
             partition,
             None,
             decision,
@@ -210,6 +218,9 @@ class SagaClient:
         )
         # concurrent starts share one pipelined round trip (see bus/_batcher.py)
         result = commit_result(await self._batcher.call(call))
+        if result.outcome == "ok" and self._cache is not None:
+            written.state.revision = result.revision
+            self._cache.keep(written)
         if result.outcome == "drained":
             raise VersionDrained(
                 f"{definition.key} is drained: new sagas may not start on it (sagas already running end "

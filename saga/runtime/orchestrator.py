@@ -23,7 +23,6 @@ Entries of one saga are decided one at a time in this process (a lock per saga i
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +53,7 @@ from saga.runtime.event_routing import EventRouter
 from saga.runtime.local_actions import LocalActions
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
+from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
 from saga.runtime.tracing import keep_trace, trace_of, transition_span
 from saga.store.branches import load_saga
@@ -77,7 +77,14 @@ class Orchestrator:
     """
 
     def __init__(
-        self, redis: Any, registry: Registry, context: Context, *, clock: Clock, config: EngineConfig
+        self,
+        redis: Any,
+        registry: Registry,
+        context: Context,
+        *,
+        clock: Clock,
+        config: EngineConfig,
+        cache: SagaCache | None = None,
     ) -> None:
         self.redis = redis
         self.registry = registry
@@ -90,7 +97,8 @@ class Orchestrator:
         self.transitions: list[Callable[[SagaState | None, Decision], None]] = []
         """Called with the saga as it was (``None`` for a start) and the decision, after every
         committed transition (metrics: ``saga/metrics``); quick, and must not raise."""
-        self._cache: OrderedDict[str, Loaded] = OrderedDict()
+        self.cache = SagaCache(config.cache_size) if cache is None else cache
+        """The sagas as this process last wrote them (shared with the worker's clients)."""
         self._signer: Signer | None = None
         self._seal = Seal(config.auth, self.principal)
         self._publisher = Publisher(
@@ -109,7 +117,9 @@ class Orchestrator:
             audience=self.principal,
         )
         """The handler of event-wait registrations and of the events the sagas wait for."""
-        self._children = Children(redis, registry, clock=clock, config=config, source=context.name)
+        self._children = Children(
+            redis, registry, clock=clock, config=config, source=context.name, cache=self.cache
+        )
         self._has_children = any(
             s.child is not None for d in definitions for s in [*d.steps, *d.branch_steps()]
         )
@@ -176,25 +186,6 @@ class Orchestrator:
         for stream in self.events.streams:
             group = f"{self.context.name}.waits"
             bus.subscribe(stream, group=group, idempotent=False, principal=me)(self.events.on_event)
-
-    def _cached(self, saga_id: str) -> Loaded | None:
-        cached = self._cache.get(saga_id)
-        if cached is not None:
-            self._cache.move_to_end(saga_id)
-        return cached
-
-    def forget(self, saga_id: str) -> None:
-        """Drop a cached saga (after a lost race)."""
-        self._cache.pop(saga_id, None)
-
-    def _remember(self, loaded: Loaded) -> None:
-        if self.config.cache_size == 0 or loaded.state.status.terminal:
-            self._cache.pop(loaded.state.id, None)
-            return
-        self._cache[loaded.state.id] = loaded
-        self._cache.move_to_end(loaded.state.id)
-        while len(self._cache) > self.config.cache_size:
-            self._cache.popitem(last=False)
 
     async def on_inbox(self, envelope: Envelope, delivery: Delivery) -> None:
         """Decide and commit one inbox entry (the commit acknowledges it)."""
@@ -281,7 +272,7 @@ class Orchestrator:
                 self._committed(envelope, delivery, decision, after, result.revision, before=before)
                 transition_span(envelope, before, decision, start_ns)
                 continue
-            self.forget(envelope.correlation_id)
+            self.cache.forget(self.context.name, envelope.correlation_id)
             if result.outcome == "lost":
                 outcomes[index] = _taken_over(delivery)
             elif result.outcome == "drained":
@@ -296,7 +287,9 @@ class Orchestrator:
 
     async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
         """Each item's saga: cached, else read in one pipelined batch (errors as values)."""
-        loads: list[Loaded | BaseException | None] = [self._cached(e.correlation_id) for _, e, _ in items]
+        context, cache = self.context.name, self.cache
+        loads: list[Loaded | BaseException | None]
+        loads = [cache.get(context, e.correlation_id) for _, e, _ in items]
         missing = [i for i, loaded in enumerate(loads) if loaded is None]
         if not missing:
             return loads
@@ -449,7 +442,7 @@ class Orchestrator:
         before: SagaState | None,
     ) -> None:
         decision.state.revision = revision
-        self._remember(after)
+        self.cache.keep(after)
         delivery.mark_acked()
         for observer in self.observers:
             observer(decision.state)

@@ -53,6 +53,7 @@ from saga.errors import (
 )
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
+from saga.runtime.saga_cache import SagaCache
 from saga.store.keys import ContextKeys, Partition, partition_of
 from saga.store.scripts import SCHEDULE_WRITE
 from saga.versions.records import parse_key
@@ -292,17 +293,27 @@ class ScheduleClient:
 
 
 class Scheduler:
-    """Fires the due schedules of one context (see the module docstring for the steps)."""
+    """Fires the due schedules of one context (see the module docstring for the steps).
+
+    The sagas it starts are kept in ``cache`` as written (:class:`~saga.runtime.saga_cache.SagaCache`).
+    """
 
     def __init__(
-        self, redis: Any, registry: Registry, context: Context, *, clock: Clock, config: EngineConfig
+        self,
+        redis: Any,
+        registry: Registry,
+        context: Context,
+        *,
+        clock: Clock,
+        config: EngineConfig,
+        cache: SagaCache | None = None,
     ) -> None:
         self.redis = redis
         self.registry = registry
         self.context = context
         self.clock = clock
         self.config = config
-        self.client = SagaClient(redis, registry, clock=clock, config=config, source="scheduler")
+        self.client = SagaClient(redis, registry, clock=clock, config=config, source="scheduler", cache=cache)
         self._store = _Store(redis, context.name)
 
     async def tick(self, *, limit: int = 100) -> int:

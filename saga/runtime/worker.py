@@ -19,9 +19,11 @@ from bus.lowlevel import Backoff, get_logger
 from saga.core.model import SagaState
 from saga.errors import PartitionMismatch
 from saga.runtime.app import App
+from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
 from saga.runtime.liveness import keep_health_file, remove_health_file
 from saga.runtime.orchestrator import Orchestrator
+from saga.runtime.saga_cache import SagaCache
 from saga.runtime.schedule_runner import Scheduler, run_schedules
 from saga.runtime.tasks import TaskEngine, install_tasks, task_contexts
 from saga.runtime.timer_firing import Round, fire_round, run_scheduler
@@ -55,12 +57,14 @@ class SagaWorker:
         self.config.check_partitions(app.contexts)
         self.clock = clock or SystemClock()
         self.redis = redis
+        self.cache = SagaCache(self.config.cache_size)
+        """The sagas as this process last wrote them: its orchestrators' and clients' cache."""
         self.orchestrators = [
-            Orchestrator(redis, app.registry, context, clock=self.clock, config=self.config)
+            Orchestrator(redis, app.registry, context, clock=self.clock, config=self.config, cache=self.cache)
             for context in app.registry.contexts.values()
         ]
         self.schedulers = [
-            Scheduler(redis, app.registry, context, clock=self.clock, config=self.config)
+            Scheduler(redis, app.registry, context, clock=self.clock, config=self.config, cache=self.cache)
             for context in app.registry.contexts.values()
         ]
         bus = Bus(app.name)
@@ -90,6 +94,22 @@ class SagaWorker:
         """Called with every round of the timer scheduler that fired timers (metrics)."""
         self.versions = Versions(redis, clock=self.clock)
         self._started_ms = self.clock.now_ms()
+
+    def client(self, *, source: str = "client", principal: str | None = None) -> SagaClient:
+        """A client for this worker's app that shares the worker's cache.
+
+        Sagas it starts are decided from memory when their first reply arrives, without the
+        read a client in another process costs the orchestrator (one ``HGETALL`` per saga).
+        """
+        return SagaClient(
+            self.redis,
+            self.app.registry,
+            clock=self.clock,
+            config=self.config,
+            source=source,
+            principal=principal,
+            cache=self.cache,
+        )
 
     def observe(self, observer: Callable[[SagaState], None]) -> None:
         """Call ``observer`` with the new state after every committed transition."""
