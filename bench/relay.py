@@ -241,7 +241,7 @@ async def latency(
     latencies = []
     for entry_id, fields in await redis.xrange(STREAM.key):
         xadd_ms = int(entry_id.split(b"-")[0])
-        latencies.append(xadd_ms - sent_at[fields[b"id"].decode()])
+        latencies.append(xadd_ms - sent_at[bus.decode_fields(fields, max_bytes=1 << 22, max_fields=32).id])
     name = "relay_latency_notify" if notify else "relay_latency_poll"
     emit(
         name,

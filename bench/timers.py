@@ -172,9 +172,14 @@ async def read_inboxes(redis: bus.Redis, floor: bool, parts: int, expected: int,
         for key, entries in reply or ():
             for entry_id, fields in entries:
                 cursors[key.decode()] = entry_id.decode()
-                ident = fields[b"id"].decode()
+                ident = fields[b"id"].decode() if floor else envelope_id(fields)
                 due = int(ident.split("~", 1)[1].split(":", 1)[0])
                 lags.append(seen - due)
+
+
+def envelope_id(fields: dict[bytes, bytes]) -> str:
+    """The id of a fired timer's entry (the timer id)."""
+    return bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32).id
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -2,10 +2,10 @@
 
 A **principal** is a process role with a name: ``orchestrator:orders``, ``participant:payments``,
 ``client:web``, ``operator:oncall``, ``service:shipping`` (a plain bus service). An entry it
-writes carries three fields besides the envelope's own::
+writes carries three items in its envelope (``bus/_envelope.py``) that an unsigned one leaves empty::
 
     p    the principal that signed it          k    the key id (rotation: several verify)
-    mac  keyed BLAKE2b-128 over the entry's fields, base64 (24 characters)
+    mac  keyed BLAKE2b-128 over the envelope, 16 raw bytes
 
 The MAC covers every field that identifies or carries the message, as decoded (the envelope's
 id, type, schema version, payload, source, correlation, causation, idempotency key, reply
@@ -110,10 +110,11 @@ def keyed(key: bytes) -> Any:
 
 
 def mac_of(hasher: Any, message: bytes) -> bytes:
-    """The ``mac`` field for ``message`` under a :func:`keyed` hasher (base64, 24 characters)."""
+    """The MAC of ``message`` under a :func:`keyed` hasher (:data:`MAC_BYTES` raw bytes)."""
     h = hasher.copy()
     h.update(message)
-    return binascii.b2a_base64(h.digest(), newline=False)
+    digest: bytes = h.digest()
+    return digest
 
 
 def _b64(raw: bytes) -> str:
@@ -337,7 +338,7 @@ class Authenticator:
         hasher = self._sending.get((signer, audience))
         if hasher is None:
             hasher = self._sending[signer, audience] = self._sending_key(keyring, kid, audience)
-        mac = mac_of(hasher, envelope.canonical(signer, kid)).decode()
+        mac = mac_of(hasher, envelope.canonical(signer, kid))
         return msgspec.structs.replace(envelope, signer=signer, key_id=kid, mac=mac)
 
     def verify(
@@ -354,11 +355,11 @@ class Authenticator:
             return ""
         signer, kid, mac = envelope.signer, envelope.key_id, envelope.mac
         if not (signer and kid and mac):
-            raise Unauthenticated("entry is not signed (no p, k or mac field)", signer)
+            raise Unauthenticated("entry is not signed (no signer, key id or MAC)", signer)
         hasher = self._pairs.get((kid, audience, signer))  # a signer seen before: checked already
         if hasher is None:
             hasher = self._pair_for(holder, kid, audience, signer)
-        if not hmac.compare_digest(mac_of(hasher, envelope.canonical(signer, kid)), mac.encode()):
+        if not hmac.compare_digest(mac_of(hasher, envelope.canonical(signer, kid)), mac):
             raise Unauthenticated(f"entry's MAC does not verify (signed as {signer}, key id {kid})", signer)
         if senders is not None and signer not in senders:
             allowed = ", ".join(sorted(senders))

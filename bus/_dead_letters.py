@@ -4,7 +4,8 @@ A letter's fields are written by ``lua/fail.lua`` (and by the consumer for entri
 while pending): where the entry came from (stream, entry id, group, consumer), why it died
 (reason, delivery count, error chain, first and last failure time), the envelope's context
 when it decoded (type, message id, correlation id, idempotency key, headers) and a copy of
-its raw fields (``raw.<field>``, each cut to ``BusConfig.dlq_field_cap_bytes``).
+its raw fields (``raw.<field>``, each cut to ``BusConfig.dlq_field_cap_bytes``; the packed
+envelope field is shown decoded, item by item).
 
 Requeueing re-adds the raw copy to the stream it came from and removes the letter in one
 script (``lua/requeue.lua``), keyed by the letter id, so it is safe to repeat. Reading is
@@ -21,6 +22,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from bus._client import Redis
+from bus._envelope import describe_packed
 from bus._errors import redis_errors
 from bus._scripts import Script
 from redsaga.streams import Stream
@@ -70,7 +72,7 @@ class DeadLetter(msgspec.Struct, kw_only=True):
         correlation_id: The envelope's correlation id (a saga id for saga traffic).
         idempotency_key: The envelope's idempotency key.
         headers: The envelope's headers.
-        raw: The copy of the entry's fields.
+        raw: The copy of the entry's fields (its packed envelope ``e`` as a JSON object).
         raw_truncated: Whether a field or the field list was cut to the caps.
         raw_missing: Whether the entry itself was gone when it died.
         extra: Any other field.
@@ -173,7 +175,9 @@ def decode_letter(dlq: str, letter_id: str, fields: dict[bytes, bytes]) -> DeadL
         raw_missing=text.get("raw_missing") == "1",
     )
     for name, value in text.items():
-        if name.startswith("raw."):
+        if name == "raw.e":  # the packed envelope: shown item by item, not as mangled bytes
+            letter.raw["e"] = describe_packed(fields[b"raw.e"])
+        elif name.startswith("raw."):
             letter.raw[name[4:]] = value
         elif name.startswith("header."):
             letter.headers[name[7:]] = value

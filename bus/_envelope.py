@@ -1,28 +1,34 @@
 """The envelope: what every stream entry carries, and its encoding as stream fields.
 
-An entry is a flat map of short ASCII field names to bytes, so that ``redis-cli XRANGE``
-stays readable and Lua scripts can read a field without decoding anything::
+An entry has two fields: ``e``, the envelope's metadata packed as one MessagePack array
+(one argument for Redis to copy and one value for a reader to decode), and ``data``, the
+payload as JSON, on its own so that ``redis-cli XRANGE`` shows it and a Lua script copies it
+without decoding anything (``lua/complete_batch.lua`` records a reply's payload from it)::
 
-    id      UUIDv7 of the message              type    message type name (the Struct's tag)
-    src     source context                     corr    correlation id (the saga id)
-    cause   causation id (the message that     idem    idempotency key (stable across retries;
-            caused this one)                           left out when it is the id)
-    reply   stream key for the reply, if any
-    at      created-at, Unix ms                n       attempt number, from 1
-    hdr     headers as a JSON object           v       envelope schema version
+    e       [v, id, type, at, src, corr, cause, idem, reply, n, hdr, p, k, mac]
     data    the payload: the message Struct as JSON
-    p       the principal that signed it       k       its key id
-    mac     the MAC over the other fields (``bus/_auth.py``)
 
-Schema evolution follows msgspec's rules: new payload fields get defaults, a type name is
-never reused for a different shape, and an unsupported ``v`` is dead-lettered, not guessed.
-Version 2 leaves ``idem`` out when it equals ``id`` (the MAC covers the key the entry is
-deduped on, so the two forms verify alike); version 1 entries are still read.
+    v       envelope schema version (3)         id      UUIDv7 of the message
+    type    message type name (the Struct's     at      created-at, Unix ms
+            tag)                                src     source context
+    corr    correlation id (the saga id)        cause   causation id (the message that
+    idem    idempotency key, stable across              caused this one)
+            retries ("": it is the id)          reply   stream key for the reply ("": none)
+    n       attempt number, from 1              hdr     headers, a map of strings
+    p       the principal that signed it        k       its key id
+    mac     the MAC over the decoded envelope (``bus/_auth.py``): 16 raw bytes (bin), or
+            empty when unsigned
+
+Every item is always there (an empty string, ``1``, an empty map), so a reader checks one
+fixed shape. Schema evolution follows msgspec's rules: new payload fields get defaults, a
+type name is never reused for a different shape, and an unsupported ``v`` is dead-lettered,
+not guessed. Entries of the flat layouts before version 3 (a field per item) are not read.
 """
 
 from __future__ import annotations
 
 import builtins
+import re
 import time
 from typing import Any, Final, TypeVar
 
@@ -31,29 +37,31 @@ import msgspec
 from bus._errors import MalformedEntry, PayloadTooLarge
 from redsaga.ids import message_type, uuid7
 
-SCHEMA_VERSION: Final = 2
-SUPPORTED_SCHEMA_VERSIONS: Final = frozenset({1, 2})
-REQUIRED_FIELDS: Final = (b"id", b"type", b"at", b"v", b"data")
-_TEXT_FIELDS: Final = (
-    (b"src", "source"),
-    (b"corr", "correlation_id"),
-    (b"cause", "causation_id"),
-    (b"idem", "idempotency_key"),
-    (b"reply", "reply_to"),
-    (b"p", "signer"),
-    (b"k", "key_id"),
-    (b"mac", "mac"),
-)
-_TEXT_FIELD_NAMES: Final = tuple((name.decode(), attribute) for name, attribute in _TEXT_FIELDS)
-"""The same, named as they are written (str)."""
+SCHEMA_VERSION: Final = 3
+PACKED_ITEMS: Final = (
+    "v", "id", "type", "at", "src", "corr", "cause", "idem", "reply", "n", "hdr", "p", "k", "mac",
+)  # fmt: skip
+"""The items of the ``e`` field, in order (the names the module docstring gives them)."""
 
 
 M = TypeVar("M")
 Fields = dict[bytes, bytes]
+_Packed = tuple[int, str, str, int, str, str, str, str, str, int, dict[str, str], str, str, bytes]
 
 _encoder = msgspec.json.Encoder()
+_packer = msgspec.msgpack.Encoder()
 _canonical_encoder = msgspec.msgpack.Encoder(order="sorted")  # headers: key order is not signed
-_headers_decoder = msgspec.json.Decoder(dict[str, str])
+_unpacker = msgspec.msgpack.Decoder(_Packed)
+_POSITION = re.compile(r"\$\[(\d+)\]")
+
+
+class _Version(msgspec.Struct, array_like=True):
+    """The first item of a packed envelope of any version (read to say why one is refused)."""
+
+    v: int
+
+
+_version_decoder = msgspec.msgpack.Decoder(_Version)
 
 
 class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -75,7 +83,8 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     signer: str = ""
     """The principal that signed the entry (``""``: unsigned); see ``bus/_auth.py``."""
     key_id: str = ""
-    mac: str = ""
+    mac: bytes = b""
+    """The MAC over :meth:`canonical` (``b""``: unsigned), as raw bytes."""
 
     @property
     def dedupe_key(self) -> str:
@@ -95,49 +104,41 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     def canonical(self, signer: str, key_id: str) -> bytes:
         """The bytes a MAC by ``signer`` with ``key_id`` covers (``bus/_auth.py``).
 
-        Every field that identifies or carries the message, as decoded -- so a writer's field
-        or header order, or a default left out, changes nothing -- and not ``created_at_ms``: a timer's
-        entry is stamped when Redis fires it, after it was signed. From version 2 the
-        idempotency key is covered as :attr:`dedupe_key`, since ``idem`` is left out when it
-        is the id.
+        Every field that identifies or carries the message, as decoded -- so how a writer
+        packed it, its header order, or an idempotency key left empty because it is the
+        id, changes nothing -- and not ``created_at_ms``: a timer's entry is stamped when
+        Redis fires it, after it was signed. The idempotency key is covered as
+        :attr:`dedupe_key`, the key the entry is deduped on.
         """
-        idempotency_key = self.idempotency_key if self.schema_version == 1 else self.dedupe_key
         return _canonical_encoder.encode(
             (
                 self.id, self.type, self.schema_version, self.payload, self.source, self.correlation_id,
-                self.causation_id, idempotency_key, self.reply_to, self.attempt, self.headers,
+                self.causation_id, self.dedupe_key, self.reply_to, self.attempt, self.headers,
                 signer, key_id,
             )
         )  # fmt: skip
 
     def to_fields(self) -> dict[str, bytes | str | int]:
         """Encode as stream fields (see the module docstring)."""
-        flat = self.field_args()
-        return {str(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+        return {"e": self.packed(), "data": self.payload}
 
     def field_args(self) -> list[bytes | str | int]:
-        """The stream fields as the flat ``name, value, …`` list that XADD and scripts take."""
-        args: list[bytes | str | int] = [
-            "id",
-            self.id,
-            "type",
-            self.type,
-            "at",
-            self.created_at_ms,
-            "v",
-            self.schema_version,
-            "data",
-            self.payload,
-        ]
-        for name, attribute in _TEXT_FIELD_NAMES:
-            value = getattr(self, attribute)
-            if value and (attribute != "idempotency_key" or value != self.id):
-                args += (name, value)
-        if self.attempt != 1:
-            args += ("n", self.attempt)
-        if self.headers:
-            args += ("hdr", _encoder.encode(self.headers))
-        return args
+        """The stream fields as the flat ``name, value, …`` list that XADD and scripts take.
+
+        Always ``e``, its value, ``data``, the payload: scripts rely on the payload being last.
+        """
+        return [b"e", self.packed(), b"data", self.payload]
+
+    def packed(self) -> bytes:
+        """The ``e`` field: everything but the payload, as a MessagePack array."""
+        return _packer.encode(
+            (
+                self.schema_version, self.id, self.type, self.created_at_ms, self.source,
+                self.correlation_id, self.causation_id,
+                "" if self.idempotency_key == self.id else self.idempotency_key,
+                self.reply_to, self.attempt, self.headers, self.signer, self.key_id, self.mac,
+            )
+        )  # fmt: skip
 
 
 def encode_message(message: object, *, max_bytes: int) -> bytes:
@@ -187,40 +188,84 @@ def decode_fields(fields: Fields, *, max_bytes: int, max_fields: int) -> Envelop
     """Decode stream fields into an envelope, or raise :class:`MalformedEntry` saying why.
 
     Size and field count are checked before anything is decoded, so a hostile entry costs
-    nothing but the read.
+    nothing but the read; the packed field is decoded against one fixed shape, so hostile
+    MessagePack (deep nesting, wrong types, lengths past its end) is refused at its first
+    wrong byte.
     """
     if len(fields) > max_fields:
         raise MalformedEntry(f"entry has {len(fields)} fields, more than the limit of {max_fields}")
     size = entry_size(fields)
     if size > max_bytes:
         raise MalformedEntry(f"entry of {size} bytes is over the {max_bytes}-byte limit")
-    missing = [name.decode() for name in REQUIRED_FIELDS if name not in fields]
-    if missing:
-        raise MalformedEntry(f"missing envelope fields: {', '.join(missing)}")
+    packed, payload = fields.get(b"e"), fields.get(b"data")
+    if packed is None or payload is None:
+        raise MalformedEntry(_missing(fields))
     try:
-        version = int(fields[b"v"])
-        created_at_ms = int(fields[b"at"])
-        attempt = int(fields.get(b"n", b"1"))
-        text = {attribute: fields.get(name, b"").decode() for name, attribute in _TEXT_FIELDS}
-        message_id = fields[b"id"].decode()
-        type_name = fields[b"type"].decode()
-        headers = _headers_decoder.decode(fields[b"hdr"]) if b"hdr" in fields else {}
-    except (ValueError, msgspec.DecodeError, RecursionError) as error:  # UnicodeDecodeError: a ValueError
-        raise MalformedEntry(f"invalid envelope field: {error}") from error
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        (
+            version, message_id, type_name, created_at_ms, source, correlation_id, causation_id,
+            idempotency_key, reply_to, attempt, headers, signer, key_id, mac,
+        ) = _unpacker.decode(packed)  # fmt: skip
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise MalformedEntry(_invalid(packed, error)) from error
+    if version != SCHEMA_VERSION:
         raise MalformedEntry(f"unsupported envelope schema version {version}")
     if not message_id or not type_name:
         raise MalformedEntry("envelope id and type must not be empty")
     return Envelope(
         id=message_id,
         type=type_name,
-        payload=fields[b"data"],
+        payload=payload,
+        source=source,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+        idempotency_key=idempotency_key,
+        reply_to=reply_to,
         created_at_ms=created_at_ms,
         attempt=attempt,
         headers=headers,
         schema_version=version,
-        **text,
+        signer=signer,
+        key_id=key_id,
+        mac=mac,
     )
+
+
+def describe_packed(packed: bytes) -> str:
+    """A packed envelope field as text a person reads (a dead letter's raw copy).
+
+    A JSON object of its items by name (the MAC in base64), or, when it does not decode,
+    its bytes with everything that is not UTF-8 escaped.
+    """
+    try:
+        items = _unpacker.decode(packed)
+    except (msgspec.DecodeError, RecursionError):
+        return packed.decode(errors="backslashreplace")
+    return _encoder.encode(dict(zip(PACKED_ITEMS, items, strict=True))).decode()
+
+
+def _missing(fields: Fields) -> str:
+    """Why an entry without its ``e`` or ``data`` field is refused."""
+    if b"e" not in fields and b"v" in fields:  # a flat entry of the layouts before version 3
+        version = fields[b"v"][:16].decode(errors="backslashreplace")
+        return f"unsupported envelope schema version {version} (its fields are not packed)"
+    missing = ", ".join(name.decode() for name in (b"e", b"data") if name not in fields)
+    return f"missing envelope fields: {missing}"
+
+
+def _invalid(packed: bytes, error: Exception) -> str:
+    """Why a packed field that does not decode is refused: its version, else the item at fault."""
+    try:
+        version: int | None = _version_decoder.decode(packed).v
+    except (msgspec.DecodeError, RecursionError):
+        version = None
+    if version is not None and version != SCHEMA_VERSION:
+        return f"unsupported envelope schema version {version}"
+    if isinstance(error, RecursionError):
+        return "invalid envelope field: nested too deeply to decode"
+    found = _POSITION.search(str(error))
+    if found and int(found.group(1)) < len(PACKED_ITEMS):
+        return f"invalid envelope field {PACKED_ITEMS[int(found.group(1))]}: {error}"
+    return f"invalid envelope field: {error}"
 
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import Any
 
+import msgspec
 import typer
 
 from bus import DeadLetter, Requeued
@@ -17,6 +20,7 @@ from saga.ops.operator_actions import ActionResult
 from saga.ops.stats import SagaTally, Stats
 
 _STATUS = {0: status_colour}
+_packed = msgspec.json.Decoder(dict[str, Any])
 
 
 def heading(text: str) -> None:
@@ -336,10 +340,25 @@ def letter(found: DeadLetter) -> None:
     if found.raw_missing:
         emit_line("  the entry was gone when it died")
     for name, value in found.raw.items():
-        emit_line(f"  {name}: {value}")
+        _raw_field(name, value)
     verdict = "can be requeued" if found.requeueable else "cannot be requeued (no full copy)"
     emit_line()
     emit_line(verdict)
+
+
+def _raw_field(name: str, value: str) -> None:
+    """One raw field of a dead entry: the packed envelope item by item (empty ones left out)."""
+    items = None
+    if name == "e":
+        with contextlib.suppress(msgspec.DecodeError):  # not a packed envelope: shown as it is
+            items = _packed.decode(value)
+    if items is None:
+        emit_line(f"  {name}: {value}")
+        return
+    for item, shown in items.items():
+        if shown not in ("", {}):
+            text = shown if isinstance(shown, str | int) else msgspec.json.encode(shown).decode()
+            emit_line(f"  e.{item}: {text}")
 
 
 def requeued(results: Sequence[Requeued]) -> None:

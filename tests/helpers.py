@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import msgspec
 
 import bus
+from bus._envelope import PACKED_ITEMS, describe_packed
 from bus.lowlevel import is_cluster, primaries
 
 if TYPE_CHECKING:
@@ -62,6 +64,40 @@ async def while_deciding(worker: SagaWorker, action: Awaitable[T]) -> T:
     return result[0]
 
 
+def envelope_items(fields: Mapping[bytes, bytes]) -> dict[str, Any]:
+    """An entry's packed envelope (its ``e`` field), item by item (``bus/_envelope.py``)."""
+    return dict(zip(PACKED_ITEMS, msgspec.msgpack.decode(fields[b"e"]), strict=True))
+
+
+def repacked(fields: Mapping[bytes, bytes], **items: object) -> dict[bytes, bytes]:
+    """``fields`` with the named items of its packed envelope replaced (by any value, of any type)."""
+    changed = {**envelope_items(fields), **items}
+    return {**fields, b"e": msgspec.msgpack.encode(list(changed.values()))}
+
+
+def raw_entry(data: bytes | str = b"{}", **items: object) -> dict[bytes, bytes]:
+    """An entry's fields packed item by item, for a test to ``XADD`` by hand.
+
+    Items not given are an unsigned ``Charge``'s (id ``m``); any value goes, of a wrong type
+    too, and :class:`msgspec.Raw` puts bytes in as they are (invalid MessagePack included).
+    """
+    packed = {**dict(zip(PACKED_ITEMS, _RAW_DEFAULTS, strict=True)), **items}
+    data = data.encode() if isinstance(data, str) else data
+    return {b"e": msgspec.msgpack.encode(list(packed.values())), b"data": data}
+
+
+_RAW_DEFAULTS = (3, "m", "Charge", 1, "", "", "", "", "", 1, {}, "", "", b"")
+
+
+def as_fields(envelope: bus.Envelope) -> dict[bytes, bytes]:
+    """The fields ``envelope`` is written as, as Redis gives them back."""
+    fields = envelope.to_fields()
+    return {
+        name.encode(): value if isinstance(value, bytes) else str(value).encode()
+        for name, value in fields.items()
+    }
+
+
 async def age_pending(redis: bus.Redis, stream: bus.Stream, group: str, entry_id: str, idle_ms: int) -> None:
     """Make a pending entry look idle for ``idle_ms`` (server clock) without waiting.
 
@@ -88,9 +124,25 @@ async def pending(redis: bus.Redis, stream: bus.Stream, group: str) -> list[dict
 
 
 async def dead_letters(redis: bus.Redis, stream: bus.Stream) -> list[dict[str, str]]:
-    """The dead-letter stream of ``stream``'s tag, fields decoded (raw fields kept as text)."""
+    """The dead-letter stream of ``stream``'s tag, fields decoded (raw fields kept as text).
+
+    The raw copy of a packed envelope (``raw.e``) is shown as the dead-letter tools show it,
+    a JSON object of its items (:func:`raw_items` reads it back).
+    """
     entries = await redis.xrange(stream.dlq_key)
-    return [{k.decode(): v.decode(errors="replace") for k, v in fields.items()} for _, fields in entries]
+    return [
+        {
+            k.decode(): describe_packed(v) if k == b"raw.e" else v.decode(errors="replace")
+            for k, v in fields.items()
+        }
+        for _, fields in entries
+    ]
+
+
+def raw_items(letter: Mapping[str, str]) -> dict[str, Any]:
+    """The packed envelope a dead letter copied, item by item (of :func:`dead_letters`, or a ``raw``)."""
+    items: dict[str, Any] = msgspec.json.decode(letter["raw.e" if "raw.e" in letter else "e"])
+    return items
 
 
 async def until_redis_clock_passes_newest(redis: bus.Redis, stream_key: str) -> None:

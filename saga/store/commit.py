@@ -114,17 +114,17 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True, 
         old = _template_object_decoder.decode(data)
         return TimerTemplate(purpose=old.purpose, step=old.step, kind=old.kind, attempt=old.attempt)
 
-    def stored(self, saga_id: str, auth: str = "") -> bytes:
+    def stored(self, saga_id: str, auth: bytes = b"") -> bytes:
         """The ``timerdata`` value: the saga id, length-prefixed, then the event.
 
         The timer id is not in it: the hash field carries it. With
-        signing on, ``auth`` (``'<k> <mac>'``, :meth:`saga.store.trust.Seal.fields` of
+        signing on, ``auth`` (``b'<k> <mac>'``, :meth:`saga.store.trust.Seal.fields` of
         :meth:`entry`) goes between them, length-prefixed too, and the script that fires
-        the timer writes it as the entry's ``k`` and ``mac`` fields, with ``p`` the
+        the timer writes it as the entry's ``k`` and ``mac``, with ``p`` the
         context's orchestrator (the only principal that signs timers), which it is given.
         """
         owner = saga_id.encode()
-        signed = b"" if not auth else str(len(auth)).encode() + b":" + auth.encode()
+        signed = b"" if not auth else str(len(auth)).encode() + b":" + auth
         return str(len(owner)).encode() + b":" + owner + signed + _json.encode(self)
 
     def entry(self, timer_id: str, saga_id: str) -> Envelope:
@@ -333,7 +333,7 @@ def _effect_args(
         elif isinstance(effect, StartTimer):
             due = f"@{effect.at_ms}" if effect.at_ms is not None else effect.delay_ms
             template = TimerTemplate.of(effect)
-            auth = seal.fields(template.entry(effect.timer_id, state.id), me) if signing and seal else ""
+            auth = seal.fields(template.entry(effect.timer_id, state.id), me) if signing and seal else b""
             timers += (effect.timer_id, due, template.stored(state.id, auth))
             continue
         elif isinstance(effect, CancelTimer):

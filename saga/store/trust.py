@@ -77,16 +77,17 @@ class Seal:
         """``envelope`` signed by this principal for ``audience``."""
         return self.auth.sign(envelope, audience, self.principal)
 
-    def fields(self, envelope: Envelope, audience: str) -> str:
-        """The ``k`` and ``mac`` fields of ``envelope`` signed for ``audience``.
+    def fields(self, envelope: Envelope, audience: str) -> bytes:
+        """The key id and MAC of ``envelope`` signed for ``audience``.
 
-        As ``'<k> <mac>'``: what a timer stores for the script that fires it (``""`` when
-        signing is off); the script is given ``p``, this principal (a context's orchestrator).
+        As ``b'<k> <mac>'`` (the MAC's raw bytes after the first space: a key id has none):
+        what a timer stores for the script that fires it (``b""`` when signing is off); the
+        script is given ``p``, this principal (a context's orchestrator).
         """
         if not self.auth.enabled:
-            return ""
+            return b""
         signed = self.sign(envelope, audience)
-        return f"{signed.key_id} {signed.mac}"
+        return signed.key_id.encode() + b" " + signed.mac
 
 
 def inbox_audience(context: str) -> str:

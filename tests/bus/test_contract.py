@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import anyio
 import msgspec
 import pytest
 
 import bus
 from bus import Bus, BusConfig, Delivery, Publisher, Stream, Worker
-from tests.helpers import age_pending, dead_letters, pending, until_redis_clock_passes_newest
+from tests.helpers import (
+    age_pending,
+    dead_letters,
+    pending,
+    raw_entry,
+    raw_items,
+    until_redis_clock_passes_newest,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 
@@ -192,7 +201,7 @@ async def test_poison_entry_is_dead_lettered_after_the_delivery_limit(redis: bus
     assert letter["consumer"] == worker.consumer
     assert msgspec.json.decode(letter["errors"]) == ["RuntimeError: gateway timeout"] * CONFIG.max_deliveries
     assert int(letter["first_failed_ms"]) <= int(letter["last_failed_ms"])
-    assert letter["raw.type"] == "Charge"
+    assert raw_items(letter)["type"] == "Charge"
     assert msgspec.json.decode(letter["raw.data"], type=Charge) == Charge(order="o1", amount=10)
 
 
@@ -232,57 +241,45 @@ async def test_permanent_failure_is_dead_lettered_at_once(redis: bus.Redis) -> N
     assert await pending(redis, COMMANDS, "payments") == []
 
 
+DEEP: Final = b"\x91" * 3000 + b"\x90"
+"""MessagePack nested 3,000 arrays deep."""
+
+
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        ({"junk": "1"}, "missing envelope fields: id, type, at, v, data"),
-        ({"id": "m", "type": "Charge", "at": "soon", "v": "1", "data": "{}"}, "invalid envelope field"),
+        ({b"junk": b"1"}, "missing envelope fields: e, data"),
+        ({b"e": raw_entry()[b"e"]}, "missing envelope fields: data"),
+        (raw_entry(at="soon"), "invalid envelope field at: Expected `int`, got `str`"),
+        (raw_entry(v=9), "unsupported envelope schema version 9"),
+        (raw_entry(v=4, extra="an item of a later version"), "unsupported envelope schema version 4"),
         (
-            {"id": "m", "type": "Charge", "at": "1", "v": "9", "data": "{}"},
-            "unsupported envelope schema version 9",
+            {b"id": b"m", b"type": b"Charge", b"at": b"1", b"v": b"2", b"data": b"{}"},
+            "unsupported envelope schema version 2 (its fields are not packed)",
         ),
-        ({"id": "m", "type": "Charge", "at": "1", "v": "1", "data": b"\xff\xfe"}, "malformed payload"),
-        ({"id": "m", "type": "Charge", "at": "1", "v": "1", "data": '{"order": 5}'}, "malformed payload"),
-        (
-            {"id": "m", "type": "Refund", "at": "1", "v": "1", "data": "{}"},
-            "no handler for message type 'Refund'",
-        ),
-        ({"id": b"\xff", "type": "Charge", "at": "1", "v": "1", "data": "{}"}, "invalid envelope field"),
-        (
-            {"id": "m", "type": "Charge", "at": "1", "v": "1", "data": "{}", "hdr": "[1]"},
-            "invalid envelope field",
-        ),
-        (
-            {
-                "id": "m",
-                "type": "Charge",
-                "at": "1",
-                "v": "1",
-                "data": '{"order":"o","amount":1}',
-                "reply": "elsewhere",
-            },
-            "is not a redsaga stream key",
-        ),
-        ({f"f{i}": "x" for i in range(100)}, "entry has 100 fields"),
-        (
-            {
-                "id": "m",
-                "type": "Charge",
-                "at": "1",
-                "v": "1",
-                "data": '{"order":' + "[" * 3000 + "]" * 3000 + "}",
-            },
-            "malformed payload",
-        ),
-        (
-            {"id": "m", "type": "Charge", "at": "1", "v": "1", "data": "{}", "hdr": "[" * 3000 + "]" * 3000},
-            "invalid envelope field",
-        ),
+        (raw_entry(data=b"\xff\xfe"), "malformed payload"),
+        (raw_entry(data='{"order": 5}'), "malformed payload"),
+        (raw_entry(type="Refund"), "no handler for message type 'Refund'"),
+        (raw_entry(id=msgspec.Raw(b"\xa1\xff")), "invalid envelope field: Invalid UTF-8"),
+        (raw_entry(id=""), "envelope id and type must not be empty"),
+        (raw_entry(hdr=[1]), "invalid envelope field hdr"),
+        (raw_entry(hdr={"step": 1}), "invalid envelope field hdr"),
+        (raw_entry(mac="a MAC in text"), "invalid envelope field mac"),
+        (raw_entry(data='{"order":"o","amount":1}', reply="elsewhere"), "is not a redsaga stream key"),
+        ({f"f{i}".encode(): b"x" for i in range(100)}, "entry has 100 fields"),
+        (raw_entry(data='{"order":' + "[" * 3000 + "]" * 3000 + "}"), "malformed payload"),
+        (raw_entry(hdr=msgspec.Raw(DEEP)), "invalid envelope field hdr"),
+        ({**raw_entry(), b"e": b"\x9e\x03" + DEEP}, "invalid envelope field id"),
+        ({**raw_entry(), b"e": raw_entry()[b"e"][:-3]}, "invalid envelope field: Input data was truncated"),
+        ({**raw_entry(), b"e": b"\xdd\xff\xff\xff\xff\x03"}, "invalid envelope field"),  # 4 billion items
+        ({**raw_entry(), b"e": b"\x9e\x03\xdb\xff\xff\xff\xff"}, "invalid envelope field"),  # a 4 GiB id
+        ({**raw_entry(), b"e": b"not msgpack"}, "invalid envelope field"),
+        ({**raw_entry(), b"e": msgspec.msgpack.encode([3, "m"])}, "invalid envelope field"),
     ],
 )
 async def test_malformed_entry_is_dead_lettered_on_first_delivery(
     redis: bus.Redis,
-    fields: dict[str, str | bytes],
+    fields: dict[bytes, bytes],
     reason: str,
 ) -> None:
     effects: list[str] = []
@@ -315,7 +312,7 @@ async def test_oversized_entry_is_dead_lettered_without_decoding(redis: bus.Redi
     config = BusConfig(max_payload_bytes=1_000, max_entry_bytes=2_000, dlq_field_cap_bytes=100)
     worker = Worker(redis, payments_app([]), config=config)
     await worker.setup()
-    await redis.xadd(COMMANDS.key, {"id": "m", "type": "Charge", "at": "1", "v": "1", "data": "x" * 5_000})
+    await redis.xadd(COMMANDS.key, raw_entry(data="x" * 5_000))  # type: ignore[arg-type]
     await worker.run_until_idle()
     [letter] = await dead_letters(redis, COMMANDS)
     assert "over the 2000-byte limit" in letter["reason"]

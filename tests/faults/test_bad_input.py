@@ -28,7 +28,7 @@ from saga import SagaStatus
 from saga.testing import decode_history
 from tests.bus.test_contract import COMMANDS, Charge, publish_charge
 from tests.faults.stream_kit import CONFIG, INBOX, INVENTORY, PARTITION, Rig, letters, order
-from tests.helpers import dead_letters
+from tests.helpers import dead_letters, envelope_items, raw_entry, repacked
 from tests.relay.conftest import OutboxDb, in_thread
 
 # imported here, not in the test: a test module imported mid-test is assertion-rewritten
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def mutate(**changes: bytes | None) -> Callable[[Fields], Fields]:
-    """A mutation of an entry's fields: set each given field, drop those given as ``None``."""
+    """A mutation of an entry's fields (``e``, ``data``): set each given one, drop those given as ``None``."""
 
     def apply(fields: Fields) -> Fields:
         changed = dict(fields)
@@ -57,6 +57,11 @@ def mutate(**changes: bytes | None) -> Callable[[Fields], Fields]:
     return apply
 
 
+def repack(**items: object) -> Callable[[Fields], Fields]:
+    """A mutation of an entry's packed envelope: set each given item (to any value, of any type)."""
+    return lambda fields: repacked(fields, **items)
+
+
 def many_fields(fields: Fields) -> Fields:
     return {**fields, **{f"x{i}".encode(): b"1" for i in range(10_000)}}
 
@@ -64,22 +69,23 @@ def many_fields(fields: Fields) -> Fields:
 # case -> (mutation, reason on the command stream ('': not a fault there), reason on the inbox
 # ('': the command stream's))
 CASES: dict[str, tuple[Callable[[Fields], Fields], str, str]] = {
-    "missing-fields": (mutate(type=None, data=None), "missing envelope fields: type, data", ""),
-    "wrong-type": (mutate(at=b"yesterday"), "invalid envelope field", ""),
+    "missing-fields": (mutate(e=None), "missing envelope fields: e", ""),
+    "wrong-type": (repack(at="yesterday"), "invalid envelope field at", ""),
     "bad-json-payload": (
         mutate(data=b'{"order_id": '),
         "payload is not a valid ReserveStock",
         "reply is not a valid StockReserved",
     ),
-    "bad-msgpack-headers": (mutate(hdr=b"\x82\xa4step\xa1x"), "invalid envelope field", ""),
-    "invalid-utf8": (mutate(corr=b"\xff\xfe\xfd"), "invalid envelope field", ""),
+    "json-headers": (repack(hdr='{"step":"x"}'), "invalid envelope field hdr", ""),
+    "invalid-utf8": (repack(corr=msgspec.Raw(b"\xa3\xff\xfe\xfd")), "invalid envelope field", ""),
+    "hostile-msgpack": (mutate(e=b"\x9e\x03" + b"\x91" * 10_000 + b"\x90"), "invalid envelope field id", ""),
     "unknown-type": (
-        mutate(type=b"Teleport"),
+        repack(type="Teleport"),
         "no handler for message type 'Teleport'",
         "expects a StockReserved reply, got Teleport",
     ),
-    "unknown-saga": (mutate(corr=b"nobody"), "", "no saga 'nobody'"),
-    "schema-version": (mutate(v=b"99"), "unsupported envelope schema version 99", ""),
+    "unknown-saga": (repack(corr="nobody"), "", "no saga 'nobody'"),
+    "schema-version": (repack(v=99), "unsupported envelope schema version 99", ""),
     "10000-fields": (many_fields, "entry has 10", ""),  # 10,0xx fields, over the limit of 32
 }
 # participants do not know saga ids: a command for an unknown saga is valid to them
@@ -168,9 +174,7 @@ async def test_raw_8_mib_fields_are_dead_lettered_undecoded_and_worker_memory_st
     await publish_charge(real_redis, "before")
     for n in range(entries):
         # not even JSON: decoding it would fail too, but it must not be tried
-        await real_redis.xadd(
-            COMMANDS.key, {"id": f"big-{n}", "type": "Charge", "at": "1", "v": "1", "data": b"{" * size}
-        )
+        await real_redis.xadd(COMMANDS.key, raw_entry(id=f"big-{n}", data=b"{" * size))  # type: ignore[arg-type]
     await publish_charge(real_redis, "after")
 
     done = subprocess.run(
@@ -201,7 +205,7 @@ async def test_raw_8_mib_fields_are_dead_lettered_undecoded_and_worker_memory_st
 
 async def replies_of(rig: Rig) -> list[Fields]:
     """The inbox entries that are step replies (they name the command they answer)."""
-    return [f for _, f in await rig.redis.xrange(INBOX.key) if b"cause" in f and b"hdr" in f]
+    return [f for _, f in await rig.redis.xrange(INBOX.key) if (i := envelope_items(f))["cause"] and i["hdr"]]
 
 
 async def test_duplicate_late_and_unmatched_replies_are_recorded_and_change_nothing(
@@ -220,12 +224,10 @@ async def test_duplicate_late_and_unmatched_replies_are_recorded_and_change_noth
     history_before = len(await rig.history("s1"))
 
     replies = await replies_of(rig)
-    late = dict(replies[0])  # attempt 1's reply, arriving after attempt 2 succeeded
-    late[b"cause"] = reserve.attempts[0].command_id.encode()
-    late[b"n"] = b"1"
-    late[b"id"] = b"late-1"
-    unknown_step = {**replies[0], b"id": b"odd-1", b"hdr": b'{"step":"no_such_step","kind":"do"}'}
-    out_of_order = {**replies[-1], b"id": b"ooo-1", b"hdr": b'{"step":"charge_payment","kind":"undo"}'}
+    # attempt 1's reply, arriving after attempt 2 succeeded
+    late = repacked(replies[0], cause=reserve.attempts[0].command_id, n=1, id="late-1")
+    unknown_step = repacked(replies[0], id="odd-1", hdr={"step": "no_such_step", "kind": "do"})
+    out_of_order = repacked(replies[-1], id="ooo-1", hdr={"step": "charge_payment", "kind": "undo"})
     sent = [*replies, *replies, late, unknown_step, out_of_order]  # every reply twice more
     for fields in sent:
         await real_redis.xadd(INBOX.key, fields)  # type: ignore[arg-type]

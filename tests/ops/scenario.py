@@ -41,6 +41,7 @@ from redsaga.examples.orders import order_fulfilment
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker
 from saga.store.codec import decode_state
 from saga.store.keys import Partition
+from tests.helpers import envelope_items
 
 PARTITION = Partition("orders", 0)
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
@@ -159,7 +160,7 @@ async def _lose_command(redis: bus.Redis, saga_id: str) -> None:
     """Delete the saga's command before inventory reads it: the saga waits for a reply."""
     stream = PARTITION.commands("inventory").key
     for entry_id, fields in await redis.xrange(stream):
-        if fields.get(b"corr") == saga_id.encode():
+        if envelope_items(fields)["corr"] == saga_id:
             await redis.xdel(stream, entry_id)
 
 
@@ -169,16 +170,13 @@ async def _add_bad_entries(redis: bus.Redis, saga_id: str) -> None:
     raw = await redis.hgetall(PARTITION.saga(saga_id))
     state = decode_state(saga_id, raw, context=PARTITION.context, partition=PARTITION.index).state
     command_id = state.steps["reserve_stock"].attempts[0].command_id
-    await redis.xadd(
-        PARTITION.inbox.key,
-        {
-            "id": "bad-reply-1",
-            "type": "CardRefunded",
-            "at": "1",
-            "v": "1",
-            "data": '{"refund_id": "x"}',
-            "corr": saga_id,
-            "cause": command_id,
-            "hdr": '{"step":"reserve_stock","kind":"do"}',
-        },
+    reply = bus.Envelope(
+        id="bad-reply-1",
+        type="CardRefunded",
+        payload=b'{"refund_id": "x"}',
+        created_at_ms=1,
+        correlation_id=saga_id,
+        causation_id=command_id,
+        headers={"step": "reserve_stock", "kind": "do"},
     )
+    await redis.xadd(PARTITION.inbox.key, reply.to_fields())  # type: ignore[arg-type]

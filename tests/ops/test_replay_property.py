@@ -41,6 +41,7 @@ from saga import App, CommandContext, Participant, SagaAdmin, SagaClient, SagaSt
 from saga.core.model import Dispatch
 from saga.errors import ActionRefused
 from saga.ops.trace import TraceMismatch, decode_trace, encode_trace, replay_trace
+from tests.helpers import envelope_items
 from tests.ops import changed
 from tests.ops.scenario import CONFIG, PARTITION
 
@@ -132,7 +133,7 @@ async def _lose_unread(redis: bus.Redis) -> None:
 
 async def _duplicate_last_reply(redis: bus.Redis) -> None:
     for _, fields in reversed(await redis.xrange(PARTITION.inbox.key)):
-        if b"cause" in fields:
+        if envelope_items(fields)["cause"]:
             await redis.xadd(PARTITION.inbox.key, fields)
             return
 

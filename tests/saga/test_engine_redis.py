@@ -243,20 +243,16 @@ async def test_a_bad_reply_is_dead_lettered_and_the_saga_keeps_waiting(
     state = await client.get("s1")
     attempt = state.steps["reserve_stock"].attempts[0]
     await worker.bus_worker.setup()
-    await redis.xadd(
-        PARTITION.inbox.key,
-        {
-            "id": "bad-1",
-            "type": reply_type,
-            "at": "1",
-            "v": "1",
-            "data": payload,
-            "corr": "s1",
-            "cause": attempt.command_id,
-            "n": "1",
-            "hdr": '{"step":"reserve_stock","kind":"do"}',
-        },
+    reply = bus.Envelope(
+        id="bad-1",
+        type=reply_type,
+        payload=payload,
+        created_at_ms=1,
+        correlation_id="s1",
+        causation_id=attempt.command_id,
+        headers={"step": "reserve_stock", "kind": "do"},
     )
+    await redis.xadd(PARTITION.inbox.key, reply.to_fields())  # type: ignore[arg-type]
     for fields in await redis.xrange(PARTITION.commands("inventory").key):  # keep the participant out of it
         await redis.xdel(PARTITION.commands("inventory").key, fields[0])
     await worker.run_until_idle()
@@ -272,23 +268,23 @@ async def test_a_bad_reply_is_dead_lettered_and_the_saga_keeps_waiting(
 @pytest.mark.parametrize(
     "fields",
     [
-        {
-            "id": "x",
-            "type": "StockReserved",
-            "at": "1",
-            "v": "1",
-            "data": "{}",
-            "corr": "nobody",
-            "cause": "c",
-            "hdr": '{"step":"reserve_stock","kind":"do"}',
-        },
-        {"id": "x", "type": "StockReserved", "at": "1", "v": "1", "data": "{}", "corr": "s1"},
-        {"id": "x", "type": "TimerFired", "at": "1", "v": "1", "data": '{"timer_id": 1}', "corr": "s1"},
+        bus.Envelope(
+            id="x",
+            type="StockReserved",
+            payload=b"{}",
+            correlation_id="nobody",
+            causation_id="c",
+            headers={"step": "reserve_stock", "kind": "do"},
+        ).to_fields(),
+        bus.Envelope(id="x", type="StockReserved", payload=b"{}", correlation_id="s1").to_fields(),
+        bus.Envelope(id="x", type="TimerFired", payload=b'{"timer_id": 1}', correlation_id="s1").to_fields(),
         {"garbage": "1"},
     ],
     ids=["unknown-saga", "reply-without-headers", "bad-timer", "not-an-envelope"],
 )
-async def test_malformed_inbox_entries_are_dead_lettered(redis: bus.Redis, fields: dict[str, str]) -> None:
+async def test_malformed_inbox_entries_are_dead_lettered(
+    redis: bus.Redis, fields: dict[str, bytes | str | int]
+) -> None:
     worker, client, _ = await worker_and_client(redis)
     await client.start(order_fulfilment, ORDER, saga_id="s1")
     await worker.bus_worker.setup()
@@ -303,19 +299,15 @@ async def test_reply_for_an_unknown_step_is_recorded_and_ignored(redis: bus.Redi
     worker, client, _ = await worker_and_client(redis)
     await client.start(order_fulfilment, ORDER, saga_id="s1")
     await worker.bus_worker.setup()
-    await redis.xadd(
-        PARTITION.inbox.key,
-        {
-            "id": "x",
-            "type": "Whatever",
-            "at": "1",
-            "v": "1",
-            "data": "{}",
-            "corr": "s1",
-            "cause": "c",
-            "hdr": '{"step":"no_such_step","kind":"do"}',
-        },
+    reply = bus.Envelope(
+        id="x",
+        type="Whatever",
+        payload=b"{}",
+        correlation_id="s1",
+        causation_id="c",
+        headers={"step": "no_such_step", "kind": "do"},
     )
+    await redis.xadd(PARTITION.inbox.key, reply.to_fields())  # type: ignore[arg-type]
     await worker.run_until_idle()
     history = await redis.lrange(PARTITION.history("s1"), 0, -1)
     assert any(b"no step 'no_such_step'" in h for h in history)

@@ -13,6 +13,7 @@ from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from relay import Relay
 from saga import SagaClient, SagaStatus, SagaWorker
+from tests.helpers import envelope_items
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +50,9 @@ async def test_a_redelivered_charge_charges_once_and_resends_the_first_reply(
         # the same charge command arrives again (an operator re-queued it from a backup, say)
         stream = bus.Stream("orders:0", "cmd:payments")
         replies_before = await redis.xlen("rs:{orders:0}:inbox")
-        [(_, fields)] = [e for e in await redis.xrange(stream.key) if e[1][b"type"] == b"ChargeCard"]
+        [(_, fields)] = [
+            e for e in await redis.xrange(stream.key) if envelope_items(e[1])["type"] == "ChargeCard"
+        ]
         await redis.xadd(stream.key, fields)
         await settle()
         assert await payments_service.balances() == {"o1": 700}  # charged once

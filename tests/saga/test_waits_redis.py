@@ -29,7 +29,7 @@ from saga.core.tokens import Signer
 from saga.runtime.protocol import SIGNAL, SignalDelivery
 from saga.store.keys import Partition
 from saga.testing import decode_history, invariant_violations, replay
-from tests.helpers import dead_letters, keys_matching
+from tests.helpers import dead_letters, envelope_items, keys_matching
 from tests.saga.time_sagas import (
     LENDING,
     NOON,
@@ -48,6 +48,8 @@ PARTITION = Partition(LENDING, 0)
 SECRET = "a test secret of at least sixteen bytes"
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000), signal_secret=SECRET)
 YES = Approval(approved=True, by="ann")
+MAC = b" \xff\x00" + bytes(range(1, 14))
+"""A raw MAC with a space and bytes that are not UTF-8 in it."""
 
 
 class World:
@@ -348,7 +350,7 @@ async def test_timers_stored_in_the_first_layout_still_fire(redis: bus.Redis) ->
     await redis.hset(partition.timer_data, mapping={timer_id: event, f"{timer_id}:c": "s1"})
     assert await fire_due(redis, partition, FakeClock(), 10) == 1
     [(_, fields)] = await redis.xrange(partition.inbox.key)
-    assert fields[b"corr"] == b"s1"
+    assert envelope_items(fields)["corr"] == "s1"
     assert fields[b"data"] == event
     assert await redis.hlen(partition.timer_data) == 0
     from saga.runtime.protocol import to_event
@@ -363,25 +365,40 @@ def test_a_timer_is_stored_as_an_array_and_signed_without_its_principal() -> Non
     from saga.store.commit import TimerTemplate
 
     template = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1)
-    stored = template.stored("s1", "k1 mac")
-    assert stored == b"2:s1" + b"6:k1 mac" + b'["retry","step","do",1]'
+    stored = template.stored("s1", b"k1 " + MAC)
+    assert stored == b"2:s1" + b"19:k1 " + MAC + b'["retry","step","do",1]'
     assert TimerTemplate.parse(stored) == ("s1", template)
     before = b'2:s1{"purpose":"retry","step":"step","kind":"do","attempt":1}'  # the object layout
     assert TimerTemplate.parse(before) == ("s1", template)
 
 
-async def test_a_signed_timer_fires_with_the_orchestrator_as_its_signer(redis: bus.Redis) -> None:
+@pytest.mark.parametrize(
+    ("timer_id", "saga_id"),
+    [("t1", "s1"), ("t" * 40, "s" * 200), ("t" * 300, "s" * 31)],  # each length of MessagePack string
+)
+async def test_a_signed_timer_fires_with_the_orchestrator_as_its_signer(
+    redis: bus.Redis, timer_id: str, saga_id: str
+) -> None:
     from saga.runtime.timer_firing import fire_due
     from saga.store.commit import TimerTemplate
 
     partition = Partition("signed", 0)
-    stored = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1).stored("s1", "k1 mac")
-    await redis.zadd(partition.timers, {"t1": 1})
-    await redis.hset(partition.timer_data, "t1", stored)
-    assert await fire_due(redis, partition, FakeClock(), 10) == 1
+    stored = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1).stored(saga_id, b"k1 " + MAC)
+    await redis.zadd(partition.timers, {timer_id: 1})
+    await redis.hset(partition.timer_data, timer_id, stored)
+    assert await fire_due(redis, partition, FakeClock(1_700_000_000_123), 10) == 1
     [(_, fields)] = await redis.xrange(partition.inbox.key)
-    assert (fields[b"p"], fields[b"k"], fields[b"mac"]) == (b"orchestrator:signed", b"k1", b"mac")
-    assert fields[b"data"] == b'["retry","step","do",1]'
+    entry = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
+    assert entry == bus.Envelope(
+        id=timer_id,
+        type="TimerFired",
+        payload=b'["retry","step","do",1]',
+        correlation_id=saga_id,
+        created_at_ms=1_700_000_000_123,
+        signer="orchestrator:signed",
+        key_id="k1",
+        mac=MAC,
+    )
 
 
 async def test_more_due_timers_than_a_batch_all_fire_in_one_round(redis: bus.Redis) -> None:

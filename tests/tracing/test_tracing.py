@@ -21,6 +21,7 @@ import bus._tracing as bus_tracing
 from bus import FakeClock
 from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.store.keys import Partition
+from tests.helpers import envelope_items
 from tests.tracing.traced_sagas import TRIPS, Trip, orchestrators, services
 
 pytestmark = pytest.mark.anyio
@@ -203,7 +204,7 @@ async def test_nothing_is_traced_without_a_tracer_provider(fake_redis: bus.Redis
     assert await system.run(Trip(id="t5")) == SagaStatus.COMPLETED
     assert await fake_redis.hget(Partition(TRIPS.name, 0).saga("t5"), "trace") is None
     [command] = await commands_of(fake_redis, "hotels")
-    assert b"traceparent" not in command.get(b"hdr", b"")
+    assert "traceparent" not in envelope_items(command)["hdr"]
 
 
 async def test_a_process_that_does_not_trace_passes_the_trace_on(fake_redis: bus.Redis) -> None:
@@ -216,7 +217,7 @@ async def test_a_process_that_does_not_trace_passes_the_trace_on(fake_redis: bus
     state = await system.client.get("t6", context=TRIPS.name)
     assert (state.trace, state.trace_state) == (parent, "vendor=x")
     [command] = await commands_of(fake_redis, "hotels")
-    assert msgspec.json.decode(command[b"hdr"])["traceparent"] == parent
+    assert envelope_items(command)["hdr"]["traceparent"] == parent
 
 
 async def test_a_malformed_traceparent_is_ignored_and_logged_once(

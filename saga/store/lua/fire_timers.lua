@@ -4,7 +4,7 @@
 --         or with '<len>:<k mac>' (the entry's signature) between them
 -- KEYS[3] inbox stream
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
--- ARGV[3] the principal that signed the timers (the context's orchestrator): the entries' 'p'
+-- ARGV[3] the principal that signed the timers (the context's orchestrator): the entries' p
 --
 -- One script per batch, so two schedulers never fire the same timer and a scheduler killed
 -- between batches leaves every unfired timer in the set; the saga side ignores a firing
@@ -14,6 +14,30 @@
 -- Returns {fired, now, next due time or -1, lag of each fired timer...}: the scheduler
 -- sleeps until the next due time (measured on this same clock) instead of polling blindly;
 -- a lag is how late (ms, on this clock) a timer fired, for the timer-lag metric.
+-- The entry's 'e' field (bus/_envelope.py), written as MessagePack byte by byte (fakeredis
+-- has no cmsgpack): {3, id, 'TimerFired', at, src '', corr, cause '', idem '', reply '',
+-- n 1, hdr {}, p, k, mac (bin)}.
+local function str(s)
+  local n = #s
+  if n < 32 then
+    return string.char(0xa0 + n) .. s
+  elseif n < 256 then
+    return string.char(0xd9, n) .. s
+  end
+  return string.char(0xda, math.floor(n / 256), n % 256) .. s  -- ids and names are far shorter than 64 KiB
+end
+
+local function packed_envelope(id, at, corr, signer, k, mac)
+  local ms = {}
+  for i = 8, 1, -1 do  -- at as a uint 64, big-endian
+    ms[i] = at % 256
+    at = math.floor(at / 256)
+  end
+  return string.char(0x9e, 0x03) .. str(id) .. str('TimerFired') .. string.char(0xcf, unpack(ms))
+    .. string.char(0xa0) .. str(corr) .. string.char(0xa0, 0xa0, 0xa0, 0x01, 0x80) .. str(signer)
+    .. str(k) .. string.char(0xc4, #mac) .. mac
+end
+
 local now = clock_ms(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local result = {#due / 2, now, -1}
@@ -37,14 +61,13 @@ for i = 1, #due, 2 do
       saga_id = redis.call('HGET', KEYS[2], timer_id .. ':c') or ''
       data = stored
     end
-    if auth then
-      local k, mac = string.match(auth, '(%S+) (%S+)$')
-      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 2,
-        'corr', saga_id, 'data', data, 'p', ARGV[3], 'k', k, 'mac', mac)
-    else
-      redis.call('XADD', KEYS[3], '*', 'id', timer_id, 'type', 'TimerFired', 'at', now, 'v', 2,
-        'corr', saga_id, 'data', data)
+    local signer, k, mac = '', '', ''
+    if auth then  -- '<k> <mac>': the key id has no space, the MAC's raw bytes follow the first
+      local space = string.find(auth, ' ', 1, true)
+      signer, k, mac = ARGV[3], string.sub(auth, 1, space - 1), string.sub(auth, space + 1)
     end
+    redis.call('XADD', KEYS[3], '*', 'e', packed_envelope(timer_id, now, saga_id, signer, k, mac),
+      'data', data)
   end
   redis.call('ZREM', KEYS[1], timer_id)
   redis.call('HDEL', KEYS[2], timer_id, timer_id .. ':c')
