@@ -109,12 +109,20 @@ def complete_part(
     """Record ``result`` (unless not ``remember``), publish ``reply`` (same slot only), ack.
 
     One part of a merged ``lua/complete_batch.lua`` call; the outcome per part is that of
-    :func:`record_call`.
+    :func:`record_call`. ``reply`` carries ``result``'s payload (:func:`reply_envelope`),
+    which goes over the wire once: the script records the reply's payload after the rest
+    of ``result``.
     """
     stream = delivery.stream
     keys = (delivery.dedupe_key or stream.key,)
-    target = Stream.from_key(delivery.envelope.reply_to).key if reply else ""
-    args: list[Arg] = [delivery.entry_id, result if remember else "", int(delivery.deliveries > 1), target]
+    record = result if remember else b""
+    target = ""
+    if reply is not None:
+        if record and not record.endswith(reply.payload):
+            raise ValueError("a completion's reply must carry the result it records")
+        record = record[: len(record) - len(reply.payload)]
+        target = Stream.from_key(delivery.envelope.reply_to).key
+    args: list[Arg] = [delivery.entry_id, record, int(delivery.deliveries > 1), target]
     if reply is not None:
         args += reply.field_args()
     return BatchPart(

@@ -11,6 +11,10 @@
 --          so that a retry may run again), 1 if it may have a failure history else 0,
 --          its reply stream ('' when there is no reply), reply field, value, …
 --
+-- With a reply, the result is the record without its payload ('R<type>\0'): the record is
+-- that and the reply's payload, its last argument (the 'data' field, bus/_envelope.py), so
+-- the payload is sent once and the record is what the reply carries.
+--
 -- The reply stream is an argument, not a key, so that a participant's ACL user may hold it
 -- write-only (%W~: it adds replies and cannot read anyone's); it is in the same slot.
 --
@@ -28,6 +32,9 @@ local k, a = 3, 4
 while a <= #ARGV do
   local nargs = tonumber(ARGV[a + 1])
   local id, result, failed, target = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  if target ~= '' and result ~= '' then
+    result = result .. ARGV[a + 1 + nargs]
+  end
   local dedupe = KEYS[k]
   local outcome = 'done'
   if not leased(stream, group, id, consumer) then

@@ -417,7 +417,9 @@ async def test_merged_completion_is_fenced_per_entry(redis: bus.Redis) -> None:
     assert outcomes == [b"done", b"lost", b"done"]
     assert [e["id"] for e in await pending(redis, COMMANDS, "payments")] == [moved.decode()]
     assert await redis.exists(COMMANDS.dedupe_key("payments", "saga-o2:charge")) == 0
-    assert await redis.get(COMMANDS.dedupe_key("payments", "saga-o1:charge")) is not None
+    for order in ("o1", "o3"):  # the record, made of the reply's payload, is the result to the byte
+        recorded = await redis.get(COMMANDS.dedupe_key("payments", f"saga-{order}:charge"))
+        assert recorded == encode_result(Charged(order=order, receipt=f"r-{order}"), CONFIG)
     assert sorted(r.decode(Charged).order for r in await replies(redis)) == ["o1", "o3"]
     # a repeat of the call (redis-py re-sends it when its reply is lost) adds nothing: each
     # reply went out with its entry's acknowledgement, so no publish dedupe is kept for it
@@ -452,6 +454,48 @@ async def test_merged_completion_answers_duplicate_with_the_first_result(redis: 
     assert outcome == [b"duplicate", first]
     assert await redis.get(key) == first
     assert len(await pending(redis, COMMANDS, "payments")) == 1  # not acked: completes again
+
+
+async def test_a_completion_sends_its_reply_payload_once_and_records_it(redis: bus.Redis) -> None:
+    """The script records the reply's own payload: a redelivery's reply is the recorded one."""
+    from bus._outcomes import complete_part, encode_result, reply_envelope
+    from bus._scripts import merge
+
+    await publish_charge(redis, "o1")
+    await redis.xgroup_create(COMMANDS.key, "payments", id="0")
+    [[_, [(entry_id, fields)]]] = await redis.xreadgroup("payments", "c", {COMMANDS.key: ">"})
+    command = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
+    key = COMMANDS.dedupe_key("payments", "saga-o1:charge")
+    first = encode_result(Charged(order="o1", receipt="first"), CONFIG)
+    await redis.set(key, first)  # an earlier delivery recorded it; this one is a redelivery
+    delivery = Delivery(
+        envelope=command,
+        stream=COMMANDS,
+        group="payments",
+        entry_id=entry_id.decode(),
+        deliveries=2,
+        consumer="c",
+        dedupe_key=key,
+    )
+    reply = reply_envelope(command, first, source="payments", consumer="c", now_ms=1)
+    assert reply is not None
+    part = complete_part(delivery, first, reply, CONFIG)
+    assert part.args.count(reply.payload) == 1  # the payload goes once: in the reply's fields
+
+    assert await merge([part]).run(redis) == [b"done"]  # the same record: no duplicate
+    assert await redis.get(key) == first
+    [sent] = await replies(redis)
+    assert (sent.type, sent.decode(Charged)) == ("Charged", Charged(order="o1", receipt="first"))
+    assert await pending(redis, COMMANDS, "payments") == []
+    other = reply_envelope(
+        command,
+        encode_result(Charged(order="o1", receipt="other"), CONFIG),
+        source="p",
+        consumer="c",
+        now_ms=1,
+    )
+    with pytest.raises(ValueError, match="must carry the result it records"):
+        complete_part(delivery, first, other, CONFIG)
 
 
 async def test_subscription_skips_unrouted_types_and_sees_events_from_its_start(redis: bus.Redis) -> None:
