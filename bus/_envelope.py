@@ -205,7 +205,7 @@ def decode_fields(fields: Fields, *, max_bytes: int, max_fields: int) -> Envelop
             version, message_id, type_name, created_at_ms, source, correlation_id, causation_id,
             idempotency_key, reply_to, attempt, headers, signer, key_id, mac,
         ) = _unpacker.decode(packed)  # fmt: skip
-    except (msgspec.DecodeError, RecursionError) as error:
+    except msgspec.DecodeError as error:  # typed item by item: nesting cannot go deeper than hdr
         raise MalformedEntry(_invalid(packed, error)) from error
     if version != SCHEMA_VERSION:
         raise MalformedEntry(f"unsupported envelope schema version {version}")
@@ -238,7 +238,7 @@ def describe_packed(packed: bytes) -> str:
     """
     try:
         items = _unpacker.decode(packed)
-    except (msgspec.DecodeError, RecursionError):
+    except msgspec.DecodeError:
         return packed.decode(errors="backslashreplace")
     return _encoder.encode(dict(zip(PACKED_ITEMS, items, strict=True))).decode()
 
@@ -252,16 +252,14 @@ def _missing(fields: Fields) -> str:
     return f"missing envelope fields: {missing}"
 
 
-def _invalid(packed: bytes, error: Exception) -> str:
+def _invalid(packed: bytes, error: msgspec.DecodeError) -> str:
     """Why a packed field that does not decode is refused: its version, else the item at fault."""
     try:
         version: int | None = _version_decoder.decode(packed).v
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError):  # the items after the first are skipped, not typed
         version = None
     if version is not None and version != SCHEMA_VERSION:
         return f"unsupported envelope schema version {version}"
-    if isinstance(error, RecursionError):
-        return "invalid envelope field: nested too deeply to decode"
     found = _POSITION.search(str(error))
     if found and int(found.group(1)) < len(PACKED_ITEMS):
         return f"invalid envelope field {PACKED_ITEMS[int(found.group(1))]}: {error}"
