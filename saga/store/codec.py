@@ -25,8 +25,9 @@ context and partition are the key's; an attempt's command id is left out when it
 derived one (``derived_id(saga id, '<step>:<kind>:<n>')``, what the decider makes), a
 step's output when it is one of its attempts' (its index instead), and its timer when it is
 its last attempt's timeout or retry timer, which the decider names
-``<saga id>:<step>:<kind>:<n>:<purpose>`` (1 or 2 instead). The inputs and outputs inside
-stay the JSON the messages carried.
+``<saga id>:<step>:<kind>:<n>:<purpose>`` (1 or 2 instead). A step's status, an attempt's
+kind and outcome are small integers (:data:`STEP_STATUSES`, :data:`KINDS`, :data:`OUTCOMES`).
+The inputs and outputs inside stay the JSON the messages carried, a ``null`` as ``nil``.
 
 The records of a group step's branches live in a hash of their own, written by the same
 script (``saga/store/branches.py``), so the saga hash stays small however many branches run.
@@ -42,7 +43,7 @@ import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -65,11 +66,31 @@ from saga.core.timer_ids import attempt_timer_id
 STEP_PREFIX: Final = "s:"
 START_PREFIX: Final = "i:"
 """Of the field ``i:<step>:<index>``: the start of the step's attempt at that index."""
-FORMAT: Final = 3
+FORMAT: Final = 4
 """The layout of ``meta`` and the step records, written in ``meta`` (1: JSON, with the
 context and partition in ``meta`` and every command id written out; 2: MessagePack, meta a
 map with short names and step records arrays, nothing the key or a derivation says; 3: an
-attempt's start in a field of its own, ``i:<step>:<i>``, and a derivable timer left out)."""
+attempt's start in a field of its own, ``i:<step>:<i>``, and a derivable timer left out; 4:
+statuses, kinds and outcomes as their codes, a JSON ``null`` as ``nil``)."""
+
+STEP_STATUSES: Final[tuple[StepStatus, ...]] = (
+    StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.DISPATCHED, StepStatus.WAITING,
+    StepStatus.RETRYING, StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.COMPENSATING,
+    StepStatus.COMPENSATION_RETRYING, StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED,
+    StepStatus.CONFIRMING, StepStatus.CONFIRM_RETRYING, StepStatus.CONFIRMED, StepStatus.CONFIRM_FAILED,
+)  # fmt: skip
+"""A step's status as stored: its index here (append only: a code is never reused)."""
+KINDS: Final[tuple[Kind, ...]] = ("do", "undo", "confirm")
+"""An attempt's kind as stored: its index here (append only)."""
+OUTCOMES: Final[tuple[Outcome, ...]] = ("ok", "transient", "permanent", "timeout", "cancelled", "forced")
+"""An attempt's outcome as stored: its index here (append only)."""
+
+_STATUS_CODES: Final = {status: code for code, status in enumerate(STEP_STATUSES)}
+_KIND_CODES: Final = {kind: code for code, kind in enumerate(KINDS)}
+_OUTCOME_CODES: Final = {outcome: code for code, outcome in enumerate(OUTCOMES)}
+_StatusCode = Annotated[int, msgspec.Meta(ge=0, lt=len(STEP_STATUSES))]
+_KindCode = Annotated[int, msgspec.Meta(ge=0, lt=len(KINDS))]
+_OutcomeCode = Annotated[int, msgspec.Meta(ge=0, lt=len(OUTCOMES))]
 
 _pack = msgspec.msgpack.Encoder()
 _command_id = functools.lru_cache(maxsize=4096)(derived_id)
@@ -90,13 +111,14 @@ class _Attempt(msgspec.Struct, gc=False, array_like=True):
     """An :class:`~saga.core.model.Attempt` as stored (an array); raw JSON values as bytes."""
 
     n: int
-    kind: Kind
+    kind: _KindCode
     start: _Start | None
     """``None``: in a field of its own (:data:`START_PREFIX`), written once."""
     took_ms: int | None
     """``ended_ms - dispatched_ms`` (``None``: not ended)."""
-    outcome: Outcome | None
-    output: bytes
+    outcome: _OutcomeCode | None
+    output: bytes | None
+    """``None``: JSON ``null``."""
     error: str | None
     worker: str | None
 
@@ -104,10 +126,10 @@ class _Attempt(msgspec.Struct, gc=False, array_like=True):
 class _Step(msgspec.Struct, gc=False, array_like=True):
     """A :class:`~saga.core.model.StepState` as stored (an array)."""
 
-    status: StepStatus
+    status: _StatusCode
     attempts: list[_Attempt]
-    output: bytes | int
-    """The output, or (an int) the index of the attempt whose output it is."""
+    output: bytes | int | None
+    """The output, (an int) the index of the attempt whose output it is, or ``None``: JSON ``null``."""
     timer: str | int | None
     """The timer, or (an int, :data:`_TIMERS`) which of the last attempt's it is."""
     generation: int
@@ -163,17 +185,17 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         attempts.append(
             _Attempt(
                 a.n,
-                a.kind,
+                _KIND_CODES[a.kind],
                 None if starts is not None else start,
                 None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
-                a.outcome,
-                bytes(a.output),
+                None if a.outcome is None else _OUTCOME_CODES[a.outcome],
+                _json_value(a.output),
                 a.error,
                 a.worker,
             )
         )
-    output: bytes | int = bytes(step.output)
-    if output != b"null":
+    output: bytes | int | None = _json_value(step.output)
+    if output is not None:
         for i, attempt in enumerate(attempts):
             if attempt.output == output:
                 output = i
@@ -185,12 +207,27 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
             if step.timer == attempt_timer_id(saga_id, key, last.kind, last.n, purpose):
                 timer = i
     return _pack.encode(
-        _Step(step.status, attempts, output, timer, step.generation, step.group, step.seq, step.rewait)
+        _Step(
+            _STATUS_CODES[step.status],
+            attempts,
+            output,
+            timer,
+            step.generation,
+            step.group,
+            step.seq,
+            step.rewait,
+        )
     )
 
 
+def _json_value(value: msgspec.Raw) -> bytes | None:
+    """A JSON value as stored: its bytes, or ``None`` for ``null``."""
+    data = bytes(value)
+    return None if data == b"null" else data
+
+
 _PENDING: Final = StepState()
-_PENDING_RECORD: Final = _pack.encode(_Step(StepStatus.PENDING, [], b"null", None, 0, None, 0, 0))
+_PENDING_RECORD: Final = _pack.encode(_Step(_STATUS_CODES[StepStatus.PENDING], [], None, None, 0, None, 0, 0))
 
 
 def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] | None = None) -> StepState:
@@ -208,17 +245,18 @@ def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] 
             if encoded is None:
                 raise msgspec.DecodeError(f"step {key!r} has no {field!r}")
             start = _start_decoder.decode(encoded)
+        kind = KINDS[a.kind]
         attempts.append(
             Attempt(
                 n=a.n,
-                kind=a.kind,
-                command_id=start.command_id or _command_id(saga_id, f"{key}:{a.kind}:{a.n}"),
+                kind=kind,
+                command_id=start.command_id or _command_id(saga_id, f"{key}:{kind}:{a.n}"),
                 participant=start.participant,
                 input_type=start.input_type,
                 input=msgspec.Raw(start.input),
                 dispatched_ms=start.dispatched_ms,
                 ended_ms=None if a.took_ms is None else start.dispatched_ms + a.took_ms,
-                outcome=a.outcome,
+                outcome=None if a.outcome is None else OUTCOMES[a.outcome],
                 output=_raw(a.output),
                 error=a.error,
                 worker=a.worker,
@@ -228,11 +266,13 @@ def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] 
     if isinstance(output, int):
         if not 0 <= output < len(attempts):
             raise msgspec.DecodeError(f"step {key!r} names attempt {output} of {len(attempts)} as its output")
-        output = bytes(attempts[output].output)
+        value = attempts[output].output
+    else:
+        value = _raw(output)
     return StepState(
-        status=stored.status,
+        status=STEP_STATUSES[stored.status],
         attempts=attempts,
-        output=_raw(output),
+        output=value,
         timer=_timer(saga_id, key, stored),
         generation=stored.generation,
         group=stored.group,
@@ -253,12 +293,12 @@ def _timer(saga_id: str, key: str, stored: _Step) -> str | None:
     if not stored.attempts or not 0 < timer <= len(_TIMERS):
         raise msgspec.DecodeError(f"step {key!r} names timer {timer} of its last attempt")
     last = stored.attempts[-1]
-    return attempt_timer_id(saga_id, key, last.kind, last.n, _TIMERS[timer - 1])
+    return attempt_timer_id(saga_id, key, KINDS[last.kind], last.n, _TIMERS[timer - 1])
 
 
-def _raw(value: bytes) -> msgspec.Raw:
+def _raw(value: bytes | None) -> msgspec.Raw:
     """A stored JSON value; ``null`` as the model's default object, which is left out when encoded."""
-    return NULL if value == b"null" else msgspec.Raw(value)
+    return NULL if value is None else msgspec.Raw(value)
 
 
 def decode_meta(raw: bytes) -> _Meta:

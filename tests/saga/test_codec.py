@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import msgspec
 import pytest
 from msgspec.structs import replace
 
 from redsaga.ids import derived_id
-from saga.core.model import Attempt, Note, SagaState, StepState
+from saga.core.model import Attempt, Kind, Note, Outcome, SagaState, StepState
 from saga.core.states import SagaStatus, StepStatus
 from saga.store.codec import (
     FORMAT,
+    KINDS,
+    OUTCOMES,
+    STEP_STATUSES,
     decode_meta,
     decode_state,
     decode_step,
@@ -125,7 +130,7 @@ def test_a_branch_record_derives_its_command_ids_from_its_own_key() -> None:
 
 
 def test_a_record_naming_an_attempt_it_does_not_have_is_corrupt() -> None:
-    raw = msgspec.msgpack.encode(["succeeded", [], 2, None, 0, None, 0, 0])
+    raw = msgspec.msgpack.encode([STEP_STATUSES.index(StepStatus.SUCCEEDED), [], 2, None, 0, None, 0, 0])
     with pytest.raises(msgspec.DecodeError, match="attempt 2 of 0"):
         decode_step("s1", "charge", raw)
 
@@ -146,3 +151,34 @@ def test_a_step_record_that_did_not_change_is_taken_from_the_fields_before() -> 
     again = encode_state(after, before, marked)
     assert again["s:charge"] == b"kept as it was"
     assert again["s:later"] == encode_step("s1", "later", after.steps["later"])
+
+
+def test_every_status_kind_and_outcome_has_one_code() -> None:
+    assert sorted(STEP_STATUSES) == sorted(StepStatus)
+    assert sorted(KINDS) == sorted(get_args(Kind))
+    assert sorted(OUTCOMES) == sorted(get_args(Outcome))
+    for codes in (STEP_STATUSES, KINDS, OUTCOMES):
+        assert len(set(codes)) == len(codes)
+
+
+def test_statuses_are_codes_and_a_null_is_nil() -> None:
+    sent = replace(attempt(1, derived_id("s1", "charge:undo:1")), kind="undo", outcome="timeout")
+    record = StepState(status=StepStatus.COMPENSATION_RETRYING, attempts=[sent])
+    raw = encode_step("s1", "charge", record)
+    for name in (b"compensation_retrying", b"undo", b"timeout", b"null"):
+        assert name not in raw
+    stored = msgspec.msgpack.decode(raw)
+    assert stored[0] == STEP_STATUSES.index(StepStatus.COMPENSATION_RETRYING)
+    assert (stored[1][0][1], stored[1][0][4]) == (KINDS.index("undo"), OUTCOMES.index("timeout"))
+    assert stored[1][0][5] is None  # the attempt's output
+    assert stored[2] is None  # the step's
+    assert decode_step("s1", "charge", raw) == record
+
+
+@pytest.mark.parametrize("position", [0, 1])
+def test_a_code_out_of_range_is_corrupt(position: int) -> None:
+    stored = [len(STEP_STATUSES), [[1, 0, ["", "p", "T", b"{}", 1], None, None, None, None, None]]]
+    if position:
+        stored = [0, [[1, len(KINDS), ["", "p", "T", b"{}", 1], None, None, None, None, None]]]
+    with pytest.raises(msgspec.DecodeError):
+        decode_step("s1", "charge", msgspec.msgpack.encode([*stored, None, None, 0, None, 0, 0]))
