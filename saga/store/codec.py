@@ -108,34 +108,60 @@ class _Start(msgspec.Struct, gc=False, array_like=True):
 
 
 class _Attempt(msgspec.Struct, gc=False, array_like=True):
-    """An :class:`~saga.core.model.Attempt` as stored (an array); raw JSON values as bytes."""
+    """An :class:`~saga.core.model.Attempt` as stored (an array, written by :func:`_trimmed`)."""
 
     n: int
     kind: _KindCode
-    start: _Start | None
+    start: _Start | None = None
     """``None``: in a field of its own (:data:`START_PREFIX`), written once."""
-    took_ms: int | None
+    took_ms: int | None = None
     """``ended_ms - dispatched_ms`` (``None``: not ended)."""
-    outcome: _OutcomeCode | None
-    output: bytes | None
+    outcome: _OutcomeCode | None = None
+    output: bytes | None = None
     """``None``: JSON ``null``."""
-    error: str | None
-    worker: str | None
+    error: str | None = None
+    worker: str | None = None
 
 
 class _Step(msgspec.Struct, gc=False, array_like=True):
-    """A :class:`~saga.core.model.StepState` as stored (an array)."""
+    """A :class:`~saga.core.model.StepState` as stored (an array, written by :func:`_trimmed`)."""
 
-    status: _StatusCode
-    attempts: list[_Attempt]
-    output: bytes | int | None
+    status: _StatusCode = 0
+    """Pending (:data:`STEP_STATUSES`)."""
+    attempts: list[_Attempt] = msgspec.field(default_factory=list)
+    output: bytes | int | None = None
     """The output, (an int) the index of the attempt whose output it is, or ``None``: JSON ``null``."""
-    timer: str | int | None
+    timer: str | int | None = None
     """The timer, or (an int, :data:`_TIMERS`) which of the last attempt's it is."""
-    generation: int
-    group: GroupState | None
-    seq: int
-    rewait: int
+    generation: int = 0
+    group: GroupState | None = None
+    seq: int = 0
+    rewait: int = 0
+
+
+def _defaults(struct: type[msgspec.Struct]) -> tuple[object, ...]:
+    return tuple(
+        f.default_factory() if f.default_factory is not msgspec.NODEFAULT else f.default
+        for f in msgspec.structs.fields(struct)
+    )
+
+
+_ATTEMPT_DEFAULTS: Final = _defaults(_Attempt)
+_STEP_DEFAULTS: Final = _defaults(_Step)
+
+
+def _trimmed(values: list[object], defaults: tuple[object, ...]) -> list[object]:
+    """A record's fields as written: without the trailing ones at their defaults.
+
+    msgspec writes every field of an array; reading a shorter array gives the missing
+    trailing fields their defaults, so a pending record is an empty array, a dispatched one
+    its status and its attempts' numbers and kinds.
+    """
+    end = len(values)
+    while end and values[end - 1] == defaults[end - 1]:
+        end -= 1
+    del values[end:]
+    return values
 
 
 _TIMERS: Final = ("timeout", "retry")
@@ -171,7 +197,7 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
     """The record; with ``starts``, each attempt's start goes there instead of inside it."""
     if step == _PENDING:  # every step of a saga that just started but its first
         return _PENDING_RECORD
-    attempts = []
+    attempts: list[list[object]] = []
     for a in step.attempts:
         start = _Start(
             "" if a.command_id == _command_id(saga_id, f"{key}:{a.kind}:{a.n}") else a.command_id,
@@ -182,22 +208,21 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         )
         if starts is not None:
             starts.append(start)
-        attempts.append(
-            _Attempt(
-                a.n,
-                _KIND_CODES[a.kind],
-                None if starts is not None else start,
-                None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
-                None if a.outcome is None else _OUTCOME_CODES[a.outcome],
-                _json_value(a.output),
-                a.error,
-                a.worker,
-            )
-        )
+        stored: list[object] = [
+            a.n,
+            _KIND_CODES[a.kind],
+            None if starts is not None else start,
+            None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
+            None if a.outcome is None else _OUTCOME_CODES[a.outcome],
+            _json_value(a.output),
+            a.error,
+            a.worker,
+        ]
+        attempts.append(_trimmed(stored, _ATTEMPT_DEFAULTS))
     output: bytes | int | None = _json_value(step.output)
     if output is not None:
-        for i, attempt in enumerate(attempts):
-            if attempt.output == output:
+        for i, attempt in enumerate(step.attempts):
+            if attempt.output == step.output:
                 output = i
                 break
     timer: str | int | None = step.timer
@@ -206,18 +231,17 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         for i, purpose in enumerate(_TIMERS, 1):
             if step.timer == attempt_timer_id(saga_id, key, last.kind, last.n, purpose):
                 timer = i
-    return _pack.encode(
-        _Step(
-            _STATUS_CODES[step.status],
-            attempts,
-            output,
-            timer,
-            step.generation,
-            step.group,
-            step.seq,
-            step.rewait,
-        )
-    )
+    record: list[object] = [
+        _STATUS_CODES[step.status],
+        attempts,
+        output,
+        timer,
+        step.generation,
+        step.group,
+        step.seq,
+        step.rewait,
+    ]
+    return _pack.encode(_trimmed(record, _STEP_DEFAULTS))
 
 
 def _json_value(value: msgspec.Raw) -> bytes | None:
@@ -227,7 +251,7 @@ def _json_value(value: msgspec.Raw) -> bytes | None:
 
 
 _PENDING: Final = StepState()
-_PENDING_RECORD: Final = _pack.encode(_Step(_STATUS_CODES[StepStatus.PENDING], [], None, None, 0, None, 0, 0))
+_PENDING_RECORD: Final = _pack.encode([])  # every field at its default
 
 
 def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] | None = None) -> StepState:

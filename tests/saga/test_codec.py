@@ -170,8 +170,8 @@ def test_statuses_are_codes_and_a_null_is_nil() -> None:
     stored = msgspec.msgpack.decode(raw)
     assert stored[0] == STEP_STATUSES.index(StepStatus.COMPENSATION_RETRYING)
     assert (stored[1][0][1], stored[1][0][4]) == (KINDS.index("undo"), OUTCOMES.index("timeout"))
-    assert stored[1][0][5] is None  # the attempt's output
-    assert stored[2] is None  # the step's
+    assert stored[1][0][5] is None  # the attempt's output (its worker follows)
+    assert len(stored) == 2  # the step's output, null, and every field after it: left out
     assert decode_step("s1", "charge", raw) == record
 
 
@@ -182,3 +182,15 @@ def test_a_code_out_of_range_is_corrupt(position: int) -> None:
         stored = [0, [[1, len(KINDS), ["", "p", "T", b"{}", 1], None, None, None, None, None]]]
     with pytest.raises(msgspec.DecodeError):
         decode_step("s1", "charge", msgspec.msgpack.encode([*stored, None, None, 0, None, 0, 0]))
+
+
+def test_the_fields_at_their_defaults_at_the_end_of_a_record_are_left_out() -> None:
+    assert encode_step("s1", "charge", StepState()) == msgspec.msgpack.encode([])
+    before = state()
+    sent = replace(attempt(1, derived_id("s1", "later:do:1")), ended_ms=None, outcome=None, worker=None)
+    before.steps["later"] = StepState(status=StepStatus.DISPATCHED, attempts=[sent])
+    fields = encode_state(before)
+    dispatched = STEP_STATUSES.index(StepStatus.DISPATCHED)
+    assert fields["s:later"] == msgspec.msgpack.encode([dispatched, [[1, KINDS.index("do")]]])
+    raw = {name.encode(): value for name, value in fields.items()}
+    assert decode_state("s1", raw, context="orders", partition=3).state.steps == before.steps
