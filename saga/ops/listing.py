@@ -22,8 +22,9 @@ import msgspec
 
 from bus.lowlevel import redis_errors
 from saga.core.states import SagaStatus
-from saga.store.codec import decode_meta, decode_timer
+from saga.store.codec import decode_meta
 from saga.store.keys import Partition
+from saga.store.records import decode_timer
 
 _WINDOW: Final = 200
 _MOVING: Final = tuple(s for s in SagaStatus if not s.terminal and s != SagaStatus.SUSPENDED)

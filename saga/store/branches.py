@@ -5,7 +5,7 @@ field of the saga hash -- counters and the indexes of the branches in flight, so
 grows with the concurrency limit, never with the branch count -- and each started branch's
 record (status, every attempt with its input and output) in::
 
-    rs:{<ctx>:<p>}:branches:<saga id>    hash: '<group>#<index>' -> its record (saga/store/codec.py)
+    rs:{<ctx>:<p>}:branches:<saga id>    hash: '<group>#<index>' -> its record (saga/store/records.py)
 
 It shares the partition's hash tag, so the transition script writes it in the same atomic
 commit as the saga hash (its last section; see ``saga/store/lua/transition.lua``), and a branch
@@ -29,8 +29,9 @@ from typing import Any, Final
 
 from bus.lowlevel import redis_errors
 from saga.core.model import SagaState, StepState
-from saga.store.codec import Loaded, changed_branches, decode_state, decode_step
+from saga.store.codec import Loaded, changed_branches, decode_state
 from saga.store.keys import Partition
+from saga.store.records import decode_step
 
 __all__ = ["changed_branches", "decode_branches", "has_groups", "load_saga", "read_together"]
 READ_ATTEMPTS: Final = 5

@@ -21,7 +21,6 @@ from saga.core.migration import Migration, current_step, decide_migration
 from saga.core.model import HistoryEntry, SagaState
 from saga.errors import MigrationRefused
 from saga.store.codec import (
-    START_PREFIX,
     STEP_PREFIX,
     Loaded,
     decode_state,
@@ -32,6 +31,7 @@ from saga.store.codec import (
 )
 from saga.store.history import encode_entry, event_id
 from saga.store.keys import Partition
+from saga.store.records import START_PREFIX
 from saga.store.scripts import MIGRATE
 from saga.versions.registry import IN_FLIGHT, Versions
 

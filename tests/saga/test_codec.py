@@ -11,19 +11,8 @@ from msgspec.structs import replace
 from redsaga.ids import derived_id
 from saga.core.model import Attempt, Kind, Note, Outcome, SagaState, StepState
 from saga.core.states import SagaStatus, StepStatus
-from saga.store.codec import (
-    FORMAT,
-    KINDS,
-    OUTCOMES,
-    STEP_STATUSES,
-    decode_meta,
-    decode_state,
-    decode_step,
-    decode_timer,
-    encode_state,
-    encode_step,
-    state_write,
-)
+from saga.store.codec import FORMAT, decode_meta, decode_state, encode_state, state_write
+from saga.store.records import KINDS, OUTCOMES, STEP_STATUSES, decode_step, decode_timer, encode_step
 
 
 def attempt(n: int, command_id: str, output: bytes = b"null") -> Attempt:
