@@ -13,7 +13,6 @@ in one atomic script.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -254,17 +253,18 @@ def commit_call(
         revision=revision,
         ignored=decision.ignored,
     )
-    keys = [
-        partition.saga(state.id),
-        partition.history(state.id),
-        *_fixed_keys(partition),
-        partition.by_status(old_status or status),
-        partition.by_status(status),
-        partition.drained,
-        partition.ending,
-    ]
     timers, cancels, streams, commands = _effect_args(
         partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
+    )
+    keys = _touched_keys(
+        partition,
+        state,
+        old_status,
+        new=before is None,
+        inbox=delivery is not None,
+        timers=bool(timers or cancels),
+        changed=bool(changed),
+        expires=retention_s > 0,
     )
     keys += streams
     args = [
@@ -298,10 +298,40 @@ def commit_call(
     return ScriptCall(TRANSITION, tuple(keys), tuple(args)), Loaded(state, new_fields, tag)
 
 
-@functools.lru_cache(maxsize=1024)
-def _fixed_keys(partition: Partition) -> tuple[str, ...]:
-    """The keys every transition of ``partition`` names between the saga's and the indexes'."""
-    return (partition.inbox.key, partition.timers, partition.timer_data, partition.counts)
+def _touched_keys(
+    partition: Partition,
+    state: SagaState,
+    old_status: str,
+    *,
+    new: bool,
+    inbox: bool,
+    timers: bool,
+    changed: bool,
+    expires: bool,
+) -> list[str]:
+    """The keys a transition of ``state`` touches, but its command streams, in the script's order.
+
+    ``transition.lua`` derives which of them it needs from its arguments by the same rules
+    and checks each one's name, so a key left out here is one it never touches.
+    """
+    status = state.status
+    moved = status.value != old_status
+    keys = [partition.saga(state.id), partition.history(state.id)]
+    if inbox:
+        keys.append(partition.inbox.key)
+    if timers:
+        keys += (partition.timers, partition.timer_data)
+    if moved:
+        keys.append(partition.counts)
+        if old_status:
+            keys.append(partition.by_status(old_status))
+    if moved or (changed and not status.terminal):
+        keys.append(partition.by_status(status.value))
+    if new:
+        keys.append(partition.drained)
+    if status.terminal and expires:
+        keys.append(partition.ending)
+    return keys
 
 
 def _effect_args(

@@ -350,3 +350,52 @@ async def test_an_unfinished_sagas_index_score_is_when_it_last_moved(redis: bus.
     assert commit_result(await call.run(redis)).outcome == "ok"
     assert await redis.zscore(PARTITION.by_status("running"), "s1") == moved
     assert await keys_matching(redis, "*:active") == []
+
+
+async def test_a_transition_declares_only_the_keys_it_touches(redis: bus.Redis) -> None:
+    await SagaClient(redis, app.registry).start(order_fulfilment, ORDER, saga_id="s1")
+    loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
+    reply = stock_reserved(loaded.state)
+    call, _ = commit_call(
+        PARTITION, loaded, decide(order_fulfilment, loaded.state, reply), reply,
+        delivery=None, now_ms=1, timer_now_ms=-1, retention_s=60,
+    )  # fmt: skip
+    # the status stays running: no counts, no old index, no drained set, no ending
+    assert call.keys == (
+        PARTITION.saga("s1"),
+        PARTITION.history("s1"),
+        PARTITION.timers,  # the next step's timeout starts, this one's is cancelled
+        PARTITION.timer_data,
+        PARTITION.by_status("running"),
+        PARTITION.commands("payments").key,
+    )
+    assert commit_result(await call.run(redis)).outcome == "ok"
+
+
+@pytest.mark.parametrize("change", ["left out", "added", "swapped"])
+async def test_a_transition_whose_keys_do_not_match_its_call_writes_nothing(
+    redis: bus.Redis, change: str
+) -> None:
+    """The script derives the keys it needs from its arguments and checks each by name
+    before it writes: keys that do not match (a bug) are refused, never written to in the
+    wrong part (an index as a stream) or left undeclared (a reshard would split the call)."""
+    await SagaClient(redis, app.registry).start(order_fulfilment, ORDER, saga_id="s1")
+    loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
+    reply = stock_reserved(loaded.state)
+    call, _ = commit_call(
+        PARTITION, loaded, decide(order_fulfilment, loaded.state, reply), reply,
+        delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0,
+    )  # fmt: skip
+    keys = list(call.keys)
+    if change == "left out":
+        keys.remove(PARTITION.timer_data)
+    elif change == "added":
+        keys.insert(4, PARTITION.counts)
+    elif change == "swapped":
+        keys[2], keys[3] = keys[3], keys[2]
+    else:
+        keys.append(PARTITION.by_status("failed"))
+    with pytest.raises(bus.RedisCommandError, match="do not match"):
+        await ScriptCall(call.script, tuple(keys), call.args).run(redis)
+    assert (await SagaClient(redis, app.registry).get("s1")).revision == 1
+    assert await redis.xlen(PARTITION.commands("payments").key) == 0

@@ -3,16 +3,24 @@
 -- acknowledge the inbox entry that carried the event. Nothing is written unless every
 -- check passes (Lua does not roll back), so a repeat of this call changes nothing.
 --
--- KEYS[1] saga hash         KEYS[2] history list    KEYS[3] inbox stream
--- KEYS[4] timers zset       KEYS[5] timer data      KEYS[6] counts hash
--- KEYS[7] old status idx    KEYS[8] new status idx (each scored by when its sagas last
---                           moved; an ended saga's score: when it ended)
--- KEYS[9] drained set ('name@version' new sagas may not start on)
--- KEYS[10] ending zset (ended sagas' index entries, by when their hash expires)
--- KEYS[11…] one command stream per command, in ARGV order
--- Every key is declared, though all share the saga's slot: during a reshard Redis checks the
--- declared keys before the script runs (ASK, or TRYAGAIN when they are split), while a key
--- found moved in the middle of the script fails that call after the writes before it.
+-- KEYS[1] saga hash         KEYS[2] history list
+-- then the keys this call touches, in this order, and only those (each is checked by its
+-- name before anything is written, so a key never plays another's part):
+--   inbox stream             when the event came from the inbox (ARGV[3] set): lease, ack
+--   timers zset, timer data  when a timer is started or cancelled
+--   counts hash              when the status changes
+--   old status idx           when the status changes from one (not for a new saga)
+--   new status idx           when the status changes, or an unfinished saga's fields do
+--                            (each index scored by when its sagas last moved; an ended
+--                            saga's score: when it ended)
+--   drained set              for a new saga ('name@version' new sagas may not start on)
+--   ending zset              when the saga ends and expires (ended sagas' index entries, by
+--                            when their hash expires)
+-- then one command stream per command, in ARGV order; then the branch hash (see below)
+-- Every key touched is declared, though all share the saga's slot: during a reshard Redis
+-- checks the declared keys before the script runs (ASK, or TRYAGAIN when they are split),
+-- while a key found moved in the middle of the script fails that call after the writes
+-- before it. A key left out costs nothing on the wire.
 --
 -- ARGV[1] expected '<revision>:<tag>' ('0:' when the saga must not exist); the tag is
 --         the random 'tag' field the commit that made the revision wrote, so a revision
@@ -22,7 +30,7 @@
 -- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
 -- ARGV[6] old status ('' for a new saga)   ARGV[7] new status
 -- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
--- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (JSON)
+-- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (saga/store/history.py)
 -- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
 --                                          among them (n > 0 whenever anything changed)
 -- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
@@ -37,18 +45,52 @@
 -- Returns {'ok', revision}, {'conflict', current revision}, {'lost'} when the inbox
 -- entry is no longer held by this consumer (its lease moved on: the decision is dropped),
 -- or {'drained'} when a new saga's definition version is drained (nothing is written).
-local saga, history, inbox = KEYS[1], KEYS[2], KEYS[3]
+local saga, history = KEYS[1], KEYS[2]
 local expected, expected_tag = string.match(ARGV[1], '^(%d+):(.*)$')
 expected = tonumber(expected)
+local old_status, new_status, definition = ARGV[6], ARGV[7], ARGV[8]
+local ttl, terminal = tonumber(ARGV[9]), ARGV[10] == '1'
+local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
+local nfields = tonumber(ARGV[12])
+local nstart = tonumber(ARGV[13 + nfields * 2])
+local ncancel = tonumber(ARGV[14 + nfields * 2 + nstart * 3])
+local moved = old_status ~= new_status
+local n, misnamed = 2, nil
+local function key_if(touched, name)
+  if not touched then
+    return nil
+  end
+  n = n + 1
+  local key = KEYS[n]
+  if key == nil or string.sub(key, -#name - 1) ~= ':' .. name then
+    misnamed = misnamed or name
+  end
+  return key
+end
+local inbox = key_if(group ~= '', 'inbox')
+local timers = key_if(nstart + ncancel > 0, 'timers')
+local timer_data = key_if(nstart + ncancel > 0, 'timerdata')
+local counts = key_if(moved, 'counts')
+local old_index = key_if(moved and old_status ~= '', 'idx:' .. old_status)
+local new_index = key_if(moved or (nfields > 0 and not terminal), 'idx:' .. new_status)
+local drained = key_if(expected == 0, 'drained')
+local ending = key_if(terminal and ttl > 0, 'ending')
+local ncommands = tonumber(ARGV[15 + nfields * 2 + nstart * 3 + ncancel])
+local extra = #KEYS - n - ncommands -- 1: the branch hash
+if (extra == 1 and not string.find(KEYS[#KEYS], ':branches:', 1, true)) or extra < 0 or extra > 1 then
+  misnamed = misnamed or 'the number of keys'
+end
+if misnamed then
+  return redis.error_reply('ERR transition: the keys do not match the call (' .. misnamed .. ')')
+end
 local seen = redis.call('HMGET', saga, 'rev', 'tag')
 local current = tonumber(seen[1] or '0')
 if current ~= expected or (seen[2] or '') ~= expected_tag then
   return {'conflict', current}
 end
-if expected == 0 and redis.call('SISMEMBER', KEYS[9], ARGV[8]) == 1 then
+if expected == 0 and redis.call('SISMEMBER', drained, ARGV[8]) == 1 then
   return {'drained'}
 end
-local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
 if group ~= '' then
   if not leased(inbox, group, entry, consumer) then
     return {'lost'}
@@ -56,11 +98,8 @@ if group ~= '' then
 end
 
 local now = clock_ms(ARGV[2])
-local old_status, new_status, definition = ARGV[6], ARGV[7], ARGV[8]
-local ttl, terminal = tonumber(ARGV[9]), ARGV[10] == '1'
 
 local i = 12
-local nfields = tonumber(ARGV[i])
 local revision = current
 if nfields > 0 then
   revision = current + 1
@@ -74,25 +113,24 @@ i = i + nfields * 2 + 1
 redis.call('RPUSH', history, ARGV[11])
 
 local id = string.match(saga, ':saga:(.*)$')
-if old_status ~= new_status then
+if moved then
   if old_status ~= '' then
-    redis.call('ZREM', KEYS[7], id)
-    redis.call('HINCRBY', KEYS[6], definition .. '|' .. old_status, -1)
+    redis.call('ZREM', old_index, id)
+    redis.call('HINCRBY', counts, definition .. '|' .. old_status, -1)
   end
-  redis.call('HINCRBY', KEYS[6], definition .. '|' .. new_status, 1)
+  redis.call('HINCRBY', counts, definition .. '|' .. new_status, 1)
 end
 -- an unfinished saga's score is when it last moved; an ended one's, when it ended
-if old_status ~= new_status or (nfields > 0 and not terminal) then
-  redis.call('ZADD', KEYS[8], now, id)
+if moved or (nfields > 0 and not terminal) then
+  redis.call('ZADD', new_index, now, id)
 end
 if terminal and ttl > 0 then
   redis.call('EXPIRE', saga, ttl)
   redis.call('EXPIRE', history, ttl)
   -- the indexes and counters outlive the hash unless saga/store/lua/prune_ended.lua removes them
-  redis.call('ZADD', KEYS[10], now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
+  redis.call('ZADD', ending, now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
 end
 
-local nstart = tonumber(ARGV[i])
 for t = 1, nstart do
   local base = i + (t - 1) * 3
   local timer_id = ARGV[base + 1]
@@ -102,21 +140,19 @@ for t = 1, nstart do
   else
     due = now + tonumber(due)
   end
-  redis.call('ZADD', KEYS[4], due, timer_id)
-  redis.call('HSET', KEYS[5], timer_id, ARGV[base + 3])
+  redis.call('ZADD', timers, due, timer_id)
+  redis.call('HSET', timer_data, timer_id, ARGV[base + 3])
 end
 i = i + nstart * 3 + 1
-local ncancel = tonumber(ARGV[i])
 for t = 1, ncancel do
-  redis.call('ZREM', KEYS[4], ARGV[i + t])
-  redis.call('HDEL', KEYS[5], ARGV[i + t], ARGV[i + t] .. ':c')
+  redis.call('ZREM', timers, ARGV[i + t])
+  redis.call('HDEL', timer_data, ARGV[i + t], ARGV[i + t] .. ':c')
 end
 i = i + ncancel + 1
-local ncommands = tonumber(ARGV[i])
 i = i + 1
 for c = 1, ncommands do
   local k = tonumber(ARGV[i])
-  redis.call('XADD', KEYS[10 + c], '*', unpack(ARGV, i + 1, i + k * 2))
+  redis.call('XADD', KEYS[n + c], '*', unpack(ARGV, i + 1, i + k * 2))
   i = i + k * 2 + 1
 end
 
