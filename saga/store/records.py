@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Annotated, Final
 
 import msgspec
+from msgspec.structs import asdict, astuple
 
 from redsaga.ids import derived_id
 from saga.core.model import NULL, Attempt, GroupState, Kind, Outcome, StepState
@@ -81,6 +82,10 @@ class _Attempt(msgspec.Struct, gc=False, array_like=True):
     worker: str | None = None
 
 
+class _Group(GroupState, array_like=True):
+    """A :class:`~saga.core.model.GroupState` as stored: its fields in order, an array."""
+
+
 class _Step(msgspec.Struct, gc=False, array_like=True):
     """A :class:`~saga.core.model.StepState` as stored (an array, written by :func:`_trimmed`)."""
 
@@ -92,7 +97,7 @@ class _Step(msgspec.Struct, gc=False, array_like=True):
     timer: str | int | None = None
     """The timer, or (an int, :data:`_TIMERS`) which of the last attempt's it is."""
     generation: int = 0
-    group: GroupState | None = None
+    group: _Group | None = None
     seq: int = 0
     rewait: int = 0
 
@@ -105,6 +110,7 @@ def _defaults(struct: type[msgspec.Struct]) -> tuple[object, ...]:
 
 
 _ATTEMPT_DEFAULTS: Final = _defaults(_Attempt)
+_GROUP_DEFAULTS: Final = _defaults(_Group)
 _STEP_DEFAULTS: Final = _defaults(_Step)
 
 
@@ -187,7 +193,7 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         output,
         timer,
         step.generation,
-        step.group,
+        None if step.group is None else _trimmed(list(astuple(step.group)), _GROUP_DEFAULTS),
         step.seq,
         step.rewait,
     ]
@@ -249,7 +255,7 @@ def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] 
         output=value,
         timer=_timer(saga_id, key, stored),
         generation=stored.generation,
-        group=stored.group,
+        group=None if stored.group is None else GroupState(**asdict(stored.group)),
         seq=stored.seq,
         rewait=stored.rewait,
     )

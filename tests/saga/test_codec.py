@@ -9,7 +9,7 @@ import pytest
 from msgspec.structs import replace
 
 from redsaga.ids import derived_id
-from saga.core.model import Attempt, Kind, Note, Outcome, SagaState, StepState
+from saga.core.model import Attempt, GroupState, Kind, Note, Outcome, SagaState, StepState
 from saga.core.states import SagaStatus, StepStatus
 from saga.store.codec import FORMAT, decode_meta, decode_state, encode_state, state_write
 from saga.store.records import KINDS, OUTCOMES, STEP_STATUSES, decode_step, decode_timer, encode_step
@@ -183,3 +183,13 @@ def test_the_fields_at_their_defaults_at_the_end_of_a_record_are_left_out() -> N
     assert fields["s:later"] == msgspec.msgpack.encode([dispatched, [[1, KINDS.index("do")]]])
     raw = {name.encode(): value for name, value in fields.items()}
     assert decode_state("s1", raw, context="orders", partition=3).state.steps == before.steps
+
+
+def test_a_group_is_an_array_without_its_field_names() -> None:
+    group = GroupState(total=1000, started=60, running=list(range(10, 60)), succeeded=10, completions=10)
+    record = StepState(status=StepStatus.DISPATCHED, group=group)
+    raw = encode_step("s1", "fan", record)
+    assert b"running" not in raw
+    assert msgspec.msgpack.decode(raw)[5] == [1000, 60, list(range(10, 60)), 10, 0, 10]  # the rest: defaults
+    assert decode_step("s1", "fan", raw) == record
+    assert type(decode_step("s1", "fan", raw).group) is GroupState
