@@ -231,7 +231,6 @@ def commit_call(
     context's orchestrator for whoever reads it.
     """
     state = decision.state
-    status = state.status.value
     old_status = before.state.status.value if before else ""
     tag = before.tag if before else ""
     write = state_write(
@@ -273,9 +272,6 @@ def commit_call(
         delivery.group if delivery else "",
         delivery.consumer if delivery else "",
         delivery.entry_id if delivery else "",
-        old_status,
-        status,
-        f"{state.name}@{state.version}",
         retention_s,
         int(state.status.terminal),
         encode_entry(entry, state),

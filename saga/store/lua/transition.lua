@@ -28,11 +28,11 @@
 -- ARGV[2] now in ms, or -1 for the Redis clock (timers are due at now + delay)
 -- ARGV[3] inbox group ('' when the event did not come from the inbox)
 -- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
--- ARGV[6] old status ('' for a new saga)   ARGV[7] new status
--- ARGV[8] definition key name@version      ARGV[9] seconds to keep an ended saga (0: forever)
--- ARGV[10] 1 if the new status is terminal ARGV[11] history entry (saga/store/history.py)
+-- ARGV[6] seconds to keep an ended saga (0: forever)
+-- ARGV[7] 1 if the new status is terminal  ARGV[8] history entry (saga/store/history.py)
 -- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
---                                          among them (n > 0 whenever anything changed)
+--                                          among them (n > 0 whenever anything changed);
+--       the status and the definition (name@version) are the hash's, as these leave them
 -- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
 --       now, or '@' followed by an absolute time in ms (both judged by one clock); the
 --       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
@@ -48,12 +48,25 @@
 local saga, history = KEYS[1], KEYS[2]
 local expected, expected_tag = string.match(ARGV[1], '^(%d+):(.*)$')
 expected = tonumber(expected)
-local old_status, new_status, definition = ARGV[6], ARGV[7], ARGV[8]
-local ttl, terminal = tonumber(ARGV[9]), ARGV[10] == '1'
+local seen = redis.call('HMGET', saga, 'rev', 'tag', 'status', 'name', 'version')
+local current = tonumber(seen[1] or '0')
+if current ~= expected or (seen[2] or '') ~= expected_tag then
+  return {'conflict', current}
+end
+local ttl, terminal = tonumber(ARGV[6]), ARGV[7] == '1'
 local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
-local nfields = tonumber(ARGV[12])
-local nstart = tonumber(ARGV[13 + nfields * 2])
-local ncancel = tonumber(ARGV[14 + nfields * 2 + nstart * 3])
+local nfields = tonumber(ARGV[9])
+-- the status and definition as they were, and as the changed fields leave them
+local old_status = seen[3] or ''
+local written = {status = old_status, name = seen[4], version = seen[5]}
+for f = 10, 9 + nfields * 2, 2 do
+  if written[ARGV[f]] ~= nil then
+    written[ARGV[f]] = ARGV[f + 1]
+  end
+end
+local new_status, definition = written.status, written.name .. '@' .. written.version
+local nstart = tonumber(ARGV[10 + nfields * 2])
+local ncancel = tonumber(ARGV[11 + nfields * 2 + nstart * 3])
 local moved = old_status ~= new_status
 local n, misnamed = 2, nil
 local function key_if(touched, name)
@@ -75,7 +88,7 @@ local old_index = key_if(moved and old_status ~= '', 'idx:' .. old_status)
 local new_index = key_if(moved or (nfields > 0 and not terminal), 'idx:' .. new_status)
 local drained = key_if(expected == 0, 'drained')
 local ending = key_if(terminal and ttl > 0, 'ending')
-local ncommands = tonumber(ARGV[15 + nfields * 2 + nstart * 3 + ncancel])
+local ncommands = tonumber(ARGV[12 + nfields * 2 + nstart * 3 + ncancel])
 local extra = #KEYS - n - ncommands -- 1: the branch hash
 if (extra == 1 and not string.find(KEYS[#KEYS], ':branches:', 1, true)) or extra < 0 or extra > 1 then
   misnamed = misnamed or 'the number of keys'
@@ -83,12 +96,7 @@ end
 if misnamed then
   return redis.error_reply('ERR transition: the keys do not match the call (' .. misnamed .. ')')
 end
-local seen = redis.call('HMGET', saga, 'rev', 'tag')
-local current = tonumber(seen[1] or '0')
-if current ~= expected or (seen[2] or '') ~= expected_tag then
-  return {'conflict', current}
-end
-if expected == 0 and redis.call('SISMEMBER', drained, ARGV[8]) == 1 then
+if expected == 0 and redis.call('SISMEMBER', drained, definition) == 1 then
   return {'drained'}
 end
 if group ~= '' then
@@ -99,7 +107,7 @@ end
 
 local now = clock_ms(ARGV[2])
 
-local i = 12
+local i = 9
 local revision = current
 if nfields > 0 then
   revision = current + 1
@@ -110,7 +118,7 @@ if nfields > 0 then
   redis.call('HSET', saga, unpack(fields))
 end
 i = i + nfields * 2 + 1
-redis.call('RPUSH', history, ARGV[11])
+redis.call('RPUSH', history, ARGV[8])
 
 local id = string.match(saga, ':saga:(.*)$')
 if moved then
