@@ -19,7 +19,10 @@ whole:
 - a dispatched command whose attempt's record (written by the same transition) holds its
   command id, participant, message type and payload is only its step, kind, attempt and
   timeout (``_DISPATCH_REF``);
-- a reply's command id and output, when its attempt's record holds them;
+- a reply's time, command id, output and worker, when its attempt's record holds them
+  (its end, command id, output and worker: an attempt's end is set once, by the event
+  that ends it);
+- the start's time, when it is the saga's creation (always, but for a hand-made entry);
 - the start's data, when it is the saga's ``data`` (a migration that changes the data
   stores the data before it, so the start still reads back as it was), and the
   definition it started on (``name@version``; a migration names the version before it);
@@ -73,8 +76,9 @@ from saga.core.model import (
 from saga.core.states import SagaStatus
 from saga.core.timer_ids import attempt_timer_id
 
-FORMAT: Final = 1
-"""The stored form's number: the first element of every entry (a JSON entry starts ``{``)."""
+FORMAT: Final = 2
+"""The stored form's number: the first element of every entry (a JSON entry starts ``{``;
+1: before a reply's time and worker and the start's time were left out)."""
 
 
 def _stored_type(kind: Any) -> Any:
@@ -117,8 +121,8 @@ def _mirror(
 _Parent = _mirror(ParentLink, None)
 # The number of each event and effect type as stored; never reuse one.
 _EVENTS: Final[dict[type[msgspec.Struct], type[msgspec.Struct]]] = {
-    Started: _mirror(Started, 1, refs=("data", "saga")),
-    StepReplied: _mirror(StepReplied, 2, refs=("command_id", "output")),
+    Started: _mirror(Started, 1, refs=("at_ms", "data", "saga")),
+    StepReplied: _mirror(StepReplied, 2, refs=("at_ms", "command_id", "output", "worker")),
     TimerFired: _mirror(TimerFired, 3),
     CancelRequested: _mirror(CancelRequested, 4),
     RetryRequested: _mirror(RetryRequested, 5),
@@ -270,23 +274,31 @@ class _Seen:
             parent = stored.parent
             return Started(
                 id=stored.id,
-                at_ms=stored.at_ms,
+                at_ms=self.state.created_ms if stored.at_ms is None else stored.at_ms,
                 data=self.data if stored.data is None else msgspec.Raw(stored.data),
                 by=stored.by,
                 saga=f"{self.state.name}@{self.version}" if stored.saga is None else stored.saga,
                 steps=stored.steps,
                 parent=None if parent is None else ParentLink(**msgspec.structs.asdict(parent)),
             )
-        if kind is _STORED_REPLIED and (stored.command_id is None or stored.output is None):
-            attempt = self.attempt(stored.step, stored.kind, stored.attempt)
-            return StepReplied(
-                **msgspec.structs.asdict(stored)
-                | {
-                    "command_id": attempt.command_id if stored.command_id is None else stored.command_id,
-                    "output": attempt.output if stored.output is None else msgspec.Raw(stored.output),
-                }
-            )
+        if kind is _STORED_REPLIED:
+            return self.replied(stored)
         return _model(stored)  # type: ignore[no-any-return]
+
+    def replied(self, stored: Any) -> StepReplied:
+        """A reply whole again: what it left out is its attempt's."""
+        if None not in (stored.at_ms, stored.command_id, stored.output, stored.worker):
+            return _model(stored)  # type: ignore[no-any-return]
+        attempt = self.attempt(stored.step, stored.kind, stored.attempt)
+        return StepReplied(
+            **msgspec.structs.asdict(stored)
+            | {
+                "at_ms": attempt.ended_ms if stored.at_ms is None else stored.at_ms,
+                "command_id": attempt.command_id if stored.command_id is None else stored.command_id,
+                "output": attempt.output if stored.output is None else msgspec.Raw(stored.output),
+                "worker": (attempt.worker or "") if stored.worker is None else stored.worker,
+            }
+        )
 
     def effect(self, stored: Any, event: Recorded, last: Effect | None) -> Effect:
         kind = type(stored)
@@ -371,7 +383,7 @@ def _stored_event(event: Recorded, state: SagaState, before: SagaState | None) -
         attempt = _attempt(state, replied.step, replied.kind, replied.attempt)
         return _STORED_REPLIED(
             replied.id,
-            replied.at_ms,
+            None if attempt is not None and attempt.ended_ms == replied.at_ms else replied.at_ms,
             replied.step,
             replied.kind,
             replied.attempt,
@@ -381,14 +393,14 @@ def _stored_event(event: Recorded, state: SagaState, before: SagaState | None) -
             replied.error,
             replied.error_type,
             replied.permanent,
-            replied.worker,
+            None if attempt is not None and (attempt.worker or "") == replied.worker else replied.worker,
         )
     if kind is Started:
         started: Started = event  # type: ignore[assignment]
         parent = started.parent
         return _STORED_STARTED(
             started.id,
-            started.at_ms,
+            None if started.at_ms == state.created_ms else started.at_ms,
             None if started.data == state.data else bytes(started.data),
             started.by,
             None if started.saga == f"{state.name}@{state.version}" else started.saga,

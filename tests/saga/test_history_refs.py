@@ -122,7 +122,7 @@ def test_the_stored_form_is_pinned() -> None:
 
 
 PINNED = (
-    "96019d02a2723102a6636861726765a2646f01c0c3c0c0c0c2a27731929203c09901a473686970a2646f01a87061796d656e7473a163"
+    "96029d02a27231c0a6636861726765a2646f01c0c3c0c0c0c2a27731929203c09901a473686970a2646f01a87061796d656e7473a163"
     "aa43686172676543617264c4207b2274797065223a2243686172676543617264222c22616d6f756e74223a317dcd7530a772756e6e"
     "696e6702a0"
 )
@@ -136,16 +136,36 @@ def test_payloads_and_outputs_the_records_hold_are_stored_once_and_read_back_who
     assert read_history([stored], saga()) == [original]
 
 
+def test_a_replys_time_and_worker_are_its_attempts_and_the_starts_time_the_sagas() -> None:
+    state = saga()
+    state.created_ms = 1
+    state.steps["charge"].attempts[0].worker = "w1"
+    for original in (entry(started()), entry(replied())):
+        stored = encode_entry(original, state)
+        assert b"w1" not in stored
+        assert msgspec.msgpack.decode(stored)[1][2] is None  # the time
+        assert read_history([stored], state) == [original]
+    elsewhere = msgspec.structs.replace(replied(), at_ms=7, worker="w2")
+    assert read_history([encode_entry(entry(elsewhere), state)], state) == [entry(elsewhere)]
+
+
 def test_values_the_records_do_not_hold_are_stored_in_full() -> None:
     original = entry(
-        msgspec.structs.replace(replied(b'{"late":true}'), command_id="other"),
+        msgspec.structs.replace(replied(b'{"late":true}'), command_id="other", at_ms=9, worker="w9"),
         dispatch(payload=b'{"other":1}'),
         dispatch("unknown"),
         StartTimer(timer_id="elsewhere", delay_ms=5, purpose="retry", step="charge", kind="do", attempt=1),
         CancelTimer(timer_id="s1:charge:do:2:timeout"),
     )
     stored = encode_entry(original, saga())
-    for kept in (b'{"late":true}', b'{"other":1}', b"unknown", b"elsewhere", b"s1:charge:do:2:timeout"):
+    for kept in (
+        b'{"late":true}',
+        b'{"other":1}',
+        b"unknown",
+        b"elsewhere",
+        b"s1:charge:do:2:timeout",
+        b"w9",
+    ):
         assert kept in stored
     assert read_history([stored], saga()) == [original]
 
@@ -218,7 +238,7 @@ def test_a_reference_nothing_resolves_is_a_corrupt_history() -> None:
 @pytest.mark.parametrize(
     "stored",
     [
-        b"\x96\x02",  # another format
+        b"\x96\x01",  # another format
         b"\x93\x01\xc0",  # cut short
         msgspec.msgpack.encode([FORMAT, [99, "x"], [], "running", 1, ""]),  # an unknown event type
         msgspec.msgpack.encode([FORMAT, [1, "e", 1, None, "", None, [], None], [[8]], "running", 1, ""]),
