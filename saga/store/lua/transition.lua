@@ -156,8 +156,7 @@ for t = 1, ncancel do
   redis.call('ZREM', timers, ARGV[i + t])
   redis.call('HDEL', timer_data, ARGV[i + t], ARGV[i + t] .. ':c')
 end
-i = i + ncancel + 1
-i = i + 1
+i = i + ncancel + 2 -- past the cancels and the number of commands
 for c = 1, ncommands do
   local k = tonumber(ARGV[i])
   redis.call('XADD', KEYS[n + c], '*', unpack(ARGV, i + 1, i + k * 2))
