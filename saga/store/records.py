@@ -67,7 +67,7 @@ class _Start(msgspec.Struct, gc=False, array_like=True):
 
 
 class _Attempt(msgspec.Struct, gc=False, array_like=True):
-    """An :class:`~saga.core.model.Attempt` as stored (an array, written by :func:`_trimmed`)."""
+    """An :class:`~saga.core.model.Attempt` as stored (an array, written by :func:`_stored_attempt`)."""
 
     n: int
     kind: _KindCode
@@ -109,7 +109,6 @@ def _defaults(struct: type[msgspec.Struct]) -> tuple[object, ...]:
     )
 
 
-_ATTEMPT_DEFAULTS: Final = _defaults(_Attempt)
 _GROUP_DEFAULTS: Final = _defaults(_Group)
 _STEP_DEFAULTS: Final = _defaults(_Step)
 
@@ -119,7 +118,8 @@ def _trimmed(values: list[object], defaults: tuple[object, ...]) -> list[object]
 
     msgspec writes every field of an array; reading a shorter array gives the missing
     trailing fields their defaults, so a pending record is an empty array, a dispatched one
-    its status and its attempts' numbers and kinds.
+    its status and its attempts' numbers and kinds. The common shapes are cut by hand
+    (:func:`_stored_attempt`, :func:`_encode_step`), which costs fewer instructions.
     """
     end = len(values)
     while end and values[end - 1] == defaults[end - 1]:
@@ -149,6 +149,25 @@ def encode_split(saga_id: str, key: str, step: StepState) -> tuple[bytes, list[b
     return record, [_pack.encode(start) for start in starts]
 
 
+def _stored_attempt(a: Attempt, start: _Start | None) -> list[object]:
+    """An attempt as its record holds it, ``start`` inside unless ``None``, trimmed (:func:`_trimmed`)."""
+    if a.ended_ms is None and a.outcome is None and a.error is None and a.worker is None and a.output == NULL:
+        return [a.n, _KIND_CODES[a.kind]] if start is None else [a.n, _KIND_CODES[a.kind], start]  # sent
+    stored: list[object] = [
+        a.n,
+        _KIND_CODES[a.kind],
+        start,
+        None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
+        None if a.outcome is None else _OUTCOME_CODES[a.outcome],
+        None if a.output == NULL else bytes(a.output),
+        a.error,
+        a.worker,
+    ]
+    while stored[-1] is None:  # every field after the kind defaults to None
+        del stored[-1]
+    return stored
+
+
 def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] | None) -> bytes:
     """The record; with ``starts``, each attempt's start goes there instead of inside it."""
     if step == _PENDING:  # every step of a saga that just started but its first
@@ -164,18 +183,8 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         )
         if starts is not None:
             starts.append(start)
-        stored: list[object] = [
-            a.n,
-            _KIND_CODES[a.kind],
-            None if starts is not None else start,
-            None if a.ended_ms is None else a.ended_ms - a.dispatched_ms,
-            None if a.outcome is None else _OUTCOME_CODES[a.outcome],
-            _json_value(a.output),
-            a.error,
-            a.worker,
-        ]
-        attempts.append(_trimmed(stored, _ATTEMPT_DEFAULTS))
-    output: bytes | int | None = _json_value(step.output)
+        attempts.append(_stored_attempt(a, None if starts is not None else start))
+    output: bytes | int | None = None if step.output == NULL else bytes(step.output)
     if output is not None:
         for i, attempt in enumerate(step.attempts):
             if attempt.output == step.output:
@@ -187,8 +196,13 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         for i, purpose in enumerate(_TIMERS, 1):
             if step.timer == attempt_timer_id(saga_id, key, last.kind, last.n, purpose):
                 timer = i
+    status = _STATUS_CODES[step.status]
+    if step.group is None and not (step.generation or step.seq or step.rewait):  # the most records
+        if timer is not None:
+            return _pack.encode([status, attempts, output, timer])
+        return _pack.encode([status, attempts, output] if output is not None else [status, attempts])
     record: list[object] = [
-        _STATUS_CODES[step.status],
+        status,
         attempts,
         output,
         timer,
@@ -198,12 +212,6 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         step.rewait,
     ]
     return _pack.encode(_trimmed(record, _STEP_DEFAULTS))
-
-
-def _json_value(value: msgspec.Raw) -> bytes | None:
-    """A JSON value as stored: its bytes, or ``None`` for ``null``."""
-    data = bytes(value)
-    return None if data == b"null" else data
 
 
 _PENDING: Final = StepState()
