@@ -13,6 +13,7 @@ in one atomic script.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -255,14 +256,16 @@ def commit_call(
     timers, cancels, streams, commands = _effect_args(
         partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
     )
+    terminal = state.status.terminal
     keys = _touched_keys(
         partition,
-        state,
-        old_status,
+        state.id,
+        (old_status, state.status.value),
         new=before is None,
         inbox=delivery is not None,
         timers=bool(timers or cancels),
         changed=bool(changed),
+        ends=terminal,
         expires=retention_s > 0,
     )
     keys += streams
@@ -273,7 +276,7 @@ def commit_call(
         delivery.consumer if delivery else "",
         delivery.entry_id if delivery else "",
         retention_s,
-        int(state.status.terminal),
+        int(terminal),
         encode_entry(entry, state),
         len(changed) // 2,
         *changed,
@@ -296,38 +299,54 @@ def commit_call(
 
 def _touched_keys(
     partition: Partition,
-    state: SagaState,
-    old_status: str,
+    saga_id: str,
+    statuses: tuple[str, str],
     *,
     new: bool,
     inbox: bool,
     timers: bool,
     changed: bool,
+    ends: bool,
     expires: bool,
 ) -> list[str]:
-    """The keys a transition of ``state`` touches, but its command streams, in the script's order.
+    """The keys a transition touches, but its command streams, in the script's order.
 
-    ``transition.lua`` derives which of them it needs from its arguments by the same rules
-    and checks each one's name, so a key left out here is one it never touches.
+    ``statuses`` are the saga's before (``''``: new) and after. ``transition.lua`` derives
+    which keys it needs from its arguments by the same rules and checks each one's name, so
+    a key left out here is one it never touches.
     """
-    status = state.status
-    moved = status.value != old_status
-    keys = [partition.saga(state.id), partition.history(state.id)]
+    old, status = statuses
+    inbox_key, timers_key, timer_data, counts, drained, ending = _fixed_keys(partition)
+    keys = [partition.saga(saga_id), partition.history(saga_id)]
     if inbox:
-        keys.append(partition.inbox.key)
+        keys.append(inbox_key)
     if timers:
-        keys += (partition.timers, partition.timer_data)
+        keys += (timers_key, timer_data)
+    moved = status != old
     if moved:
-        keys.append(partition.counts)
-        if old_status:
-            keys.append(partition.by_status(old_status))
-    if moved or (changed and not status.terminal):
-        keys.append(partition.by_status(status.value))
+        keys.append(counts)
+        if old:
+            keys.append(partition.by_status(old))
+    if moved or (changed and not ends):
+        keys.append(partition.by_status(status))
     if new:
-        keys.append(partition.drained)
-    if status.terminal and expires:
-        keys.append(partition.ending)
+        keys.append(drained)
+    if ends and expires:
+        keys.append(ending)
     return keys
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_keys(partition: Partition) -> tuple[str, str, str, str, str, str]:
+    """The keys of ``partition`` a transition may touch besides its saga's, indexes and streams."""
+    return (
+        partition.inbox.key,
+        partition.timers,
+        partition.timer_data,
+        partition.counts,
+        partition.drained,
+        partition.ending,
+    )
 
 
 def _effect_args(
