@@ -106,6 +106,8 @@ def encode_state(
 
     ``before_fields`` are ``before`` encoded: a step record equal to ``before``'s is taken
     from them rather than encoded again (a decision changes one or two of a saga's steps).
+    The status, name and version come first, in that order: ``transition.lua`` finds a
+    changed status, and a new saga's definition, at the head of the fields that changed.
     """
     fields = {
         "status": state.status.value.encode(),

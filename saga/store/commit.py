@@ -276,7 +276,7 @@ def commit_call(
         delivery.consumer if delivery else "",
         delivery.entry_id if delivery else "",
         retention_s,
-        int(terminal),
+        int(terminal) + 2 * bool(state.branches),
         encode_entry(entry, state),
         len(changed) // 2,
         *changed,
@@ -289,11 +289,9 @@ def commit_call(
     ]
     if state.branches:  # the branch hash: last key, last section (saga/store/branches.py)
         keys.append(partition.branches(state.id))
-        args += (1, len(branches))
+        args.append(len(branches))
         for item in branches.items():
             args += item
-    else:
-        args += (0, 0)
     return ScriptCall(TRANSITION, tuple(keys), tuple(args)), Loaded(state, new_fields, tag)
 
 

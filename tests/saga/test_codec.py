@@ -193,3 +193,13 @@ def test_a_group_is_an_array_without_its_field_names() -> None:
     assert msgspec.msgpack.decode(raw)[5] == [1000, 60, list(range(10, 60)), 10, 0, 10]  # the rest: defaults
     assert decode_step("s1", "fan", raw) == record
     assert type(decode_step("s1", "fan", raw).group) is GroupState
+
+
+def test_the_status_name_and_version_come_first_where_the_transition_looks_for_them() -> None:
+    before = state()
+    assert list(encode_state(before))[:3] == ["status", "name", "version"]
+    after = before.working_copy()
+    after.status = SagaStatus.COMPENSATING
+    after.steps["later"].status = StepStatus.DISPATCHED
+    changed = state_write(before, encode_state(before), after, changed=True).changed
+    assert next(iter(changed)) == "status"

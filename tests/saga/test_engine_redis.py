@@ -14,8 +14,9 @@ from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import app
 from saga import EngineConfig, InvalidInput, SagaClient, SagaStatus, SagaWorker
+from saga.core import decider
 from saga.core.decider import decide
-from saga.core.model import SagaState, StepReplied
+from saga.core.model import SagaState, Started, StepReplied
 from saga.store.codec import decode_state
 from saga.store.commit import CommitResult, commit_call, commit_result
 from saga.store.keys import Partition
@@ -352,33 +353,67 @@ async def test_an_unfinished_sagas_index_score_is_when_it_last_moved(redis: bus.
     assert await keys_matching(redis, "*:active") == []
 
 
-async def test_a_transition_declares_only_the_keys_it_touches(redis: bus.Redis) -> None:
-    await SagaClient(redis, app.registry).start(order_fulfilment, ORDER, saga_id="s1")
-    loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
-    reply = stock_reserved(loaded.state)
-    call, _ = commit_call(
-        PARTITION, loaded, decide(order_fulfilment, loaded.state, reply), reply,
-        delivery=None, now_ms=1, timer_now_ms=-1, retention_s=60,
-    )  # fmt: skip
-    # the status stays running: no counts, no old index, no drained set, no ending
-    assert call.keys == (
+async def test_each_transition_declares_the_keys_it_touches_and_no_other(redis: bus.Redis) -> None:
+    """The script tells from its arguments which keys it touches, by the rules the commit
+    declares them with: each shape of the demo saga's transitions, pinned, and what each
+    key received."""
+    each = (
         PARTITION.saga("s1"),
         PARTITION.history("s1"),
-        PARTITION.timers,  # the next step's timeout starts, this one's is cancelled
+        PARTITION.timers,
         PARTITION.timer_data,
-        PARTITION.by_status("running"),
-        PARTITION.commands("payments").key,
+    )  # a timeout moves
+    start = Started(id="e1", at_ms=1, data=msgspec.Raw(msgspec.json.encode(ORDER)), by="client")
+    decision = decider.start(order_fulfilment, "s1", bytes(start.data), 0, start)
+    call, loaded = commit_call(
+        PARTITION, None, decision, start, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=60
     )
+    assert call.keys == (
+        *each, PARTITION.counts, PARTITION.by_status("running"), PARTITION.drained,
+        PARTITION.commands("inventory").key,
+    )  # fmt: skip
+    expected = [
+        ("payments", (PARTITION.by_status("running"), PARTITION.commands("payments").key)),
+        ("shipping", (PARTITION.by_status("running"), PARTITION.commands("shipping").key)),
+        (
+            "",
+            (
+                PARTITION.counts,
+                PARTITION.by_status("running"),
+                PARTITION.by_status("completed"),
+                PARTITION.ending,
+            ),
+        ),
+    ]
+    for step, (participant, touched) in zip(order_fulfilment.steps, expected, strict=True):
+        loaded.state.revision = commit_result(await call.run(redis)).revision
+        attempt = loaded.state.steps[step.name].attempts[0]
+        reply = StepReplied(
+            id=f"r-{step.name}", at_ms=2, step=step.name, kind="do", attempt=1,
+            command_id=attempt.command_id, ok=True, output=msgspec.Raw(b'{"type":"Done"}'),
+        )  # fmt: skip
+        call, loaded = commit_call(
+            PARTITION, loaded, decide(order_fulfilment, loaded.state, reply), reply,
+            delivery=None, now_ms=2, timer_now_ms=-1, retention_s=60,
+        )  # fmt: skip
+        assert call.keys == (*each, *touched), participant
     assert commit_result(await call.run(redis)).outcome == "ok"
+    assert await redis.hgetall(PARTITION.counts) == {
+        b"order_fulfilment@1|running": b"0",
+        b"order_fulfilment@1|completed": b"1",
+    }
+    assert await redis.zscore(PARTITION.by_status("running"), "s1") is None
+    assert await redis.zscore(PARTITION.by_status("completed"), "s1") is not None
+    assert await redis.zrange(PARTITION.ending, 0, -1) == [b"order_fulfilment@1|completed|s1"]
+    assert await redis.zcard(PARTITION.timers) == 0
 
 
-@pytest.mark.parametrize("change", ["left out", "added", "swapped"])
-async def test_a_transition_whose_keys_do_not_match_its_call_writes_nothing(
+@pytest.mark.parametrize("change", ["left out", "added", "appended"])
+async def test_a_transition_given_other_keys_than_its_own_writes_nothing(
     redis: bus.Redis, change: str
 ) -> None:
-    """The script derives the keys it needs from its arguments and checks each by name
-    before it writes: keys that do not match (a bug) are refused, never written to in the
-    wrong part (an index as a stream) or left undeclared (a reshard would split the call)."""
+    """A call with a key more or less than its arguments say it touches (a bug) is refused
+    before it writes, never run with each key playing its neighbour's part."""
     await SagaClient(redis, app.registry).start(order_fulfilment, ORDER, saga_id="s1")
     loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
     reply = stock_reserved(loaded.state)
@@ -391,8 +426,6 @@ async def test_a_transition_whose_keys_do_not_match_its_call_writes_nothing(
         keys.remove(PARTITION.timer_data)
     elif change == "added":
         keys.insert(4, PARTITION.counts)
-    elif change == "swapped":
-        keys[2], keys[3] = keys[3], keys[2]
     else:
         keys.append(PARTITION.by_status("failed"))
     with pytest.raises(bus.RedisCommandError, match="do not match"):

@@ -4,8 +4,10 @@
 -- check passes (Lua does not roll back), so a repeat of this call changes nothing.
 --
 -- KEYS[1] saga hash         KEYS[2] history list
--- then the keys this call touches, in this order, and only those (each is checked by its
--- name before anything is written, so a key never plays another's part):
+-- then the keys this call touches, in this order, and only those: the script tells which
+-- from its arguments by the rules below, as commit.py's _touched_keys does, and refuses a
+-- call with any other number of keys before it writes (checking each key's name as well
+-- cost more Redis time than leaving the keys out saved):
 --   inbox stream             when the event came from the inbox (ARGV[3] set): lease, ack
 --   timers zset, timer data  when a timer is started or cancelled
 --   counts hash              when the status changes
@@ -29,18 +31,20 @@
 -- ARGV[3] inbox group ('' when the event did not come from the inbox)
 -- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
 -- ARGV[6] seconds to keep an ended saga (0: forever)
--- ARGV[7] 1 if the new status is terminal  ARGV[8] history entry (saga/store/history.py)
+-- ARGV[7] 1 if the new status is terminal, + 2 if the last key is the saga's branch hash
+-- ARGV[8] history entry (saga/store/history.py)
 -- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
---                                          among them (n > 0 whenever anything changed);
---       the status and the definition (name@version) are the hash's, as these leave them
+--                                          among them (n > 0 whenever anything changed), in
+--       the hash's order: a changed status first and, for a new saga, its name and version
+--       next (the script reads the status and name@version there, or in the hash)
 -- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
 --       now, or '@' followed by an absolute time in ms (both judged by one clock); the
 --       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
 -- then: n, n × timer id                    timers to cancel
 -- then: n, n × (k, k × field/value)        commands: envelope fields per command stream
--- then: 1|0, n, n × (field, value)         1 when the last key is the saga's branch hash
---       (sagas with group steps; saga/store/branches.py), and the branch records that
---       changed; a branch change bumps the revision too, and the hash expires with the saga
+-- then, with the branch hash (sagas with group steps; saga/store/branches.py):
+--       n, n × (field, value)              the branch records that changed; a branch
+--       change bumps the revision too, and the hash expires with the saga
 --
 -- Returns {'ok', revision}, {'conflict', current revision}, {'lost'} when the inbox
 -- entry is no longer held by this consumer (its lease moved on: the decision is dropped),
@@ -53,49 +57,53 @@ local current = tonumber(seen[1] or '0')
 if current ~= expected or (seen[2] or '') ~= expected_tag then
   return {'conflict', current}
 end
-local ttl, terminal = tonumber(ARGV[6]), ARGV[7] == '1'
+local ttl, flags = tonumber(ARGV[6]), tonumber(ARGV[7])
+local terminal, branched = flags % 2 == 1, flags >= 2
 local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
 local nfields = tonumber(ARGV[9])
--- the status and definition as they were, and as the changed fields leave them
-local old_status = seen[3] or ''
-local written = {status = old_status, name = seen[4], version = seen[5]}
-for f = 10, 9 + nfields * 2, 2 do
-  if written[ARGV[f]] ~= nil then
-    written[ARGV[f]] = ARGV[f + 1]
-  end
-end
-local new_status, definition = written.status, written.name .. '@' .. written.version
+-- a changed status is the first changed field (with none, ARGV[10] counts the timers)
+local old_status, moved = seen[3] or '', ARGV[10] == 'status'
+local new_status = moved and ARGV[11] or old_status
 local nstart = tonumber(ARGV[10 + nfields * 2])
 local ncancel = tonumber(ARGV[11 + nfields * 2 + nstart * 3])
-local moved = old_status ~= new_status
-local n, misnamed = 2, nil
-local function key_if(touched, name)
-  if not touched then
-    return nil
-  end
-  n = n + 1
-  local key = KEYS[n]
-  if key == nil or string.sub(key, -#name - 1) ~= ':' .. name then
-    misnamed = misnamed or name
-  end
-  return key
-end
-local inbox = key_if(group ~= '', 'inbox')
-local timers = key_if(nstart + ncancel > 0, 'timers')
-local timer_data = key_if(nstart + ncancel > 0, 'timerdata')
-local counts = key_if(moved, 'counts')
-local old_index = key_if(moved and old_status ~= '', 'idx:' .. old_status)
-local new_index = key_if(moved or (nfields > 0 and not terminal), 'idx:' .. new_status)
-local drained = key_if(expected == 0, 'drained')
-local ending = key_if(terminal and ttl > 0, 'ending')
 local ncommands = tonumber(ARGV[12 + nfields * 2 + nstart * 3 + ncancel])
-local extra = #KEYS - n - ncommands -- 1: the branch hash
-if (extra == 1 and not string.find(KEYS[#KEYS], ':branches:', 1, true)) or extra < 0 or extra > 1 then
-  misnamed = misnamed or 'the number of keys'
+-- the keys this call touches, by the rules commit.py declares them with
+local n = 2
+local inbox, timers, timer_data, counts, old_index, new_index, drained, ending
+if group ~= '' then
+  n = n + 1
+  inbox = KEYS[n]
 end
-if misnamed then
-  return redis.error_reply('ERR transition: the keys do not match the call (' .. misnamed .. ')')
+if nstart + ncancel > 0 then
+  timers, timer_data = KEYS[n + 1], KEYS[n + 2]
+  n = n + 2
 end
+if moved then
+  n = n + 1
+  counts = KEYS[n]
+  if old_status ~= '' then
+    n = n + 1
+    old_index = KEYS[n]
+  end
+end
+if moved or (nfields > 0 and not terminal) then
+  n = n + 1
+  new_index = KEYS[n]
+end
+if expected == 0 then
+  n = n + 1
+  drained = KEYS[n]
+end
+if terminal and ttl > 0 then
+  n = n + 1
+  ending = KEYS[n]
+end
+if #KEYS ~= n + ncommands + (branched and 1 or 0) then
+  return redis.error_reply('ERR transition: the keys do not match the call (' .. #KEYS .. ' keys)')
+end
+-- name@version, for the counts, the ending set and the drained check: a new saga's name
+-- and version are the changed fields after its status
+local definition = (moved or terminal) and (seen[4] or ARGV[13]) .. '@' .. (seen[5] or ARGV[15])
 if expected == 0 and redis.call('SISMEMBER', drained, definition) == 1 then
   return {'drained'}
 end
@@ -163,10 +171,10 @@ for c = 1, ncommands do
   i = i + k * 2 + 1
 end
 
-if ARGV[i] == '1' then
+if branched then
   local branches = KEYS[#KEYS]
-  local nbranches = tonumber(ARGV[i + 1])
-  local b = i + 2
+  local nbranches = tonumber(ARGV[i])
+  local b = i + 1
   while nbranches > 0 do
     local batch = math.min(nbranches, 500)
     redis.call('HSET', branches, unpack(ARGV, b, b + batch * 2 - 1))
