@@ -310,8 +310,8 @@ def _touched_keys(
     """The keys a transition touches, but its command streams, in the script's order.
 
     ``statuses`` are the saga's before (``''``: new) and after. ``transition.lua`` derives
-    which keys it needs from its arguments by the same rules and checks each one's name, so
-    a key left out here is one it never touches.
+    which keys it needs from its arguments by the same rules and refuses, before it writes,
+    a call with another number of keys, so a key left out here is one it never touches.
     """
     old, status = statuses
     inbox_key, timers_key, timer_data, counts, drained, ending = _fixed_keys(partition)
