@@ -44,6 +44,7 @@ from saga.definition.waits import WAITS
 from saga.store.codec import Loaded, expected, new_tag, state_write
 from saga.store.history import encode_entry
 from saga.store.keys import Partition
+from saga.store.records import START_PREFIX
 from saga.store.scripts import TRANSITION
 from saga.store.trust import Seal, orchestrator_of, participant_named
 
@@ -253,9 +254,11 @@ def commit_call(
         revision=revision,
         ignored=decision.ignored,
     )
-    timers, cancels, streams, commands = _effect_args(
+    timers, cancels, streams, commands, inputs = _effect_args(
         partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
     )
+    if inputs:
+        _splice_inputs(changed, inputs)
     terminal = state.status.terminal
     keys = _touched_keys(
         partition,
@@ -347,6 +350,37 @@ def _fixed_keys(partition: Partition) -> tuple[str, str, str, str, str, str]:
     )
 
 
+def _splice_inputs(changed: list[Any], inputs: list[tuple[int, bytes]]) -> None:
+    """Send each new attempt start (``i:`` field) in ``changed`` without its command's input.
+
+    The input is the payload of a command the same call sends (``inputs``: its number among
+    the call's commands, from 1, and the payload); ``transition.lua`` puts it back from
+    that command's ``data``, so the hash holds the very bytes encoded here and the payload
+    crosses the wire once. A start that does not hold one of them is sent whole.
+    """
+    for at in range(0, len(changed), 2):
+        if not changed[at].startswith(START_PREFIX):
+            continue
+        record = changed[at + 1]
+        for number, payload in inputs:
+            held = _bin(payload)
+            offset = record.find(held)
+            if offset >= 0:
+                head, tail = record[:offset], record[offset + len(held) :]
+                changed[at + 1] = b"\0%d:%d:%b%b" % (number, len(head), head, tail)
+                break
+
+
+def _bin(data: bytes) -> bytes:
+    """``data`` as a MessagePack bin, with the shortest header (as msgspec writes it)."""
+    size = len(data)
+    if size < 0x100:
+        return b"\xc4" + size.to_bytes(1, "big") + data
+    if size < 0x10000:
+        return b"\xc5" + size.to_bytes(2, "big") + data
+    return b"\xc6" + size.to_bytes(4, "big") + data
+
+
 def _effect_args(
     partition: Partition,
     state: SagaState,
@@ -355,15 +389,17 @@ def _effect_args(
     cause: str,
     now_ms: int,
     seal: Seal | None,
-) -> tuple[list[Any], list[str], list[str], list[Any]]:
+) -> tuple[list[Any], list[str], list[str], list[Any], list[tuple[int, bytes]]]:
     """The effects as the transition's sections: timers to start, timers to cancel, messages.
 
-    Messages come as their stream keys (one each) and, in the same order, their fields.
+    Messages come as their stream keys (one each) and, in the same order, their fields;
+    then each command's number among them (from 1) and its payload, for :func:`_splice_inputs`.
     """
     timers: list[Any] = []
     cancels: list[str] = []
     streams: list[str] = []
     messages: list[Any] = []
+    inputs: list[tuple[int, bytes]] = []
     me = orchestrator_of(state.context)
     signing = seal is not None and seal.enabled
     for effect in effects:
@@ -371,6 +407,7 @@ def _effect_args(
         if isinstance(effect, Dispatch):
             envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
             streams.append(partition.commands(effect.participant).key)
+            inputs.append((len(streams), envelope.payload))
             if not effect.participant.startswith("_"):  # _local, _waits, _child: the orchestrator's own
                 audience = participant_named(effect.participant)
         elif isinstance(effect, StartTimer):
@@ -394,7 +431,7 @@ def _effect_args(
             envelope = seal.sign(envelope, audience)
         fields = envelope.field_args()
         messages += (len(fields) // 2, *fields)
-    return timers, cancels, streams, messages
+    return timers, cancels, streams, messages, inputs
 
 
 PARENT_REPORT: Final = "ParentReport"

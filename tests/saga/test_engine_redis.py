@@ -432,3 +432,43 @@ async def test_a_transition_given_other_keys_than_its_own_writes_nothing(
         await ScriptCall(call.script, tuple(keys), call.args).run(redis)
     assert (await SagaClient(redis, app.registry).get("s1")).revision == 1
     assert await redis.xlen(PARTITION.commands("payments").key) == 0
+
+
+async def test_a_dispatch_sends_its_input_once_and_the_hash_holds_the_encoded_start(redis: bus.Redis) -> None:
+    """The attempt's start record travels without the command's payload (the script copies
+    it in from the command's ``data``), byte for byte as the commit encoded it; payloads over
+    255 bytes take a longer MessagePack header."""
+    client = SagaClient(redis, app.registry)
+    for n, sku in enumerate(("s", "s" * 400)):  # a bin 8 and a bin 16 input
+        order = msgspec.structs.replace(ORDER, lines=[Line(sku=sku, quantity=1)])
+        await client.start(order_fulfilment, order, saga_id=f"s{n}")
+        loaded = decode_state(f"s{n}", await stored(redis, f"s{n}"), context="orders", partition=0)
+        reply = stock_reserved(loaded.state)
+        decision = decide(order_fulfilment, loaded.state, reply)
+        call, after = commit_call(
+            PARTITION, loaded, decision, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
+        )
+        [command] = [effect for effect in decision.effects if hasattr(effect, "payload")]
+        payload = bytes(command.payload)
+        assert sum(bytes(arg).count(payload) for arg in call.args if isinstance(arg, bytes)) == 1
+        assert commit_result(await call.run(redis)).outcome == "ok"
+        hash_now = await stored(redis, f"s{n}")
+        assert {name: hash_now[name.encode()] for name in after.fields} == after.fields
+        assert payload in hash_now[b"i:charge_payment:0"]
+
+
+async def test_a_malformed_spliced_start_is_refused_before_anything_is_written(redis: bus.Redis) -> None:
+    client = SagaClient(redis, app.registry)
+    await client.start(order_fulfilment, ORDER, saga_id="s1")
+    loaded = decode_state("s1", await stored(redis, "s1"), context="orders", partition=0)
+    reply = stock_reserved(loaded.state)
+    call, _ = commit_call(
+        PARTITION, loaded, decide(order_fulfilment, loaded.state, reply), reply,
+        delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0,
+    )  # fmt: skip
+    args = [b"\0" + b"9:0:" if isinstance(arg, bytes) and arg[:1] == b"\0" else arg for arg in call.args]
+    before = await stored(redis, "s1")
+    with pytest.raises(bus.RedisCommandError, match="a spliced field is malformed"):
+        await ScriptCall(call.script, call.keys, tuple(args)).run(redis)
+    assert await stored(redis, "s1") == before
+    assert await redis.xlen(PARTITION.commands("payments").key) == 0
