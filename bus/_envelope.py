@@ -5,10 +5,10 @@ An entry has two fields: ``e``, the envelope's metadata packed as one MessagePac
 payload as JSON, on its own so that ``redis-cli XRANGE`` shows it and a Lua script copies it
 without decoding anything (``lua/complete_batch.lua`` records a reply's payload from it)::
 
-    e       [v, id, cause, type, at, src, corr, idem, reply, n, hdr, p, k, mac]
+    e       [v, id, type, at, src, corr, cause, idem, reply, n, hdr, p, k, mac]
     data    the payload: the message Struct as JSON
 
-    v       envelope schema version (4)         id      UUIDv7 of the message
+    v       envelope schema version (3)         id      UUIDv7 of the message
     type    message type name (the Struct's     at      created-at, Unix ms
             tag)                                src     source context
     corr    correlation id (the saga id)        cause   causation id (the message that
@@ -20,14 +20,9 @@ without decoding anything (``lua/complete_batch.lua`` records a reply's payload 
             empty when unsigned
 
 Every item is always there (an empty string, ``1``, an empty map), so a reader checks one
-fixed shape. ``id`` and ``cause`` are written as 16 raw bytes (bin) when they are UUIDs in
-their canonical text (every id the engine makes: 18 bytes against 38, twice in every
-entry), else as strings (a timer's id, a caller's own); a reader gives both back as text.
-They come first, so a reader sees from their first bytes which of the two forms each has
-and decodes the rest typed. Schema evolution follows msgspec's rules: new payload fields
-get defaults, a type name is never reused for a different shape, and an unsupported ``v``
-is dead-lettered, not guessed. Entries of version 3 (ids as text, ``cause`` after
-``corr``) and of the flat layouts before it are not read.
+fixed shape. Schema evolution follows msgspec's rules: new payload fields get defaults, a
+type name is never reused for a different shape, and an unsupported ``v`` is dead-lettered,
+not guessed. Entries of the flat layouts before version 3 (a field per item) are not read.
 """
 
 from __future__ import annotations
@@ -42,73 +37,22 @@ import msgspec
 from bus._errors import MalformedEntry, PayloadTooLarge
 from redsaga.ids import message_type, uuid7
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 3
 PACKED_ITEMS: Final = (
-    "v", "id", "cause", "type", "at", "src", "corr", "idem", "reply", "n", "hdr", "p", "k", "mac",
+    "v", "id", "type", "at", "src", "corr", "cause", "idem", "reply", "n", "hdr", "p", "k", "mac",
 )  # fmt: skip
 """The items of the ``e`` field, in order (the names the module docstring gives them)."""
 
 
 M = TypeVar("M")
 Fields = dict[bytes, bytes]
-_REST: Final = (str, int, str, str, str, str, int, dict[str, str], str, str, bytes)
-"""The types of the items after ``cause`` (see :data:`PACKED_ITEMS`)."""
+_Packed = tuple[int, str, str, int, str, str, str, str, str, int, dict[str, str], str, str, bytes]
 
 _encoder = msgspec.json.Encoder()
 _packer = msgspec.msgpack.Encoder()
 _canonical_encoder = msgspec.msgpack.Encoder(order="sorted")  # headers: key order is not signed
-
-
-def _typed_unpacker(id_type: type, cause_type: type) -> msgspec.msgpack.Decoder[Any]:
-    shape: Any = tuple.__class_getitem__((int, id_type, cause_type, *_REST))
-    return msgspec.msgpack.Decoder(shape)
-
-
-_unpackers = {
-    (id_raw, cause_raw): _typed_unpacker(bytes if id_raw else str, bytes if cause_raw else str)
-    for id_raw in (False, True)
-    for cause_raw in (False, True)
-}
-"""One decoder per form of the two ids (text or raw), each typed item by item."""
+_unpacker = msgspec.msgpack.Decoder(_Packed)
 _POSITION = re.compile(r"\$\[(\d+)\]")
-_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_BIN8: Final = 0xC4
-
-
-def _wire_id(text: str) -> str | bytes:
-    """An id as the ``e`` field holds it: a UUID in canonical text as its 16 bytes, else itself."""
-    if len(text) == 36 and _UUID_TEXT.fullmatch(text):
-        return bytes.fromhex(text.replace("-", ""))
-    return text
-
-
-def _unpacker_for(packed: bytes) -> msgspec.msgpack.Decoder[Any]:
-    """The decoder for the forms ``packed``'s ids have, seen from their first bytes.
-
-    Anything unexpected picks the text form, whose typed decode then says what is wrong.
-    """
-    if len(packed) < 4 or packed[0] != 0x9E or packed[1] > 0x7F:  # fixarray of 14, version
-        return _unpackers[False, False]
-    first = packed[2]
-    if first == _BIN8:
-        after = 4 + packed[3]
-    elif 0xA0 <= first <= 0xBF:  # fixstr
-        after = 3 + first - 0xA0
-    elif first == 0xD9:  # str 8
-        after = 4 + packed[3]
-    else:
-        return _unpackers[False, False]
-    return _unpackers[first == _BIN8, after < len(packed) and packed[after] == _BIN8]
-
-
-def _text_id(wire: str | bytes, item: str) -> str:
-    """An id read from the ``e`` field as text (the inverse of :func:`_wire_id`)."""
-    if isinstance(wire, str):
-        return wire
-    if len(wire) != 16:
-        raise MalformedEntry(f"invalid envelope field {item}: {len(wire)} raw bytes, not a 16-byte UUID")
-    h = wire.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class _Version(msgspec.Struct, array_like=True):
@@ -189,8 +133,8 @@ class Envelope(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         """The ``e`` field: everything but the payload, as a MessagePack array."""
         return _packer.encode(
             (
-                self.schema_version, _wire_id(self.id), _wire_id(self.causation_id), self.type,
-                self.created_at_ms, self.source, self.correlation_id,
+                self.schema_version, self.id, self.type, self.created_at_ms, self.source,
+                self.correlation_id, self.causation_id,
                 "" if self.idempotency_key == self.id else self.idempotency_key,
                 self.reply_to, self.attempt, self.headers, self.signer, self.key_id, self.mac,
             )
@@ -258,14 +202,13 @@ def decode_fields(fields: Fields, *, max_bytes: int, max_fields: int) -> Envelop
         raise MalformedEntry(_missing(fields))
     try:
         (
-            version, message_id, causation_id, type_name, created_at_ms, source, correlation_id,
+            version, message_id, type_name, created_at_ms, source, correlation_id, causation_id,
             idempotency_key, reply_to, attempt, headers, signer, key_id, mac,
-        ) = _unpacker_for(packed).decode(packed)  # fmt: skip
+        ) = _unpacker.decode(packed)  # fmt: skip
     except msgspec.DecodeError as error:  # typed item by item: nesting cannot go deeper than hdr
         raise MalformedEntry(_invalid(packed, error)) from error
     if version != SCHEMA_VERSION:
         raise MalformedEntry(f"unsupported envelope schema version {version}")
-    message_id = _text_id(message_id, "id")
     if not message_id or not type_name:
         raise MalformedEntry("envelope id and type must not be empty")
     return Envelope(
@@ -274,7 +217,7 @@ def decode_fields(fields: Fields, *, max_bytes: int, max_fields: int) -> Envelop
         payload=payload,
         source=source,
         correlation_id=correlation_id,
-        causation_id=_text_id(causation_id, "cause"),
+        causation_id=causation_id,
         idempotency_key=idempotency_key,
         reply_to=reply_to,
         created_at_ms=created_at_ms,
@@ -294,11 +237,10 @@ def describe_packed(packed: bytes) -> str:
     its bytes with everything that is not UTF-8 escaped.
     """
     try:
-        items = dict(zip(PACKED_ITEMS, _unpacker_for(packed).decode(packed), strict=True))
-        items["id"], items["cause"] = _text_id(items["id"], "id"), _text_id(items["cause"], "cause")
-    except (msgspec.DecodeError, MalformedEntry):
+        items = _unpacker.decode(packed)
+    except msgspec.DecodeError:
         return packed.decode(errors="backslashreplace")
-    return _encoder.encode(items).decode()
+    return _encoder.encode(dict(zip(PACKED_ITEMS, items, strict=True))).decode()
 
 
 def _missing(fields: Fields) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -10,7 +9,7 @@ import anyio
 import msgspec
 
 import bus
-from bus._envelope import PACKED_ITEMS, SCHEMA_VERSION, describe_packed
+from bus._envelope import PACKED_ITEMS, describe_packed
 from bus.lowlevel import is_cluster, primaries
 
 if TYPE_CHECKING:
@@ -66,13 +65,8 @@ async def while_deciding(worker: SagaWorker, action: Awaitable[T]) -> T:
 
 
 def envelope_items(fields: Mapping[bytes, bytes]) -> dict[str, Any]:
-    """An entry's packed envelope (its ``e`` field), item by item (``bus/_envelope.py``);
-    ids written as 16 raw bytes are given back as their UUID text."""
-    items = dict(zip(PACKED_ITEMS, msgspec.msgpack.decode(fields[b"e"]), strict=True))
-    for name in ("id", "cause"):
-        if isinstance(items[name], bytes):
-            items[name] = str(uuid.UUID(bytes=items[name]))
-    return items
+    """An entry's packed envelope (its ``e`` field), item by item (``bus/_envelope.py``)."""
+    return dict(zip(PACKED_ITEMS, msgspec.msgpack.decode(fields[b"e"]), strict=True))
 
 
 def repacked(fields: Mapping[bytes, bytes], **items: object) -> dict[bytes, bytes]:
@@ -92,7 +86,7 @@ def raw_entry(data: bytes | str = b"{}", **items: object) -> dict[bytes, bytes]:
     return {b"e": msgspec.msgpack.encode(list(packed.values())), b"data": data}
 
 
-_RAW_DEFAULTS = (SCHEMA_VERSION, "m", "", "Charge", 1, "", "", "", "", 1, {}, "", "", b"")
+_RAW_DEFAULTS = (3, "m", "Charge", 1, "", "", "", "", "", 1, {}, "", "", b"")
 
 
 def as_fields(envelope: bus.Envelope) -> dict[bytes, bytes]:

@@ -252,7 +252,7 @@ DEEP: Final = b"\x91" * 3000 + b"\x90"
         ({b"e": raw_entry()[b"e"]}, "missing envelope fields: data"),
         (raw_entry(at="soon"), "invalid envelope field at: Expected `int`, got `str`"),
         (raw_entry(v=9), "unsupported envelope schema version 9"),
-        (raw_entry(v=5, extra="an item of a later version"), "unsupported envelope schema version 5"),
+        (raw_entry(v=4, extra="an item of a later version"), "unsupported envelope schema version 4"),
         (
             {b"id": b"m", b"type": b"Charge", b"at": b"1", b"v": b"2", b"data": b"{}"},
             "unsupported envelope schema version 2 (its fields are not packed)",
@@ -261,8 +261,6 @@ DEEP: Final = b"\x91" * 3000 + b"\x90"
         (raw_entry(data='{"order": 5}'), "malformed payload"),
         (raw_entry(type="Refund"), "no handler for message type 'Refund'"),
         (raw_entry(id=msgspec.Raw(b"\xa1\xff")), "invalid envelope field: Invalid UTF-8"),
-        (raw_entry(cause=b"short"), "invalid envelope field cause: 5 raw bytes, not a 16-byte UUID"),
-        (raw_entry(cause=5), "invalid envelope field cause: Expected `str`, got `int`"),
         (raw_entry(id=""), "envelope id and type must not be empty"),
         (raw_entry(hdr=[1]), "invalid envelope field hdr"),
         (raw_entry(hdr={"step": 1}), "invalid envelope field hdr"),
@@ -271,12 +269,12 @@ DEEP: Final = b"\x91" * 3000 + b"\x90"
         ({f"f{i}".encode(): b"x" for i in range(100)}, "entry has 100 fields"),
         (raw_entry(data='{"order":' + "[" * 3000 + "]" * 3000 + "}"), "malformed payload"),
         (raw_entry(hdr=msgspec.Raw(DEEP)), "invalid envelope field hdr"),
-        ({**raw_entry(), b"e": b"\x9e\x04" + DEEP}, "invalid envelope field id"),
+        ({**raw_entry(), b"e": b"\x9e\x03" + DEEP}, "invalid envelope field id"),
         ({**raw_entry(), b"e": raw_entry()[b"e"][:-3]}, "invalid envelope field: Input data was truncated"),
         ({**raw_entry(), b"e": b"\xdd\xff\xff\xff\xff\x03"}, "invalid envelope field"),  # 4 billion items
-        ({**raw_entry(), b"e": b"\x9e\x04\xdb\xff\xff\xff\xff"}, "invalid envelope field"),  # a 4 GiB id
+        ({**raw_entry(), b"e": b"\x9e\x03\xdb\xff\xff\xff\xff"}, "invalid envelope field"),  # a 4 GiB id
         ({**raw_entry(), b"e": b"not msgpack"}, "invalid envelope field"),
-        ({**raw_entry(), b"e": msgspec.msgpack.encode([4, "m"])}, "invalid envelope field"),
+        ({**raw_entry(), b"e": msgspec.msgpack.encode([3, "m"])}, "invalid envelope field"),
     ],
 )
 async def test_malformed_entry_is_dead_lettered_on_first_delivery(

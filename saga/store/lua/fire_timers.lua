@@ -33,9 +33,8 @@ local function packed_envelope(id, at, corr, signer, k, mac)
     ms[i] = at % 256
     at = math.floor(at / 256)
   end
-  return string.char(0x9e, 0x04) .. str(id) .. string.char(0xa0) .. str('TimerFired')
-    .. string.char(0xcf, unpack(ms)) .. string.char(0xa0) .. str(corr)
-    .. string.char(0xa0, 0xa0, 0x01, 0x80) .. str(signer)
+  return string.char(0x9e, 0x03) .. str(id) .. str('TimerFired') .. string.char(0xcf, unpack(ms))
+    .. string.char(0xa0) .. str(corr) .. string.char(0xa0, 0xa0, 0xa0, 0x01, 0x80) .. str(signer)
     .. str(k) .. string.char(0xc4, #mac) .. mac
 end
 
