@@ -436,25 +436,37 @@ async def test_a_transition_given_other_keys_than_its_own_writes_nothing(
 
 async def test_a_dispatch_sends_its_input_once_and_the_hash_holds_the_encoded_start(redis: bus.Redis) -> None:
     """The attempt's start record travels without the command's payload (the script copies
-    it in from the command's ``data``), byte for byte as the commit encoded it; payloads over
-    255 bytes take a longer MessagePack header."""
+    it in from the command's ``data``), byte for byte as the commit encoded it: a step's
+    command with a payload under and over 255 bytes (MessagePack's bin 8 and bin 16), and a
+    compensation's."""
     client = SagaClient(redis, app.registry)
-    for n, sku in enumerate(("s", "s" * 400)):  # a bin 8 and a bin 16 input
-        order = msgspec.structs.replace(ORDER, lines=[Line(sku=sku, quantity=1)])
-        await client.start(order_fulfilment, order, saga_id=f"s{n}")
-        loaded = decode_state(f"s{n}", await stored(redis, f"s{n}"), context="orders", partition=0)
-        reply = stock_reserved(loaded.state)
-        decision = decide(order_fulfilment, loaded.state, reply)
+
+    async def commit(saga_id: str, event: StepReplied) -> SagaState:
+        loaded = decode_state(saga_id, await stored(redis, saga_id), context="orders", partition=0)
+        decision = decide(order_fulfilment, loaded.state, event)
         call, after = commit_call(
-            PARTITION, loaded, decision, reply, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
+            PARTITION, loaded, decision, event, delivery=None, now_ms=1, timer_now_ms=-1, retention_s=0
         )
         [command] = [effect for effect in decision.effects if hasattr(effect, "payload")]
-        payload = bytes(command.payload)
-        assert sum(bytes(arg).count(payload) for arg in call.args if isinstance(arg, bytes)) == 1
+        sent = [bytes(arg) for arg in call.args if isinstance(arg, bytes)]
+        assert sum(arg.count(bytes(command.payload)) for arg in sent) == 1
         assert commit_result(await call.run(redis)).outcome == "ok"
-        hash_now = await stored(redis, f"s{n}")
+        hash_now = await stored(redis, saga_id)
         assert {name: hash_now[name.encode()] for name in after.fields} == after.fields
-        assert payload in hash_now[b"i:charge_payment:0"]
+        return after.state
+
+    for n, sku in enumerate(("s", "s" * 400)):
+        order = msgspec.structs.replace(ORDER, lines=[Line(sku=sku, quantity=1)])
+        await client.start(order_fulfilment, order, saga_id=f"s{n}")
+        started = decode_state(f"s{n}", await stored(redis, f"s{n}"), context="orders", partition=0)
+        charging = await commit(f"s{n}", stock_reserved(started.state))
+        attempt = charging.steps["charge_payment"].attempts[0]
+        declined = StepReplied(
+            id="r2", at_ms=2, step="charge_payment", kind="do", attempt=1, command_id=attempt.command_id,
+            ok=False, error="declined", permanent=True,
+        )  # fmt: skip
+        undoing = await commit(f"s{n}", declined)
+        assert undoing.steps["reserve_stock"].attempts[-1].kind == "undo"
 
 
 async def test_a_malformed_spliced_start_is_refused_before_anything_is_written(redis: bus.Redis) -> None:
