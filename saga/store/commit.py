@@ -44,7 +44,6 @@ from saga.definition.waits import WAITS
 from saga.store.codec import Loaded, expected, new_tag, state_write
 from saga.store.history import encode_entry
 from saga.store.keys import Partition
-from saga.store.records import START_PREFIX
 from saga.store.scripts import TRANSITION
 from saga.store.trust import Seal, orchestrator_of, participant_named
 
@@ -254,11 +253,9 @@ def commit_call(
         revision=revision,
         ignored=decision.ignored,
     )
-    timers, cancels, streams, commands, inputs = _effect_args(
+    timers, cancels, streams, commands = _effect_args(
         partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
     )
-    if inputs:
-        _splice_inputs(changed, inputs)
     terminal = state.status.terminal
     keys = _touched_keys(
         partition,
@@ -350,36 +347,6 @@ def _fixed_keys(partition: Partition) -> tuple[str, str, str, str, str, str]:
     )
 
 
-def _splice_inputs(changed: list[Any], inputs: list[tuple[int, str, bytes]]) -> None:
-    """Send each new attempt start (``i:`` field) in ``changed`` without its command's input.
-
-    ``inputs`` are the commands the same call sends: each one's number among them (from 1),
-    the field of the attempt start it made and its payload. ``transition.lua`` puts the
-    payload back from that command's ``data``, so the hash holds the very bytes encoded here
-    and the payload crosses the wire once. A start that does not hold it is sent whole.
-    """
-    for number, field, payload in inputs:
-        try:
-            at = changed.index(field, 0, len(changed) - 1) + 1
-        except ValueError:  # not written by this call (a branch's start lives in another hash)
-            continue
-        record = changed[at]
-        header = _bin_header(len(payload))
-        offset = record.find(payload) - len(header)
-        if offset >= 0 and record.startswith(header, offset):
-            tail = record[offset + len(header) + len(payload) :]
-            changed[at] = b"\0%d:%d:%b%b" % (number, offset, record[:offset], tail)
-
-
-def _bin_header(size: int) -> bytes:
-    """The MessagePack bin header of ``size`` bytes, the shortest (as msgspec writes it)."""
-    if size < 0x100:
-        return b"\xc4" + size.to_bytes(1, "big")
-    if size < 0x10000:
-        return b"\xc5" + size.to_bytes(2, "big")
-    return b"\xc6" + size.to_bytes(4, "big")
-
-
 def _effect_args(
     partition: Partition,
     state: SagaState,
@@ -388,18 +355,15 @@ def _effect_args(
     cause: str,
     now_ms: int,
     seal: Seal | None,
-) -> tuple[list[Any], list[str], list[str], list[Any], list[tuple[int, str, bytes]]]:
+) -> tuple[list[Any], list[str], list[str], list[Any]]:
     """The effects as the transition's sections: timers to start, timers to cancel, messages.
 
-    Messages come as their stream keys (one each) and, in the same order, their fields;
-    then each command's number among them (from 1), its attempt's start field and its
-    payload, for :func:`_splice_inputs`.
+    Messages come as their stream keys (one each) and, in the same order, their fields.
     """
     timers: list[Any] = []
     cancels: list[str] = []
     streams: list[str] = []
     messages: list[Any] = []
-    inputs: list[tuple[int, str, bytes]] = []
     me = orchestrator_of(state.context)
     signing = seal is not None and seal.enabled
     for effect in effects:
@@ -407,10 +371,6 @@ def _effect_args(
         if isinstance(effect, Dispatch):
             envelope = command_envelope(state, effect, partition, cause=cause, now_ms=now_ms)
             streams.append(partition.commands(effect.participant).key)
-            record = state.steps.get(effect.step)
-            if record is not None:  # the attempt it starts is the step's last one
-                start = f"{START_PREFIX}{effect.step}:{len(record.attempts) - 1}"
-                inputs.append((len(streams), start, envelope.payload))
             if not effect.participant.startswith("_"):  # _local, _waits, _child: the orchestrator's own
                 audience = participant_named(effect.participant)
         elif isinstance(effect, StartTimer):
@@ -434,7 +394,7 @@ def _effect_args(
             envelope = seal.sign(envelope, audience)
         fields = envelope.field_args()
         messages += (len(fields) // 2, *fields)
-    return timers, cancels, streams, messages, inputs
+    return timers, cancels, streams, messages
 
 
 PARENT_REPORT: Final = "ParentReport"

@@ -36,9 +36,7 @@
 -- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
 --                                          among them (n > 0 whenever anything changed), in
 --       the hash's order: a changed status first and, for a new saga, its name and version
---       next (the script reads the status and name@version there, or in the hash); a
---       value that starts with a zero byte is an attempt's start ('i:' field) whose input
---       is a command's payload this call sends, put back here (see with_input below)
+--       next (the script reads the status and name@version there, or in the hash)
 -- then: n, n × (timer id, due, stored event)   timers to start; due is a delay in ms from
 --       now, or '@' followed by an absolute time in ms (both judged by one clock); the
 --       stored event is '<len>:<saga id><event JSON>' (see TimerTemplate.stored)
@@ -117,52 +115,13 @@ end
 
 local now = clock_ms(ARGV[2])
 
--- an attempt's start sent without its input, '\0<command>:<head length>:<head><tail>': the
--- input is the payload ('data', its last field) of the call's command number <command>,
--- put back between head and tail as a MessagePack bin (the record commit.py encoded)
-local function command_data(number)
-  local at = 13 + nfields * 2 + nstart * 3 + ncancel -- the first command's field count
-  for _ = 2, number do
-    at = at + tonumber(ARGV[at]) * 2 + 1
-  end
-  return ARGV[at + tonumber(ARGV[at]) * 2]
-end
-
-local function bin(data)
-  local size = #data
-  if size < 256 then
-    return string.char(0xc4, size) .. data
-  elseif size < 65536 then
-    return string.char(0xc5, math.floor(size / 256), size % 256) .. data
-  end
-  return string.char(0xc6, math.floor(size / 16777216), math.floor(size / 65536) % 256,
-    math.floor(size / 256) % 256, size % 256) .. data
-end
-
-local function with_input(name, value)
-  local number, head_length, from = string.match(string.sub(value, 2), '^(%d+):(%d+):()')
-  number = tonumber(number)
-  if string.sub(name, 1, 2) ~= 'i:' or not number or number < 1 or number > ncommands then
-    return nil
-  end
-  local head_end = from + tonumber(head_length)
-  return string.sub(value, from + 1, head_end) .. bin(command_data(number)) .. string.sub(value, head_end + 1)
-end
-
 local i = 9
 local revision = current
 if nfields > 0 then
   revision = current + 1
   local fields = {'rev', revision}
   for f = 1, nfields * 2 do
-    local value = ARGV[i + f]
-    if f % 2 == 0 and string.byte(value, 1) == 0 then
-      value = with_input(ARGV[i + f - 1], value)
-      if not value then
-        return redis.error_reply('ERR transition: a spliced field is malformed (' .. ARGV[i + f - 1] .. ')')
-      end
-    end
-    fields[#fields + 1] = value
+    fields[#fields + 1] = ARGV[i + f]
   end
   redis.call('HSET', saga, unpack(fields))
 end
