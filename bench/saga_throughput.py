@@ -33,7 +33,10 @@ the child process holding only the participants'), to price signing beside the s
 Fields: ``rate_per_s`` (sagas/s), ``p50_ms``/``p99_ms`` (start -> completed, seen by the
 orchestrator), ``cpu_us_per_unit`` (client CPU per saga, all processes),
 ``redis_cpu_us_per_unit`` (the Redis server's CPU per saga, from ``INFO cpu``: every
-client's, so run it on a server nothing else uses), ``cmds_per_saga`` (top-level Redis
+client's, so run it on a server nothing else uses), ``redis_script_us_per_unit`` (the time
+Redis spent inside scripts and functions per saga, ``FCALL``/``EVALSHA``/``EVAL`` with the
+commands they call, from ``INFO commandstats``: steadier than the CPU, which also counts the
+server's reading and replying), ``cmds_per_saga`` (top-level Redis
 commands sent per saga, counted in the client), ``sent_bytes_per_saga`` (bytes the Redis
 server read from its clients per saga, from ``INFO stats``' ``total_net_input_bytes``: every
 client's), ``bytes_per_saga`` (Redis memory per completed saga, retention off).
@@ -407,6 +410,7 @@ async def measure(
 ) -> dict[str, object]:
     memory_before = await used_memory(redis)
     server_before = await server_cpu_s(redis)
+    scripts_before = await script_time_s(redis)
     sent_before = await bytes_received(redis)
     COMMANDS[0] = 0
     cpu, wall = time.process_time(), time.perf_counter()
@@ -414,6 +418,7 @@ async def measure(
     wall = time.perf_counter() - wall
     cpu = time.process_time() - cpu
     server = await server_cpu_s(redis) - server_before
+    scripts = await script_time_s(redis) - scripts_before
     sent = await bytes_received(redis) - sent_before
     latencies = sorted(tracker.latencies)
     return {
@@ -422,6 +427,7 @@ async def measure(
         "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
         "cpu_s": cpu,
         "redis_cpu_us_per_unit": round(server / count * 1e6, 1),
+        "redis_script_us_per_unit": round(scripts / count * 1e6, 1),
         "sent_bytes_per_saga": round(sent / count),
         "commands": COMMANDS[0],
         "memory_before": memory_before,
@@ -454,6 +460,13 @@ async def used_memory(redis: bus.Redis) -> int:
 async def bytes_received(redis: bus.Redis) -> int:
     """Bytes the Redis server has read from its clients (every client's, as for the CPU)."""
     return int((await redis.info("stats"))["total_net_input_bytes"])
+
+
+async def script_time_s(redis: bus.Redis) -> float:
+    """Seconds Redis has spent running scripts and functions (every client's, as for the CPU)."""
+    stats = await redis.info("commandstats")
+    names = ("fcall", "evalsha", "eval")
+    return sum(float(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in names) / 1e6
 
 
 async def server_cpu_s(redis: bus.Redis) -> float:
