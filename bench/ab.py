@@ -4,8 +4,9 @@
         [-- any bench/saga_throughput.py arguments]
 
 ``BEFORE`` and ``AFTER`` are git revisions of this repository (a commit, a branch,
-``HEAD~1``) or ``.`` for the working tree as it is. Each revision is checked out with
-``git worktree add --detach`` into a temporary folder, removed at the end. Every round runs
+``HEAD~1``), ``.`` for the working tree as it is, or the path of another tree (a
+worktree with uncommitted changes). Each revision is checked out with ``git worktree add
+--detach`` into a temporary folder, removed at the end. Every round runs
 ``bench/saga_throughput.py`` from each tree in turn (before, after, before, after, …), with
 ``PYTHONPATH`` set to that tree and the same arguments (by default ``--sagas 1000 --serial
 200 --shapes inflight100,serial --procs 1 --signing on``), so that the machine's drift
@@ -41,9 +42,9 @@ FLOOR = ".floor"
 
 @contextmanager
 def checked_out(revision: str) -> Iterator[Path]:
-    """A tree of ``revision`` (``.``: this working tree), removed when done."""
-    if revision == ".":
-        yield REPOSITORY
+    """A tree of ``revision``, removed when done (``.`` or a folder: that tree, kept)."""
+    if revision == "." or Path(revision).is_dir():
+        yield REPOSITORY if revision == "." else Path(revision).resolve()
         return
     with tempfile.TemporaryDirectory(prefix="redsaga-ab-") as parent:
         tree = Path(parent) / "tree"
@@ -111,8 +112,8 @@ def medians(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("before", help="a git revision, or . for the working tree")
-    parser.add_argument("after", help="a git revision, or . for the working tree")
+    parser.add_argument("before", help="a git revision, . for the working tree, or a tree's folder")
+    parser.add_argument("after", help="a git revision, . for the working tree, or a tree's folder")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--redis-url", default=os.environ.get("REDSAGA_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
