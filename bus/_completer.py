@@ -32,9 +32,7 @@ class Completer:
     """Collects script calls from many handlers and sends them together.
 
     While one pipeline is in flight, new calls queue up and go in the next one, so batches
-    grow with load and a lone call is sent at once: by the caller itself when it waits for
-    the result and nothing is in flight (one event-loop turn less than a hand-over to the
-    flushing task), else by the flushing task. A connection failure keeps the batch and
+    grow with load and a lone call is sent at once. A connection failure keeps the batch and
     retries it with back-off: every call is idempotent and fenced, so a repeat is harmless.
     Calls queued with ``retry=False`` (reads, claims whose caller handles the failure) get
     the :class:`~bus.RedisUnavailable` error instead.
@@ -89,13 +87,7 @@ class Completer:
                 done.set_result(None)
 
         for index, call in enumerate(calls):
-            self._queue.append((call, functools.partial(finished, index), retry))
-        self._idle.clear()
-        if self._sending.locked():  # a batch is in flight: these go in the next one
-            self._wake.set()
-        else:  # nothing in flight: sent from this task, one event-loop turn sooner
-            async with self._sending:
-                await self._send_queued(once=True)
+            self.submit(call, functools.partial(finished, index), retry=retry)
         await done
         return results
 
@@ -120,13 +112,7 @@ class Completer:
         async with self._sending:
             await self._send_queued()
 
-    async def _send_queued(self, *, once: bool = False) -> None:
-        """Send the queue, batch after batch, until it is empty.
-
-        ``once``: a caller's own send (:meth:`call_many`); after the first batch delivered,
-        what queued meanwhile is left to the flushing task. A send cut short (cancelled)
-        puts its batch back for the flushing task: every call is safe to repeat.
-        """
+    async def _send_queued(self) -> None:
         backoff = Backoff(self._clock)
         while self._queue:
             batch, self._queue = self._queue, []
@@ -134,10 +120,6 @@ class Completer:
             sent = time.perf_counter()
             try:
                 replies = await run_batch(self._redis, calls)
-            except asyncio.CancelledError:
-                self._queue = batch + self._queue
-                self._wake.set()
-                raise
             except RedisUnavailable as error:
                 kept = [item for item in batch if item[2]]
                 _deliver([item for item in batch if not item[2]], [error] * (len(batch) - len(kept)))
@@ -159,9 +141,6 @@ class Completer:
                     for index, result in zip(indexes, reply, strict=True):
                         results[index] = result
             _deliver(batch, results)
-            if once and self._queue:
-                self._wake.set()
-                return
         self._idle.set()
 
 

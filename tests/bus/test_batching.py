@@ -11,7 +11,6 @@ import pytest
 
 import bus
 import bus._batcher as batcher_module
-import bus._completer as completer_module
 from bus._batcher import Batcher
 from bus._clock import SystemClock
 from bus._completer import Completer
@@ -209,79 +208,3 @@ async def test_publishing_many_raises_the_first_error(redis: bus.Redis) -> None:
     with pytest.raises(bus.RedisCommandError, match="WRONGTYPE"):
         await bus.Publisher(redis).publish_many(items)
     assert await redis.xlen("rs:{orders:0}:other") == 1  # calls before the failing one stand
-
-
-async def test_a_lone_caller_sends_its_own_batch_and_a_later_one_waits_for_the_flusher(
-    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Nothing in flight: the waiting caller sends at once, no flushing task needed. While a
-    batch is in flight, what comes next queues for the flushing task, all in one batch."""
-    senders: list[tuple[str, int]] = []
-    release = asyncio.Event()
-    run_batch = completer_module.run_batch
-
-    async def watched(client: bus.Redis, calls: list[object], **options: Any) -> list[object]:
-        task = asyncio.current_task()
-        senders.append((task.get_name() if task else "", len(calls)))
-        if len(senders) == 1:
-            await release.wait()  # hold the first batch in flight
-        return await run_batch(client, calls, **options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(completer_module, "run_batch", watched)
-    completer = Completer(redis, SystemClock())
-    results: list[object] = []
-
-    async def one(key: str) -> None:
-        results.append(await completer.call(CommandCall(("HGETALL", key))))
-
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as group:
-            flusher = asyncio.ensure_future(completer.run())
-            flusher.set_name("flusher")
-            first = asyncio.ensure_future(one("a"))
-            first.set_name("caller")
-            await anyio.wait_all_tasks_blocked()
-            later = [asyncio.ensure_future(one(key)) for key in ("b", "c")]
-            await anyio.wait_all_tasks_blocked()
-            release.set()
-            await asyncio.gather(first, *later)
-            flusher.cancel()
-            group.cancel_scope.cancel()
-    assert senders == [("caller", 1), ("flusher", 2)]
-    assert results == [{}, {}, {}]
-
-
-async def test_a_caller_cancelled_while_sending_leaves_its_batch_to_the_flusher(
-    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A send cut short is sent again by the flushing task, and the others waiting on the
-    same batch get their results (every call is safe to repeat)."""
-    await redis.set("n", 0)
-    attempts: list[int] = []
-    run_batch = completer_module.run_batch
-
-    async def stalling(client: bus.Redis, calls: list[object], **options: Any) -> list[object]:
-        attempts.append(len(calls))
-        if len(attempts) == 1:
-            await asyncio.Event().wait()  # the first send never ends: its caller is cancelled
-        return await run_batch(client, calls, **options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(completer_module, "run_batch", stalling)
-    completer = Completer(redis, SystemClock())
-    other: list[object] = []
-
-    def noted(result: object) -> None:
-        other.append(result)
-
-    with anyio.fail_after(10):
-        completer.submit(CommandCall(("INCR", "n")), noted)  # queued before the caller sends
-        caller = asyncio.ensure_future(completer.call(CommandCall(("GET", "n"))))
-        await anyio.wait_all_tasks_blocked()  # the caller's send of both stalls
-        flusher = asyncio.ensure_future(completer.run())
-        await anyio.wait_all_tasks_blocked()  # the flusher waits for the caller's send
-        caller.cancel()
-        await completer.wait_idle()
-        flusher.cancel()
-    assert attempts == [2, 2]
-    assert other == [1]
-    assert caller.cancelled()
