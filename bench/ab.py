@@ -36,7 +36,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
-DEFAULT_ARGS = ("--sagas", "1000", "--serial", "200", "--shapes", "inflight100,serial", "--procs", "1")
+DEFAULT_ARGS = (
+    "--sagas", "1000", "--serial", "200", "--shapes", "inflight100,serial", "--procs", "1", "--signing", "on",
+)  # fmt: skip
 FLOOR = ".floor"
 
 
@@ -100,14 +102,14 @@ def medians(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((line["tree"], line["name"]), []).append(line)
     summary = []
     for (tree, name), runs in groups.items():
-        numbers = {
-            key: round(statistics.median(run[key] for run in runs), 3)
-            for key, value in runs[0].items()
-            if isinstance(value, int | float) and not isinstance(value, bool) and key != "round"
-            if all(isinstance(run.get(key), int | float) for run in runs)
-        }
+        keys = [key for key in runs[0] if key != "round" and all(_is_number(run.get(key)) for run in runs)]
+        numbers = {key: round(statistics.median(run[key] for run in runs), 3) for key in keys}
         summary.append({"name": f"{name}.median", "tree": tree, "rounds": len(runs), **numbers})
     return summary
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def main() -> None:
@@ -123,7 +125,7 @@ def main() -> None:
     args = parser.parse_args(given[:split])
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    arguments = given[split + 1 :] or [*DEFAULT_ARGS, "--signing", "on"]
+    arguments = given[split + 1 :] or list(DEFAULT_ARGS)
     everything: list[dict[str, Any]] = []
     with ExitStack() as stack:
         trees = {

@@ -41,6 +41,25 @@ def test_the_summary_is_the_median_over_rounds_per_tree_and_line() -> None:
     assert summary["after"]["rate_per_s"] == 4.0
 
 
+def test_a_revision_is_checked_out_apart_and_removed_afterwards() -> None:
+    with ab.checked_out("HEAD") as tree:
+        assert tree != ab.REPOSITORY
+        assert (tree / "bench" / "ab.py").is_file()
+    assert not tree.exists()
+    with ab.checked_out(".") as here:
+        assert here == ab.REPOSITORY
+
+
+def test_a_revision_that_does_not_exist_is_a_one_line_error() -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "no-such-revision", ".", "--rounds", "1"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 1
+    [line] = run.stderr.strip().splitlines()  # git's own words follow, as git says them
+    assert line.startswith("cannot check out 'no-such-revision': ")
+
+
 def test_two_revisions_run_alternately_from_their_own_trees() -> None:
     require_server("Redis", REDIS_URL)
     url = REDIS_URL.rsplit("/", 1)[0] + "/13"  # the benchmark flushes its database
