@@ -77,7 +77,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 import bus
 from bus._auth import KEYRING_ENV, encode_keyrings, load_keyrings
-from bus._connection import FastConnection
+from bus._redispy import LeanConnection
 from bus.tracing import use_tracer_provider
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
@@ -105,7 +105,7 @@ from saga.store.keys import Partition
 # -- counting top-level commands in the client ---------------------------------------------
 
 COMMANDS = [0]
-_pack_command = FastConnection.pack_command
+_pack_command = LeanConnection.pack_command
 
 
 def _count(self, *args):  # type: ignore[no-untyped-def]
@@ -114,7 +114,7 @@ def _count(self, *args):  # type: ignore[no-untyped-def]
     return _pack_command(self, *args)
 
 
-FastConnection.pack_command = _count  # type: ignore[method-assign]
+LeanConnection.pack_command = _count  # type: ignore[method-assign]
 
 CONFIG = EngineConfig(retention_s=0, auth=bus.SIGNING_OFF)  # the defaults; retention off to count bytes
 ORCHESTRATOR_APP = App("bench-orders", sagas=[order_fulfilment])

@@ -9,15 +9,19 @@ server emulating Redis 7.0, each URL its own server, for the demo and fast unit 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Final, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisError
 
 from bus._cluster import cluster_client, is_cluster_url
 from bus._config import ClientConfig
-from bus._connection import FastConnection, FastPool
+from bus._errors import InvalidRedisURL
+from bus._redispy import LeanPool, pool_options
 
 URL_ENV: Final = "REDSAGA_REDIS_URL"
 MEMORY_URL: Final = "memory://"
@@ -56,8 +60,35 @@ def connect(url: str | None = None, config: ClientConfig | None = None) -> Redis
         # The cluster client has the same command methods; its batches are split by node
         # (bus/_cluster.py), so the engine treats it as the one client type it knows.
         return cast(Redis, cluster_client(url, options))
-    pool = FastPool.from_url(url, connection_class=FastConnection, **options)
+    try:
+        # redis-py's reading of the URL (TLS, credentials, query options win over the
+        # defaults above, as in redis-py's from_url), with the lean twin of its connection class
+        pool = LeanPool(**{**options, **pool_options(url)})
+        # one connection built (not opened) now, so an option its class does not take, or a
+        # value it refuses, fails here rather than at the first command
+        pool.connection_class(**pool.connection_kwargs)
+    except (ValueError, TypeError, RedisError) as error:  # redis-py's: a bad scheme, option or value
+        raise InvalidRedisURL(redacted(url), _reason(error)) from None
     return redis.Redis.from_pool(pool)
+
+
+def _reason(error: Exception) -> str:
+    text = str(error)
+    if isinstance(error, TypeError) and "ssl_" in text:  # a TLS option on a plain-text URL
+        option = text.rsplit("'", 2)[-2] if text.count("'") >= 2 else "a TLS option"
+        return f"{option} is a TLS option: use a rediss:// URL"
+    return text
+
+
+def redacted(url: str) -> str:
+    """``url`` with the password of its userinfo (and a ``password`` query option) as ``***``."""
+    parts = urlsplit(url)
+    user, at, _host = parts.netloc.rpartition("@")
+    netloc = parts.netloc
+    if at and ":" in user:
+        netloc = f"{user.split(':', 1)[0]}:***@{_host}"
+    query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def is_embedded(client: Redis) -> bool:

@@ -12,7 +12,7 @@ batch of calls over several partitions is ``bus/_cluster_batch.py``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Final, cast
@@ -21,8 +21,16 @@ from urllib.parse import urlsplit, urlunsplit
 from redis import exceptions as rx
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.asyncio.connection import Connection, SSLConnection, parse_url
+from redis.asyncio.connection import parse_url
 from redis.crc import key_slot
+
+from bus._redispy import (
+    LeanPool,
+    LeanTCPConnection,
+    close_cluster,
+    node_of_slot,
+    use_cluster_connection_class,
+)
 
 CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 """Cluster URL schemes and the plain scheme of each (TLS or not)."""
@@ -53,41 +61,12 @@ def cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
         kwargs["ssl"] = True
     # redis-py's per-node pool does not wait for a free connection: the pool size is a cap
     kwargs.pop("timeout", None)
-    connection_class = _GuardedSSLConnection if kwargs.get("ssl") else _GuardedConnection
     client = ClusterClient(startup_nodes=[ClusterNode(host, port) for host, port in nodes], **kwargs)
     if not kwargs.get("ssl"):  # the lean connection is plain TCP; over TLS every batch takes redis-py's path
         auth = {k: kwargs[k] for k in ("username", "password") if kwargs.get(k) is not None}
         client.lean_options = {**options, **auth}
-    client.nodes_manager.connection_kwargs["connection_class"] = connection_class  # nodes found later
-    for node in client.nodes_manager.startup_nodes.values():  # rebuilt by redis-py with its class
-        node.connection_class = connection_class
+    use_cluster_connection_class(client, tls=bool(kwargs.get("ssl")))
     return client
-
-
-class _Guarded(Connection):
-    """A connection whose write fails as a lost link when another task dropped it meanwhile.
-
-    redis-py's cluster client disconnects a node's idle connections after a connection
-    error (``disconnect_free_connections``) while they stay in the free list, so a task can
-    take one, and find its writer gone in the middle of the send: an ``AttributeError`` from
-    inside redis-py, which no caller retries. Here it is redis-py's ``ConnectionError``,
-    which the cluster client retries on a fresh connection.
-    """
-
-    async def _send_packed_command(self, command: Iterable[bytes]) -> None:
-        writer = self._writer
-        if writer is None:
-            raise rx.ConnectionError("the connection was closed under this command (a node was recycled)")
-        writer.writelines(command)
-        await writer.drain()
-
-
-class _GuardedConnection(_Guarded):
-    """:class:`_Guarded` over TCP."""
-
-
-class _GuardedSSLConnection(_Guarded, SSLConnection):
-    """:class:`_Guarded` over TLS."""
 
 
 _HOLDING: ContextVar[bool] = ContextVar("redsaga_cluster_gate", default=False)
@@ -123,12 +102,9 @@ class ClusterClient(RedisCluster):
         """The lean single-server client of master ``node`` (``host:port``), made on first use."""
         client = self._lean.get(node)
         if client is None:
-            # bus._connection imports this module: imported here, once per master
-            from bus._connection import FastConnection, FastPool  # noqa: PLC0415
-
             host, _, port = node.rpartition(":")
             options = dict(self.lean_options or {})
-            pool = FastPool(connection_class=FastConnection, host=host, port=int(port), **options)
+            pool = LeanPool(connection_class=LeanTCPConnection, host=host, port=int(port), **options)
             client = self._lean[node] = Redis.from_pool(pool)
         return client
 
@@ -157,14 +133,15 @@ class ClusterClient(RedisCluster):
         return _GatedPipeline(self, transaction)  # type: ignore[abstract]  # as concrete as redis-py's own
 
     async def aclose(self) -> None:
-        """Drop idle connections now and busy ones when released; re-read the slot map on next use."""
-        self._initialize = True
-        for nodes in (self.nodes_manager.nodes_cache, self.nodes_manager.startup_nodes):
-            for node in list(nodes.values()):
-                node.update_active_connections_for_reconnect()
-                await node.disconnect_free_connections()
-        for lean in self._lean.values():  # idle ones only: a busy one is closed by its own error
-            await lean.connection_pool.disconnect(inuse_connections=False)
+        """Close every connection (the owner's close), or only idle ones when redis-py closes it.
+
+        Which of the two is redis-py's to decide (:func:`bus._redispy.close_cluster`): before
+        8.2 it closes the client itself to re-read the slot map, and that close must not cut
+        connections in use; the slot map is then read again on the next command.
+        """
+        fully = await close_cluster(self, super().aclose)
+        for lean in self._lean.values():  # a busy one is closed by its own error
+            await lean.connection_pool.disconnect(inuse_connections=fully)
 
 
 class _GatedPipeline(ClusterPipeline):
@@ -213,4 +190,4 @@ def slot_of(key: str) -> int:
 
 def owner_of(client: Any, slot: int) -> str:
     """``host:port`` of the master serving ``slot`` as ``client`` last read the slot map."""
-    return str(cast("RedisCluster", client).nodes_manager.get_node_from_slot(slot).name)
+    return str(node_of_slot(cast("RedisCluster", client), slot).name)

@@ -36,6 +36,7 @@ from bus._backoff import Backoff
 from bus._clock import SystemClock
 from bus._cluster import ClusterClient, primaries
 from bus._errors import LibraryExists, translate
+from bus._redispy import node_of_slot, reread_slot_map
 
 _RETRYABLE: Final = (*RedisCluster.ERRORS_ALLOW_RETRY, rx.TryAgainError, rx.MasterDownError)
 _REDIRECTED: Final = (rx.AskError, rx.TryAgainError, rx.ClusterDownError)  # MovedError is an AskError
@@ -103,7 +104,7 @@ class _Batch:
         for index in todo:
             key = _key_of(self.commands[index])
             try:
-                node = None if key is None else client.nodes_manager.get_node_from_slot(client.keyslot(key))
+                node = None if key is None else node_of_slot(client, client.keyslot(key))
             except rx.SlotNotCoveredError:
                 node = None
             if node is None:
@@ -170,7 +171,7 @@ async def _routed(client: RedisCluster, commands: Sequence[Command], wait: Comma
         if key is None:
             pipe.execute_command(*args)
         else:
-            node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+            node = node_of_slot(client, client.keyslot(key))
             nodes[node.name] = node
             pipe.execute_command(*args, target_nodes=node)
     if wait is None:
@@ -183,7 +184,7 @@ async def _routed(client: RedisCluster, commands: Sequence[Command], wait: Comma
 async def _reread_slots(client: RedisCluster) -> None:
     """Re-read the slot map (a replica may have taken over a lost master)."""
     try:
-        await client.nodes_manager.initialize()
+        await reread_slot_map(client)
     except (rx.RedisError, rx.RedisClusterException):
         return  # no node answers yet: the next attempt tries again
 

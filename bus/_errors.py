@@ -20,6 +20,7 @@
     ├── MalformedEntry          a stream entry cannot be decoded into an envelope
     ├── Unauthenticated         a stream entry is not signed, or not by a principal that may write it
     ├── AuthError               a keyring or principal name is unusable (configuration)
+    ├── InvalidRedisURL         a Redis URL that cannot be used as written (configuration)
     ├── PayloadTooLarge         a message is over the configured size limit
     ├── DefinitionError         a handler or subscription is declared wrongly
     └── HandlerFailure          raised by handlers to say how a failure should be treated
@@ -213,6 +214,21 @@ class Unauthenticated(BusError):
 
 class AuthError(BusError):
     """A keyring or a principal name is unusable: a configuration problem, not an entry's."""
+
+
+class InvalidRedisURL(BusError, ValueError):
+    """A Redis URL that cannot be used as written; nothing was opened.
+
+    An unknown scheme, an option redis-py does not take, or TLS asked for where the
+    connection would not speak it.
+
+    ``url`` is the URL with its password masked; ``reason`` says what is wrong with it.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"unusable Redis URL {url}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class PayloadTooLarge(BusError):

@@ -111,6 +111,7 @@ EXPORTS: dict[str, list[str]] = {
         "GroupMissing",
         "GroupStats",
         "HandlerFailure",
+        "InvalidRedisURL",
         "Keyring",
         "LeaseLost",
         "LetterFilter",

@@ -8,7 +8,7 @@ import pytest
 import redis
 import redis.asyncio
 from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.asyncio.retry import Retry
 
 import bus
 from tests.faults.proxy import FaultProxy, Mode, ThreadedProxy

@@ -1,0 +1,234 @@
+"""One test per redis-py internal that bus/_redispy.py uses (its docstring numbers them).
+
+A redis-py release that moves one of them fails here, naming it, rather than slowing the lean
+paths down, breaking a cluster failover or turning TLS off somewhere else. These run in both
+of CI's dependency runs, on the newest and the lowest redis-py the declared range admits.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import gc
+import inspect
+import textwrap
+import warnings
+from importlib.metadata import version
+
+import pytest
+from redis import exceptions as rx
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+
+import bus
+from bus import _redispy
+from bus._cluster import cluster_client, owner_of, slot_of
+from bus._connection import is_lean, send_batch
+
+pytestmark = pytest.mark.anyio
+
+REDIS_PY = version("redis")
+
+
+def moved(internal: str) -> str:
+    return f"redis-py {REDIS_PY} changed {internal}: update bus/_redispy.py (and its docstring's list)"
+
+
+async def test_1_the_parser_reads_one_reply_at_a_time(real_redis: bus.Redis) -> None:
+    pool = real_redis.connection_pool
+    connection = await pool.get_connection()
+    try:
+        assert callable(getattr(getattr(connection, "_parser", None), "read_response", None)), moved(
+            "Connection._parser.read_response"
+        )
+        await connection.send_packed_command(connection.pack_commands([("PING",), ("ECHO", "x")]))
+        assert await connection._parser.read_response() == b"PONG", moved("Connection._parser.read_response")
+        assert await connection._parser.read_response() == b"x", moved("Connection._parser.read_response")
+    finally:
+        await pool.release(connection)
+
+
+async def test_2_a_connected_connection_writes_to_its_stream_writer(real_redis: bus.Redis) -> None:
+    pool = real_redis.connection_pool
+    connection = await pool.get_connection()
+    try:
+        writer = getattr(connection, "_writer", None)
+        assert isinstance(writer, asyncio.StreamWriter), moved("Connection._writer")
+    finally:
+        await pool.release(connection)
+
+
+async def test_3_the_host_error_text_names_the_server(real_redis: bus.Redis) -> None:
+    connection = await real_redis.connection_pool.get_connection()
+    try:
+        host_error = getattr(connection, "_host_error", None)
+        assert callable(host_error), moved("Connection._host_error")
+        assert str(connection.port) in host_error(), moved("Connection._host_error")
+    finally:
+        await real_redis.connection_pool.release(connection)
+
+
+async def test_4_a_read_moves_the_next_health_check(real_redis: bus.Redis) -> None:
+    connection = await real_redis.connection_pool.get_connection()
+    try:
+        assert connection.health_check_interval, "bus.connect sets a health-check interval"
+        connection.next_health_check = 0
+        await connection.send_packed_command(connection.pack_commands([("PING",)]))
+        assert await connection.read_replies(1) == [b"PONG"]
+        assert connection.next_health_check > asyncio.get_running_loop().time(), moved(
+            "Connection.next_health_check"
+        )
+        # and redis-py's health check is still the one that reads it
+        assert "next_health_check" in inspect.getsource(Connection.check_health), moved(
+            "Connection.next_health_check"
+        )
+    finally:
+        await real_redis.connection_pool.release(connection)
+
+
+async def test_5_redis_py_writes_through_the_guarded_send(real_redis_url: str) -> None:
+    sent: list[int] = []
+
+    class Counting(_redispy.GuardedTCPConnection):
+        async def _send_packed_command(self, command: object) -> None:
+            sent.append(1)
+            await super()._send_packed_command(command)  # type: ignore[arg-type]
+
+    port = int(real_redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+    connection = Counting(host="127.0.0.1", port=port, protocol=2)
+    try:
+        await connection.connect()
+        before = len(sent)
+        await connection.send_command("PING")
+        assert await connection.read_response() == b"PONG"
+        assert len(sent) == before + 1, moved("Connection._send_packed_command (send_packed_command's write)")
+        writer, connection._writer = connection._writer, None  # as redis-py's disconnect leaves it
+        with pytest.raises(rx.ConnectionError, match="closed under this command"):
+            await connection._send_packed_command([b"*1\r\n$4\r\nPING\r\n"])
+        connection._writer = writer
+    finally:
+        await connection.disconnect()
+
+
+async def test_6_the_pool_has_what_the_checkout_without_a_wait_needs(real_redis: bus.Redis) -> None:
+    pool = real_redis.connection_pool
+    assert isinstance(pool, _redispy.LeanPool)
+    for name in (*_redispy._LEAN_POOL_NEEDS, "_in_maintenance"):
+        assert hasattr(pool, name), moved(f"BlockingConnectionPool.{name}")
+    assert _redispy._ReleasedEvent is not None, moved("redis.event.AsyncAfterConnectionReleasedEvent")
+    assert pool.lean_checkout, moved("the blocking pool's internals")
+    free = list(pool._available_connections)
+    connection = await pool.get_connection()
+    assert connection in pool._in_use_connections, moved("BlockingConnectionPool._in_use_connections")
+    await pool.release(connection)
+    assert connection in pool._available_connections, moved("BlockingConnectionPool._available_connections")
+    assert len(pool._available_connections) == max(len(free), 1)
+
+
+def test_7_cluster_nodes_connect_with_the_guarded_class() -> None:
+    for scheme, expected, tls in (
+        ("redis+cluster", _redispy.GuardedTCPConnection, None),
+        ("rediss+cluster", _redispy.GuardedTLSConnection, SSLConnection),
+    ):
+        client = cluster_client(f"{scheme}://127.0.0.1:7000,127.0.0.1:7001", {})
+        manager = client.nodes_manager
+        assert manager.connection_kwargs.get("connection_class") is expected, moved(
+            "NodesManager.connection_kwargs"
+        )
+        for node in manager.startup_nodes.values():
+            assert node.connection_class is expected, moved("ClusterNode.connection_class")
+        # a node learnt later is built from the manager's kwargs, as redis-py does
+        later = ClusterNode("127.0.0.1", 7002, **manager.connection_kwargs)
+        assert later.connection_class is expected, moved("ClusterNode(**connection_kwargs)")
+        if tls:
+            assert issubclass(later.connection_class, tls)
+
+
+def test_8_the_close_rule_matches_the_installed_redis_py() -> None:
+    in_place = hasattr(RedisCluster, "_request_refresh")
+    assert _redispy.REFRESHES_IN_PLACE is in_place
+    if in_place:
+        # from 8.2 on redis-py's own code never closes the client: only its owner does
+        callers = {
+            node.name
+            for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(RedisCluster))))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and "self.aclose()" in ast.unparse(node)
+        }
+        owners = {"close", "_release_usage", "__aexit__"}  # the owner's close, by name or context
+        assert callers <= owners, moved(f"who calls RedisCluster.aclose ({sorted(callers - owners)})")
+    else:
+        for name in ("update_active_connections_for_reconnect", "disconnect_free_connections"):
+            assert callable(getattr(ClusterNode, name, None)), moved(f"ClusterNode.{name}")
+        assert "_initialize" in inspect.getsource(RedisCluster.__init__), moved("RedisCluster._initialize")
+
+
+@pytest.mark.cluster
+async def test_8_a_closed_cluster_client_leaves_nothing_for_its_finalizer() -> None:
+    from tests.cluster import shared_cluster
+
+    client = bus.connect(shared_cluster().url)
+    await client.set("{x}k", "v")
+    assert await send_batch(client, [("GET", "{x}k")]) == [b"v"]
+    await client.aclose()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del client
+        gc.collect()
+    assert [str(w.message) for w in caught] == [], moved("RedisCluster.aclose / __del__")
+
+
+@pytest.mark.cluster
+async def test_9_the_master_of_a_slot_and_a_new_read_of_the_slot_map() -> None:
+    from tests.cluster import shared_cluster
+
+    client = bus.connect(shared_cluster().url)
+    try:
+        await client.ping()
+        owner = owner_of(client, slot_of("{orders:0}:x"))
+        await _redispy.reread_slot_map(client)  # type: ignore[arg-type]
+        assert owner_of(client, slot_of("{orders:0}:x")) == owner, moved("NodesManager.initialize")
+        assert owner.count(":") == 1, moved("NodesManager.get_node_from_slot")
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "base", "lean"),
+    [
+        ("redis://127.0.0.1:6379/0", Connection, True),
+        ("rediss://127.0.0.1:6379/0", SSLConnection, True),
+        ("unix:///tmp/redis.sock", UnixDomainSocketConnection, False),
+    ],
+)
+async def test_the_lean_class_is_always_a_subclass_of_redis_pys_own(url: str, base: type, lean: bool) -> None:
+    """The TLS rule: whatever redis-py picks for a URL, the pool's class is that class."""
+    client = bus.connect(url)
+    try:
+        connection_class = client.connection_pool.connection_class
+        assert issubclass(connection_class, base)
+        assert is_lean(client) is lean
+    finally:
+        await client.aclose()
+
+
+def test_a_tls_url_never_gets_a_connection_class_without_tls() -> None:
+    with pytest.raises(ValueError, match="does not speak it"):
+        _redispy.lean_connection_class("rediss://h:1/0", Connection)
+    assert _redispy.lean_connection_class("rediss://h:1/0", SSLConnection) is _redispy.LeanTLSConnection
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://u:hunter2@127.0.0.1:6379/0", "scheme"),
+        ("redis://u:hunter2@127.0.0.1:6379/0?socket_timeout=soon", "socket_timeout"),
+        ("redis://u:hunter2@127.0.0.1:6379/0?ssl_ca_certs=/ca.pem", "ssl_ca_certs"),
+    ],
+)
+def test_an_unusable_url_is_one_error_with_the_password_hidden(url: str, reason: str) -> None:
+    with pytest.raises(bus.InvalidRedisURL) as caught:
+        bus.connect(url)
+    assert "hunter2" not in str(caught.value)
+    assert "u:***@" in caught.value.url
+    assert reason in str(caught.value) or reason == "scheme"
