@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench
+.PHONY: demo test test-lowest lint bench
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV) && $(VENV)/bin/pip install -q -e '.[dev]' && touch $@
 
@@ -11,6 +11,15 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# The suite on the lowest versions the declared runtime ranges allow (as CI runs it).
+test-lowest:
+	python3 -m venv .venv-lowest && .venv-lowest/bin/pip install -q uv
+	python3 .ci/lowest.py > .venv-lowest/runtime.in
+	.venv-lowest/bin/uv pip compile -q --resolution lowest-direct --python .venv-lowest/bin/python \
+		.venv-lowest/runtime.in -o .venv-lowest/lowest.txt
+	.venv-lowest/bin/pip install -q -c .venv-lowest/lowest.txt -e '.[dev]'
+	.venv-lowest/bin/python -m pytest
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy

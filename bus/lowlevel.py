@@ -26,6 +26,7 @@ from bus._epoch import EPOCH_COPY_PATTERN
 from bus._errors import redis_errors
 from bus._log import get_logger
 from bus._outcomes import encode_result, reply_envelope, reply_to_command
+from bus._ride_through import RideThrough, rides_through
 from bus._scripts import (
     CommandCall,
     Library,
@@ -54,6 +55,7 @@ __all__ = [
     "Batcher",
     "CommandCall",
     "Library",
+    "RideThrough",
     "Script",
     "ScriptCall",
     "acks_of",
@@ -74,6 +76,7 @@ __all__ = [
     "redis_errors",
     "reply_envelope",
     "reply_to_command",
+    "rides_through",
     "role_of",
     "run_batch",
     "shared_helpers",

@@ -105,6 +105,17 @@ def _create_pg_database() -> str:
     return urlunparse(urlparse(_PG_SERVER_DSN)._replace(path=f"/{name}"))
 
 
+REPORTED_VERSIONS = ("redis", "hiredis", "msgspec", "anyio", "fakeredis", "typer", "structlog", "psycopg")
+"""The runtime dependencies whose resolved versions head every run (CI runs the newest and the lowest)."""
+
+
+def pytest_report_header() -> str:
+    """The versions of the runtime dependencies this run resolved."""
+    from importlib.metadata import version
+
+    return "runtime dependencies: " + ", ".join(f"{name} {version(name)}" for name in REPORTED_VERSIONS)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Start this session's servers before any test module is imported."""
     global REDIS_URL, PG_DSN  # noqa: PLW0603 - set once, before collection imports them

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from bus import Clock, DeadLetter, LetterFilter, Stream, SystemClock, dead_letters
-from bus.lowlevel import redis_errors
+from bus.lowlevel import RideThrough, redis_errors, rides_through
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, replay_history
 from saga.core.states import SagaStatus
@@ -83,6 +83,8 @@ class SagaReader:
         self._extra_participants = list(participants)
         self.principal = self.config.auth.signer_for("operator", "orchestrator")
         """How the operator signs what it sends (``None`` with signing off)."""
+        self.ride_through = RideThrough(self.clock, self.config.unavailable_deadline_s)
+        """What retries the reads here while Redis is unavailable (a failover, a restart)."""
         self.client = SagaClient(
             redis,
             self.registry or Registry([]),
@@ -94,14 +96,17 @@ class SagaReader:
 
     # -- sagas ---------------------------------------------------------------------------------
 
+    @rides_through
     async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
         """The saga's current state (:class:`SagaNotFound` if no context holds it)."""
         return (await self._read(saga_id, context))[1]
 
+    @rides_through
     async def history(self, saga_id: str, *, context: str | None = None) -> list[HistoryEntry]:
         """Every history entry of the saga, oldest first."""
         return (await self._read(saga_id, context))[2]
 
+    @rides_through
     async def inspect(
         self,
         saga_id: str,
@@ -139,6 +144,7 @@ class SagaReader:
         found.graph = diagram
         return found
 
+    @rides_through
     async def list(
         self,
         *,
@@ -166,6 +172,7 @@ class SagaReader:
             self.redis, partitions, query, now_ms=await self.now_ms(), offset=offset, limit=limit, total=total
         )
 
+    @rides_through
     async def tally(
         self,
         *,
@@ -198,6 +205,7 @@ class SagaReader:
             waiting=waiting,
         )
 
+    @rides_through
     async def count(
         self,
         *,
@@ -213,10 +221,12 @@ class SagaReader:
         )
         return tally.total
 
+    @rides_through
     async def counts(self, *, context: str | None = None) -> builtins.list[SagaCount]:
         """Sagas per definition, version and status (from the counters)."""
         return await saga_counts(self.redis, self._partitions(context))
 
+    @rides_through
     async def export(self, saga_id: str, *, context: str | None = None) -> Trace:
         """The saga's trace: definition version, input data, every event with its outputs."""
         partition, state, entries = await self._read(saga_id, context)
@@ -246,6 +256,7 @@ class SagaReader:
         signer = await self._signer(definition, state, exact=True)
         return replay_history(definition, entries, saga_id=saga_id, partition=partition.index, signer=signer)
 
+    @rides_through
     async def stats(
         self,
         *,
@@ -288,6 +299,7 @@ class SagaReader:
             return [PartitionKeys(tag).dead_letters for tag in tags]
         return [p.dead_letters for p in self._partitions(context)]
 
+    @rides_through
     async def dead_letters(
         self,
         where: LetterFilter | None = None,
@@ -300,6 +312,7 @@ class SagaReader:
         streams = self.dead_letter_streams(context=context, tags=tags)
         return await dead_letters(self.redis, streams, where, limit=limit)
 
+    @rides_through
     async def dead_letter(
         self, letter_id: str, *, context: str | None = None, tags: Sequence[str] = ()
     ) -> DeadLetter:

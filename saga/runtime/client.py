@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, derived_id, uuid7
-from bus.lowlevel import Batcher, acks_of, redis_errors
+from bus.lowlevel import Batcher, RideThrough, acks_of, redis_errors, rides_through
 from bus.tracing import trace_headers
 from saga.core.decider import start as decide_start
 from saga.core.model import ParentLink, SagaState, Started
@@ -84,6 +84,8 @@ class SagaClient:
         self._shapes: dict[tuple[str, str, int], Shape | None] = {}
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
         self._cache = cache
+        self.ride_through = RideThrough(self.clock, self.config.unavailable_deadline_s)
+        """What retries this client's calls while Redis is unavailable (a failover, a restart)."""
 
     async def signer(self, context: str) -> Signer:
         """The resume-token signer of ``context`` (loaded once).
@@ -108,6 +110,7 @@ class SagaClient:
         """
         return self.orchestrates(context)
 
+    @rides_through
     async def verifier(self, context: str) -> TokenVerifier:
         """What checks ``context``'s tokens here.
 
@@ -174,6 +177,7 @@ class SagaClient:
         with start_span(definition, saga_id, partition.inbox.key, trace) as kept:
             return await self._start(definition, saga_id, encoded, partition, event, trace=kept)
 
+    @rides_through
     async def _start(
         self,
         definition: Saga[Any],
@@ -245,14 +249,26 @@ class SagaClient:
         auth = self.config.auth
         return not auth.enabled or orchestrator_of(context) in auth.keyrings
 
+    @rides_through
     async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
         """The saga's current state, branches included (:class:`SagaNotFound` if there is none)."""
-        partition = self._partition(self.registry.context(context).name, saga_id)
+        return await self._load(self._partition(self.registry.context(context).name, saga_id), saga_id)
+
+    @rides_through
+    async def _load(self, partition: Partition, saga_id: str) -> SagaState:
         loaded = await load_saga(self.redis, partition, saga_id)
         if loaded is None:
             raise SagaNotFound(saga_id)
         return loaded.state
 
+    @rides_through
+    async def _deliver(self, partition: Partition, envelope: Envelope) -> None:
+        """Put ``envelope`` on the partition's inbox (a repeat of the same id is deduped)."""
+        await self._publisher.publish_envelope(
+            partition.inbox, envelope, audience=inbox_audience(partition.context)
+        )
+
+    @rides_through
     async def query(self, saga_id: str, *, context: str | None = None) -> SagaQuery:
         """The saga's status, current step, what it waits for (until when) and its deadline.
 
@@ -287,10 +303,7 @@ class SagaClient:
         """
         ref = (await self.verifier(peek(token).context)).verify(token, now_ms=self.clock.now_ms())
         partition = Partition(ref.context, ref.partition)
-        loaded = await load_saga(self.redis, partition, check_saga_id(ref.saga_id))
-        if loaded is None:
-            raise SagaNotFound(ref.saga_id)
-        state = loaded.state
+        state = await self._load(partition, check_saga_id(ref.saga_id))
         check_wait(
             ref,
             context=ref.context,
@@ -313,9 +326,7 @@ class SagaClient:
                 created_at_ms=self.clock.now_ms(),
                 headers=trace_headers(*trace),
             )
-            await self._publisher.publish_envelope(
-                partition.inbox, envelope, audience=inbox_audience(ref.context)
-            )
+            await self._deliver(partition, envelope)
         return envelope.id
 
     async def _signal_data(self, state: SagaState, step: str, data: object) -> bytes:
@@ -352,15 +363,12 @@ class SagaClient:
         """Put an operator request for ``saga_id`` on its partition's inbox."""
         state = await self.get(saga_id, context=context)
         partition = Partition(state.context, state.partition)
-        envelope_id = uuid7()
-        await self._publisher.publish_envelope(
-            partition.inbox,
-            _request_envelope(
-                envelope_id, kind, saga_id, request, source=self.source, now=self.clock.now_ms()
-            ),
-            audience=inbox_audience(state.context),
+        envelope = _request_envelope(
+            uuid7(), kind, saga_id, request, source=self.source, now=self.clock.now_ms()
         )
+        await self._deliver(partition, envelope)
 
+    @rides_through
     async def list(
         self, status: SagaStatus | str, *, context: str | None = None, limit: int = 100
     ) -> list[str]:
@@ -374,6 +382,7 @@ class SagaClient:
             ids += [m.decode() for m in members]
         return ids[:limit]
 
+    @rides_through
     async def counts(self, *, context: str | None = None) -> dict[tuple[str, str], int]:
         """Number of sagas per (``name@version``, status), summed over the partitions."""
         ctx = self.registry.context(context)

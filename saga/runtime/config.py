@@ -61,6 +61,10 @@ class EngineConfig:
         partitions: Serve only these partition indexes of each context (its sagas, inbox,
             timers and the participants' command streams there); several workers divide a
             context's partitions this way (``saga worker --partitions 0-3``). Empty: all.
+        unavailable_deadline_s: How long a client call (``SagaClient``, ``TaskClient``, the
+            CLI, the demo) keeps retrying while Redis is unavailable (a cluster failover, a
+            restart) before it raises ``bus.RedisUnavailable``. The default outlasts a
+            failover with a ``cluster-node-timeout`` of 15 s; 0 fails at once.
 
     """
 
@@ -84,6 +88,7 @@ class EngineConfig:
     schedule_recheck_ms: int = 1_000
     health_file: str | None = field(default_factory=health_file_from_env)
     partitions: tuple[int, ...] = ()
+    unavailable_deadline_s: float = 30.0
 
     def serves(self, index: int) -> bool:
         """Whether this worker serves partition ``index`` (every one when none are named)."""
@@ -120,7 +125,7 @@ class EngineConfig:
             raise ValueError("EngineConfig event buffer and schedule settings must be positive")
         if any(index < 0 for index in self.partitions) or len(set(self.partitions)) != len(self.partitions):
             raise ValueError("EngineConfig.partitions must be distinct indexes >= 0")
-        if self.token_ttl_s < 0:
-            raise ValueError("EngineConfig.token_ttl_s must be >= 0")
+        if self.token_ttl_s < 0 or self.unavailable_deadline_s < 0:
+            raise ValueError("EngineConfig.token_ttl_s and unavailable_deadline_s must be >= 0")
         if self.signal_secret is not None and len(self.signal_secret) < 16:
             raise ValueError("EngineConfig.signal_secret must have at least 16 characters")

@@ -26,6 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from bus import Bus, Clock, Envelope, Publisher, SystemClock
+from bus.lowlevel import RideThrough, rides_through
 from redsaga.ids import derived_id
 from saga.core import task_rules as rules
 from saga.core.task_rules import Task, TaskChange, TaskLog
@@ -269,6 +270,10 @@ class TaskClient:
         self.engine = TaskEngine(
             store or RedisTaskStore(redis), clock or SystemClock(), publisher, source=source
         )
+        self.ride_through = RideThrough(self.engine.clock, config.unavailable_deadline_s)
+        """What retries this client's calls while Redis is unavailable (a failover, a restart).
+
+        An action whose reply was lost is decided again on the task as stored."""
 
     @classmethod
     async def from_redis(
@@ -296,6 +301,7 @@ class TaskClient:
         contexts = [known.context(context)] if context else list(known.contexts.values())
         return [Partition(c.name, i) for c in contexts for i in range(c.partitions)]
 
+    @rides_through
     async def list(
         self, *, role: str = "", user: str = "", context: str | None = None, limit: int = 100
     ) -> builtins.list[Task]:
@@ -306,10 +312,12 @@ class TaskClient:
         ]
         return sorted(found, key=lambda t: (t.due_ms, t.id))[:limit]
 
+    @rides_through
     async def show(self, task_id: str) -> Task:
         """The task, in whatever state (:class:`TaskNotFound`)."""
         return await self.engine.task(task_id)
 
+    @rides_through
     async def log(self, saga_id: str, *, context: str | None = None) -> builtins.list[TaskLog]:
         """Every task action of saga ``saga_id``, oldest first."""
         from saga.store.keys import partition_of  # noqa: PLC0415 - a helper of the keys module
@@ -319,20 +327,24 @@ class TaskClient:
             Partition(ctx.name, partition_of(saga_id, ctx.partitions)), saga_id
         )
 
+    @rides_through
     async def claim(self, task_id: str, *, by: str) -> Task:
         """Claim the task for ``by`` for ``claim_ttl_ms`` (claim again to keep it)."""
         return await self._act(
             task_id, by, "claim", lambda t, now: rules.claimed(t, by, now, self.claim_ttl_ms)
         )
 
+    @rides_through
     async def release(self, task_id: str, *, by: str) -> Task:
         """Give the claim back."""
         return await self._act(task_id, by, "release", lambda t, now: rules.released(t, by, now))
 
+    @rides_through
     async def reassign(self, task_id: str, to: Assignee, *, by: str) -> Task:
         """Give the task to another role or user (any claim ends)."""
         return await self._act(task_id, by, "reassign", lambda t, now: rules.reassigned(t, by, now, to.key))
 
+    @rides_through
     async def complete(self, task_id: str, answer: object, *, by: str) -> Task:
         """Answer the task; the saga resumes with ``answer`` (checked against the form first)."""
         task = await self.engine.task(task_id)
@@ -392,6 +404,7 @@ class TaskClient:
             raise InvalidAnswer(task.id, form=task.form, reason=str(error)) from error
         return _json.encode(checked)
 
+    @rides_through
     async def fire_due(self, context: str | None = None) -> int:
         """Fire the due reminders and escalation steps of ``context``'s tasks (the worker does this)."""
         return await self.engine.fire_due(self.partitions(context))

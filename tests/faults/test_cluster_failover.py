@@ -103,3 +103,25 @@ async def test_every_saga_ends_once_when_one_of_three_loaded_masters_is_killed(
         assert [after[i] for i in lost] == [fresh_cluster.node_of(replica)] * len(lost), (
             "the client did not follow the new topology"
         )
+
+
+async def test_a_client_starting_sagas_one_after_another_rides_through_a_master_kill(
+    fresh_cluster: LocalCluster, tmp_path: Path, pg_dsn: str
+) -> None:
+    """The client's side of a failover: starts go on, one after another, through the seconds in
+    which the partition's slot has no master (refused connections, then ``CLUSTERDOWN`` until
+    the replica is promoted); each call retries until it lands, and every saga ends once."""
+    async with open_scenario(fresh_cluster.url, pg_dsn, tmp_path / "logs") as scenario:
+        workers = [await scenario.worker("w1"), await scenario.worker("w2")]
+        master = await _master_of_the_load(scenario)
+        replica = fresh_cluster.replica_of(master)
+        ids: list[str] = []
+        for n, order in enumerate(scenario.mixed(SAGAS, prefix="steady")):
+            if n == SAGAS // 3:
+                fresh_cluster.kill(master)
+            ids += await scenario.start([order])
+        assert fresh_cluster.processes[master].poll() is not None
+        fresh_cluster.wait_promoted(replica)
+        await scenario.check(ids, timeout=120, dead_letters=0)
+        assert all(w.alive for w in workers), "a worker died in the failover"
+        assert await _master_of_the_load(scenario) == replica

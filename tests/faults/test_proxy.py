@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis
 import redis.asyncio
-from redis.backoff import NoBackoff
 from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 import bus
 from tests.faults.proxy import FaultProxy, Mode, ThreadedProxy
