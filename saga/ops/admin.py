@@ -130,13 +130,23 @@ class SagaAdmin(SagaReader):
 
     # -- acting --------------------------------------------------------------------------------
 
-    async def start(self, definition: str | Saga[Any], data: object, *, saga_id: str | None = None) -> str:
+    async def start(
+        self,
+        definition: str | Saga[Any],
+        data: object,
+        *,
+        saga_id: str | None = None,
+        wait_s: float | None = None,
+    ) -> str:
         """Start a saga of ``definition`` (a saga, ``name`` or ``name@version``) with ``data``.
 
         ``data`` is the data object, or its JSON (bytes or text), validated against the
         definition's data type before anything is written. The history records the start
         as by this admin's operator. With ``saga_id`` the start is idempotent: an existing
         saga with equal data is returned, one with other data raises :class:`StartConflict`.
+        A start by request (signing on, no orchestrator keyring here) waits up to ``wait_s``
+        (default: this client's) for the orchestrator's verdict, as
+        :meth:`SagaClient.start <saga.SagaClient.start>` does.
         """
         saga = definition if isinstance(definition, Saga) else self._named(definition)
         if isinstance(data, bytes | str):
@@ -144,7 +154,8 @@ class SagaAdmin(SagaReader):
                 data = msgspec.json.decode(data, type=saga.data_type)
             except msgspec.DecodeError as error:  # ValidationError included
                 raise InvalidInput(f"data is not a valid {saga.data_type.__name__}: {error}") from error
-        return await self.client.start(saga, data, saga_id=saga_id, by=self.by)
+        wait = self.wait_s if wait_s is None else wait_s
+        return await self.client.start(saga, data, saga_id=saga_id, by=self.by, wait_s=wait)
 
     async def cancel(
         self, saga_id: str, *, reason: str = "", context: str | None = None, wait_s: float | None = None
