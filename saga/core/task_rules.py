@@ -279,6 +279,10 @@ def fired(task: Task, stage: Stage, now_ms: int, *, failed: msgspec.Raw, default
     """
     change = _begin(task)
     change.untimers.append(timer_member(task.id, stage))
+    if stage == "due" and task.escalated:
+        # Another worker's firing of this same timer escalated the task first: only the
+        # "final" timer of the extended due time may end it now.
+        return change
     if stage == "remind":
         change.outgoing.append(_notice(task, "reminder"))
         change.note(now_ms, "reminded", "engine", f"via {task.notify}")
