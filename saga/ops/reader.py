@@ -18,6 +18,8 @@ import builtins
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from bus import Clock, DeadLetter, LetterFilter, Stream, SystemClock, dead_letters
 from bus.lowlevel import redis_errors
 from saga.core.model import HistoryEntry, SagaState
@@ -46,6 +48,15 @@ from saga.store.tasks import RedisTaskStore
 from saga.versions.catalogue import Catalogue
 
 _STAND_IN_KEY = b"redsaga: predicting commands, never sent"
+
+
+class LetterPage(msgspec.Struct, kw_only=True):
+    """A page of dead letters, oldest first per stream; pass ``next_offset`` as ``offset`` for the next."""
+
+    letters: builtins.list[DeadLetter]
+    offset: int
+    limit: int
+    next_offset: int | None
 
 
 class SagaReader:
@@ -299,6 +310,28 @@ class SagaReader:
         """The letters matching ``where`` (all when ``None``), oldest first."""
         streams = self.dead_letter_streams(context=context, tags=tags)
         return await dead_letters(self.redis, streams, where, limit=limit)
+
+    async def dead_letter_page(
+        self,
+        where: LetterFilter | None = None,
+        *,
+        context: str | None = None,
+        tags: Sequence[str] = (),
+        limit: int = 100,
+        offset: int = 0,
+    ) -> LetterPage:
+        """One page of the letters matching ``where``: ``limit`` of them from ``offset``.
+
+        ``next_offset`` says whether more letters match (``None``: this is the last page).
+        """
+        found = await self.dead_letters(where, context=context, tags=tags, limit=offset + limit + 1)
+        more = len(found) > offset + limit
+        return LetterPage(
+            letters=found[offset : offset + limit],
+            offset=offset,
+            limit=limit,
+            next_offset=offset + limit if more else None,
+        )
 
     async def dead_letter(
         self, letter_id: str, *, context: str | None = None, tags: Sequence[str] = ()
