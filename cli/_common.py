@@ -57,6 +57,9 @@ def app_option(help_text: str) -> Any:
     return typer.Option("--app", envvar=APP_ENV, help=help_text, show_default=False, metavar="MODULE:ATTR")
 
 
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
 class CommandError(Exception):
     """A failure to report as one line and exit code 1 (bad input, unknown id, …)."""
 
@@ -91,6 +94,11 @@ def real_redis_url(url: str | None) -> str:
         raise UsageProblem(
             f"no Redis to use: pass --redis-url URL or set {bus.URL_ENV} "
             "(only saga demo runs on an embedded Redis)"
+        )
+    scheme = resolved.partition("://")[0] if "://" in resolved else ""
+    if scheme not in _REDIS_SCHEMES:  # the URL itself may hold a password: name its scheme only
+        raise UsageProblem(
+            f"the Redis URL's scheme {scheme!r} is not one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}"
         )
     return resolved
 

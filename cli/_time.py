@@ -9,9 +9,9 @@ import msgspec
 import typer
 
 from redsaga.cli._common import (
-    CommandError,
     Json,
     RedisUrl,
+    UsageProblem,
     app_option,
     emit_json,
     emit_line,
@@ -244,7 +244,7 @@ def create(
     against the definition too.
     """
     if start_at is not None and start_at.tzinfo is None:
-        raise CommandError("--start-at needs a UTC offset (e.g. 2026-12-01T09:00:00+01:00)")
+        raise UsageProblem("--start-at needs a UTC offset (e.g. 2026-12-01T09:00:00+01:00)")
     try:
         spec = msgspec.convert(
             {
@@ -263,8 +263,8 @@ def create(
             },
             type=Schedule,
         )
-    except msgspec.ValidationError as error:
-        raise CommandError(str(error)) from error
+    except msgspec.ValidationError as error:  # an unparsable cron, zone, date: bad usage
+        raise UsageProblem(str(error)) from error
     registry = _registry(app_ref) if app_ref else None
     info = _with_client(redis_url, context, lambda c: c.create(spec, replace=replace), registry)
     _show([info], json_output)
