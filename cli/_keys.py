@@ -130,8 +130,8 @@ def issue(
         Path,
         typer.Option(
             "--out",
-            help="Where to write: a file for --principal (- for stdout), else a directory with "
-            "<principal>.keyring.json per principal.",
+            help="Where to write: a file for --principal (- for stdout), else a directory (created "
+            "if missing) with <principal>.keyring.json per principal.",
         ),
     ] = Path(),
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite existing keyring files.")] = False,
@@ -154,10 +154,11 @@ def issue(
         write_secret_file(target, content, replace=replace)
         written.append((str(target), sorted(k.principal for k in keyrings)))
     else:
-        if not out.is_dir():
+        if out.exists() and not out.is_dir():
             raise typer.BadParameter(
                 f"{out} is not a directory (name one, or pass --principal)", param_hint="--out"
             )
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)  # it will hold secrets: owner only
         for name, held in keyrings_by_process(app, reach).items():
             target = out / f"{name.replace(':', '.')}.keyring.json"
             write_secret_file(target, encode_keyrings(issue_keyrings(secrets, reach, held)), replace=replace)

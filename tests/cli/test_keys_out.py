@@ -1,0 +1,30 @@
+"""``saga keys issue --out DIR`` writes one keyring file per process into DIR, creating it."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from redsaga.cli.main import app
+
+runner = CliRunner()
+APP_REF = "redsaga.examples.all:app"
+
+
+def test_keys_issue_creates_the_directory_it_writes_to(tmp_path: Path) -> None:
+    master = tmp_path / "master.json"
+    assert runner.invoke(app, ["keys", "generate", "--master", str(master)]).exit_code == 0
+    out = tmp_path / "keyrings" / "prod"
+    issued = runner.invoke(
+        app, ["keys", "issue", "--master", str(master), "--app", APP_REF, "--out", str(out)]
+    )
+    assert issued.exit_code == 0, issued.output
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert (out / "orchestrator.orders.keyring.json").exists()
+    not_a_directory = runner.invoke(
+        app, ["keys", "issue", "--master", str(master), "--app", APP_REF, "--out", str(master)]
+    )
+    assert not_a_directory.exit_code == 2
+    assert "is not a directory" in not_a_directory.stderr
