@@ -19,6 +19,7 @@ from redsaga.cli._common import (
     reporting_errors,
     with_redis,
 )
+from redsaga.cli._format import when
 from redsaga.cli._load import load_app
 from saga import Registry, SagaClient, Schedule, ScheduleClient
 from saga.definition.schedule import ScheduleState
@@ -76,10 +77,6 @@ def signal(
 schedule_app = typer.Typer(help="Schedules: start sagas on a cron expression or at a later time.")
 
 
-def _fmt(ms: int | None) -> str:
-    return "-" if ms is None else datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
-
-
 def _with_client(redis_url: str | None, context: str, job: Any, registry: Registry | None = None) -> Any:
     return with_redis(redis_url, lambda redis: job(ScheduleClient(redis, context, registry=registry)))
 
@@ -111,7 +108,7 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
             i.schedule.timezone,
             i.schedule.overlap,
             _state(i.state),
-            _fmt(i.state.next_ms),
+            when(i.state.next_ms),
             i.state.started,
             i.state.skipped,
             len(i.state.runs),
@@ -122,7 +119,7 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
     emit_table(headers, rows, colours={5: lambda cell: "red" if "broken" in cell else None})
     broken = [(i.schedule.id, i.state.broken) for i in infos if i.state.broken is not None]
     for schedule_id, mark in broken:
-        emit_line(f"{schedule_id}: broken since {_fmt(mark.at_ms)}: {mark.reason}")
+        emit_line(f"{schedule_id}: broken since {when(mark.at_ms)}: {mark.reason}")
     if broken:
         emit_line(
             "A broken schedule starts nothing. Name a saga that exists (schedule create --replace), "

@@ -10,6 +10,7 @@ import bus
 from bus import FakeClock
 from saga import App, EngineConfig, SagaClient, SagaWorker
 from saga.core.states import SagaStatus
+from saga.core.times import utc_text
 from saga.definition.human_tasks import User
 from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 from saga.ops.admin import SagaAdmin
@@ -183,8 +184,8 @@ async def test_task_actions_are_in_the_sagas_timeline_and_trace_and_replay_is_un
     rows = [(r.source, r.by or r.event) for r in found.timeline]
     tasks = [r for r in found.timeline if r.source == "task"]
     assert [r.summary for r in tasks] == [
-        f"task approve: opened by engine (for role:managers, due {task.due_ms})",
-        f"task approve: claimed by ann (until {world.clock.now_ms() + CLAIM_TTL_MS})",
+        f"task approve: opened by engine (for role:managers, due {utc_text(task.due_ms)})",
+        f"task approve: claimed by ann (until {utc_text(world.clock.now_ms() + CLAIM_TTL_MS)})",
         "task approve: completed by ann",
     ]
     # merged by time: the claim and the completion come after the task opened, before the signal
