@@ -225,3 +225,22 @@ async def test_claims_follow_redis_time_not_a_skewed_client_clock(real_redis: bu
     assert abs(claimed.claim_until_ms - (redis_now + CLAIM_TTL_MS)) < 60_000
     with pytest.raises(TaskAlreadyClaimed):  # two days ahead on the client's clock, still held
         await tasks.claim(task.id, by="bob")
+
+
+async def test_inspect_shows_the_task_a_saga_waits_for_not_its_signal_wait(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG)
+    found = await admin.inspect(saga_id)
+    assert found.task is not None
+    assert (found.task.id, found.task.assignee, found.task.due_ms) == (task.id, "role:managers", task.due_ms)
+    assert found.waiting_for == (
+        f"a person: task 'approve' for role:managers, due {utc_text(task.due_ms)}, unclaimed; at the due "
+        "time it goes to user:boss, notices is notified, its due time moves 7200 s later, then it fails"
+    )
+    assert b"token" not in msgspec.json.encode(found.task)  # the resume token is a secret
+    await world.tasks.claim(task.id, by="ann")
+    claimed = await admin.inspect(saga_id)
+    until = utc_text(world.clock.now_ms() + CLAIM_TTL_MS)
+    assert f", claimed by ann until {until}; at the due time" in claimed.waiting_for
