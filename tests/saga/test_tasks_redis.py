@@ -244,3 +244,17 @@ async def test_inspect_shows_the_task_a_saga_waits_for_not_its_signal_wait(real_
     claimed = await admin.inspect(saga_id)
     until = utc_text(world.clock.now_ms() + CLAIM_TTL_MS)
     assert f", claimed by ann until {until}; at the due time" in claimed.waiting_for
+
+
+async def test_every_open_task_and_the_overdue_ones_are_listed_without_a_role(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    first = await world.started(500)
+    world.clock.advance(HOUR)
+    second = await world.started(900)
+    assert [t.saga_id for t in await world.tasks.list()] == [first, second]  # soonest due first
+    assert await world.tasks.list(overdue=True) == []
+    world.clock.advance(3.5 * HOUR)  # no worker runs: nothing escalates, the first is past due
+    assert [t.saga_id for t in await world.tasks.list(overdue=True)] == [first]
+    world.clock.advance(HOUR)
+    assert [t.saga_id for t in await world.tasks.list(overdue=True)] == [first, second]
+    assert [t.saga_id for t in await world.tasks.list(role="managers", overdue=True)] == [first, second]
