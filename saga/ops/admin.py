@@ -40,7 +40,7 @@ from saga.core.model import SagaState
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.errors import CodeRequired, InvalidInput
-from saga.ops.forced_output import json_output, typed_output
+from saga.ops.forced_output import json_output, task_answer, typed_output
 from saga.ops.operator_actions import Action, ActionResult, judge, judge_by_state, submit
 from saga.ops.operator_actions import dry_run as preview_result
 from saga.ops.reader import SagaReader
@@ -188,7 +188,8 @@ class SagaAdmin(SagaReader):
 
         ``output`` (an object, or its JSON as bytes or text) is validated against the step's
         output type before anything is sent; a ``reason`` is required and recorded with the
-        operator's name in the history. The saga then continues from that step.
+        operator's name in the history. The saga then continues from that step. For a saga
+        waiting on a human task, ``step`` is the task's name and ``output`` its form's answer.
         """
         if not reason.strip():
             raise InvalidInput("force-complete needs a reason (it is recorded in the history)")
@@ -196,6 +197,7 @@ class SagaAdmin(SagaReader):
         shape = self.catalogue.shape_or_none(state.name, state.version)
         if shape is None:
             raise CodeRequired("force-complete", f"{state.name}@{state.version}")
+        step, output = task_answer(state, step, output, by=self.by)
         raw = json_output(shape, step, output)
         # The decider's verdict first (is this the step to force, now?), then the output type.
         await self._judge(

@@ -258,3 +258,15 @@ async def test_every_open_task_and_the_overdue_ones_are_listed_without_a_role(re
     world.clock.advance(HOUR)
     assert [t.saga_id for t in await world.tasks.list(overdue=True)] == [first, second]
     assert [t.saga_id for t in await world.tasks.list(role="managers", overdue=True)] == [first, second]
+
+
+async def test_force_complete_of_a_task_step_answers_it_and_the_saga_goes_on(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG, by="oncall", wait_s=0)
+    result = await admin.force_complete(saga_id, "approve", '{"approved": true}', reason="approved by phone")
+    assert result.outcome == "queued"  # the worker decides it next
+    await world.idle()
+    state = await world.client.get(saga_id)
+    assert state.status == SagaStatus.COMPLETED
+    assert bytes(state.steps["pay"].output) == b'"paid 500"'  # type: ignore[arg-type]
