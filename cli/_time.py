@@ -21,7 +21,7 @@ from redsaga.cli._common import (
 )
 from redsaga.cli._format import when
 from redsaga.cli._load import load_app
-from saga import Registry, SagaClient, Schedule, ScheduleClient
+from saga import Registry, SagaClient, Schedule, ScheduleClient, Versions
 from saga.definition.schedule import ScheduleState
 from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, ScheduleInfo
 
@@ -104,6 +104,7 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
         [
             i.schedule.id,
             i.schedule.saga,
+            i.schedule.context,
             i.schedule.cron or "once",
             i.schedule.timezone,
             i.schedule.overlap,
@@ -115,8 +116,20 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
         ]
         for i in infos
     ]
-    headers = ["id", "saga", "cron", "zone", "overlap", "state", "next", "started", "skipped", "running"]
-    emit_table(headers, rows, colours={5: lambda cell: "red" if "broken" in cell else None})
+    headers = [
+        "id",
+        "saga",
+        "context",
+        "cron",
+        "zone",
+        "overlap",
+        "state",
+        "next",
+        "started",
+        "skipped",
+        "running",
+    ]
+    emit_table(headers, rows, colours={6: lambda cell: "red" if "broken" in cell else None})
     broken = [(i.schedule.id, i.state.broken) for i in infos if i.state.broken is not None]
     for schedule_id, mark in broken:
         emit_line(f"{schedule_id}: broken since {when(mark.at_ms)}: {mark.reason}")
@@ -130,14 +143,28 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
 
 @schedule_app.command("list")
 @reporting_errors
-def list_schedules(context: ContextOption, redis_url: RedisUrl = None, json_output: Json = False) -> None:
-    """List the context's schedules: policy, state (active, paused, broken), next run, counts.
+def list_schedules(
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context", "-c", help="Only this context's schedules (default: every registered context)."
+        ),
+    ] = None,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """List schedules: context, policy, state (active, paused, broken), next run, counts.
 
     A broken schedule names a saga the worker that fired it does not know; each is listed
     with why under the table. --json prints a list of {schedule, state, revision, due_ms}
     with every field present (docs/time.md).
     """
-    _show(_with_client(redis_url, context, lambda c: c.list()), json_output)
+
+    async def job(redis: Any) -> list[ScheduleInfo]:
+        contexts = [context] if context else await Versions(redis).contexts()
+        return [info for name in contexts for info in await ScheduleClient(redis, name).list()]
+
+    _show(with_redis(redis_url, job), json_output)
 
 
 ScheduleId = Annotated[str, typer.Argument(help="The schedule's id.")]

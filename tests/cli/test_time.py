@@ -176,6 +176,9 @@ async def test_a_schedule_for_an_unknown_saga_is_refused_or_listed_as_broken(
         "(it knows: report)"
     )
     assert advice.startswith("A broken schedule starts nothing.")
+    await worker.register()  # what run() does first: Redis now knows the context
+    everywhere = await saga_cli_async(real_redis_url, "schedule", "list")  # every registered context
+    assert everywhere == (code, output)
     code, output = await saga_cli_async(real_redis_url, "schedule", "list", "-c", "reports", "--json")
     [info] = msgspec.json.decode(output)
     assert set(info) == {"schedule", "state", "revision", "due_ms"}
