@@ -249,7 +249,11 @@ class SagaClient:
         return not auth.enabled or orchestrator_of(context) in auth.keyrings
 
     async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
-        """The saga's current state, branches included (:class:`SagaNotFound` if there is none)."""
+        """The saga's current state, branches included (:class:`SagaNotFound` if there is none).
+
+        ``context`` names the saga's context; it may be left out only when this client's
+        registry has one context (else :class:`UnknownDefinition` asks for it).
+        """
         partition = self._partition(self.registry.context(context).name, saga_id)
         loaded = await load_saga(self.redis, partition, saga_id)
         if loaded is None:
