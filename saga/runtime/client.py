@@ -8,12 +8,11 @@ saga's inbox, so they are decided in order with the replies racing them.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
 
-from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, derived_id, uuid7
+from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, uuid7
 from bus.lowlevel import Batcher, acks_of, redis_errors
 from bus.tracing import trace_headers
 from saga.core.decider import start as decide_start
@@ -151,8 +150,8 @@ class SagaClient:
         :class:`InvalidInput` for data it refuses); the refused request is dead-lettered with
         the reason. No verdict in time raises the retryable :class:`StartPending` (the
         request stays queued). ``wait_s=0`` returns once the request is stored. An id that
-        exists already is judged at once, and a request is sent again when its first copy is
-        gone but still counted by the publish-dedupe window (a lost AOF tail).
+        exists already is judged at once (nothing is sent); each request has an id of its own,
+        so a saga lost with its request (a lost AOF tail) starts again on a repeat.
 
         With tracing on, the start is a span (``saga start <name>``, child of the current
         span) whose trace the saga keeps for everything it sends (``saga/runtime/tracing.py``);
@@ -196,8 +195,8 @@ class SagaClient:
         if not self.orchestrates(definition.context.name):
             request = StartRequest(saga=event.saga, data=event.data, by=event.by, parent=event.parent)
             envelope = Envelope(
-                # a repeat of this very start is deduped; a start with other data is not
-                id=derived_id(saga_id, f"start:{hashlib.sha256(encoded).hexdigest()[:32]}"),
+                # its own id: the verdict awaited is this request's (an earlier one's may be stale)
+                id=uuid7(),
                 type=START,
                 payload=_json.encode(request),
                 source=self.source,

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 import anyio
 import msgspec
 
-from bus import Envelope, Publisher, uuid7
+from bus import Envelope, Publisher
 from bus.lowlevel import redis_errors
 from saga.core.model import SagaState
 from saga.definition.saga import Saga
@@ -90,19 +90,19 @@ async def request_start(
 ) -> str:
     """Send the start request ``envelope`` and wait for its verdict (``SagaClient.start``).
 
-    An id that exists already is judged at once and nothing is sent. A request deduped by
-    the publish window while no saga exists (a copy still queued, or one lost with the saga
-    in a lost AOF tail) is sent again under a fresh id: a repeated start changes nothing.
+    An id that exists already is judged at once and nothing is sent. Each request has an id
+    of its own, so no publish-dedupe record of an earlier one (lost with its saga in a lost
+    AOF tail) swallows it, and no earlier refusal stands for it; a repeated start changes
+    nothing (the orchestrator finds the saga).
     """
     saga_id = envelope.correlation_id
     existing = await load_saga(redis, partition, saga_id)
     if existing is not None:
         check_existing(definition, existing.state, encoded)
         return saga_id
-    audience = inbox_audience(definition.context.name)
-    if await publisher.publish_envelope(partition.inbox, envelope, audience=audience) is None:
-        envelope = msgspec.structs.replace(envelope, id=uuid7())
-        await publisher.publish_envelope(partition.inbox, envelope, audience=audience)
+    await publisher.publish_envelope(
+        partition.inbox, envelope, audience=inbox_audience(definition.context.name)
+    )
     if wait_s <= 0:
         return saga_id
     verdict = await await_verdict(redis, partition, saga_id, envelope.id, wait_s=wait_s)

@@ -141,3 +141,15 @@ async def test_a_start_no_orchestrator_decides_raises_pending_and_starts_when_on
     await world.orchestrator.run_until_idle()
     assert (await world.client.get("V4")).status == SagaStatus.RUNNING
     assert await world.client.start(order_fulfilment, order("V4"), saga_id="V4") == "V4"
+
+
+async def test_a_start_refused_earlier_is_judged_anew_once_the_refusal_no_longer_holds(
+    world: SignedWorld,
+) -> None:
+    versions = Versions(world.redis)
+    await versions.drain("order_fulfilment", 1, context="orders", by="ops")
+    with pytest.raises(VersionDrained):
+        await world.client.start(order_fulfilment, order("V5"), saga_id="V5")
+    await versions.undrain("order_fulfilment", 1, context="orders")
+    await world.redis.delete(PARTITION.inbox.published_key)  # the publish-dedupe window has passed
+    assert await world.client.start(order_fulfilment, order("V5"), saga_id="V5") == "V5"
