@@ -185,11 +185,8 @@ def list_tasks(
     found, now = _with_tasks(redis_url, app_ref, nobody, job, context)
     if json_output:
         emit_json([task_json(t, now) for t in found])
-    elif found:
-        _rows(found, now)
     else:
-        whose = f"role {role}" if role else f"user {user}" if user else "anyone"
-        emit_line(f"no open{' overdue' if overdue else ''} tasks for {whose}")
+        _rows(found, now)
 
 
 @tasks_app.command("show")

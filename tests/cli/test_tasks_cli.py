@@ -249,4 +249,4 @@ def test_without_role_or_user_an_operator_lists_every_open_task(fake: Fake) -> N
     assert [t["due_ms"] for t in listed] == sorted(t["due_ms"] for t in listed)  # soonest due first
     assert "Approve refund r900 of 900" in ok(saga("tasks", "list")).stdout
     # the tasks fall due in 2027 by the test's clock; Redis's clock says they are not overdue
-    assert ok(saga("tasks", "list", "--overdue")).stdout == "no open overdue tasks for anyone\n"
+    assert ok(saga("tasks", "list", "--overdue")).stdout.endswith("\n(none)\n")  # as every empty table
