@@ -116,8 +116,8 @@ def issue(
             "--principal",
             "-p",
             help="A principal this process runs, e.g. orchestrator:orders, participant:payments, "
-            "client:web (repeatable). Default: one keyring file per process of the app (a context's "
-            "orchestrator holds participant:tasks too: the task inbox runs in its worker).",
+            "client:web (repeatable); a context's orchestrator brings participant:tasks along (the task "
+            "inbox runs in its worker). Default: one keyring file per process of the app.",
         ),
     ] = None,
     client: Annotated[
@@ -145,7 +145,11 @@ def issue(
     secrets = read_master(master)
     written: list[tuple[str, list[str]]] = []
     if principal:
-        keyrings = issue_keyrings(secrets, reach, principal)
+        # a process named by its principal holds what the default per-process files give it
+        # (a context's orchestrator runs its task inbox: participant:tasks too)
+        by_process = keyrings_by_process(app, reach)
+        held = list(dict.fromkeys(p for named in principal for p in by_process.get(named, [named])))
+        keyrings = issue_keyrings(secrets, reach, held)
         content = encode_keyrings(keyrings)
         if str(out) == "-":
             sys.stdout.buffer.write(content)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import msgspec
 from typer.testing import CliRunner
 
+from bus._auth import load_keyrings
 from redsaga.cli.main import app
 
 runner = CliRunner()
@@ -28,3 +30,16 @@ def test_keys_issue_creates_the_directory_it_writes_to(tmp_path: Path) -> None:
     )
     assert not_a_directory.exit_code == 2
     assert "is not a directory" in not_a_directory.stderr
+
+
+def test_keys_issue_for_an_orchestrator_holds_its_task_inbox_too(tmp_path: Path) -> None:
+    """As the default per-process file does: the task inbox runs in the orchestrator's worker."""
+    master = tmp_path / "master.json"
+    assert runner.invoke(app, ["keys", "generate", "--master", str(master)]).exit_code == 0
+    out = tmp_path / "orders.keyring.json"
+    args = ["keys", "issue", "--master", str(master), "--app", APP_REF, "-p", "orchestrator:orders"]
+    issued = runner.invoke(app, [*args, "--out", str(out), "--json"])
+    assert issued.exit_code == 0, issued.output
+    [written] = msgspec.json.decode(issued.stdout)["written"]
+    assert written["principals"] == ["orchestrator:orders", "participant:tasks"]
+    assert {k.principal for k in load_keyrings(out)} == {"orchestrator:orders", "participant:tasks"}
