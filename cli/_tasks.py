@@ -180,6 +180,8 @@ def list_tasks(
 
     async def job(client: TaskClient) -> tuple[list[Task], int]:
         found = await client.list(role=role, user=user, context=context, limit=limit, overdue=overdue)
+        if not client.partitions(context):  # an empty list would say "no tasks": not known
+            raise CommandError("no context is registered in this Redis: no worker has run here yet")
         return found, await client.engine.now_ms()
 
     found, now = _with_tasks(redis_url, app_ref, nobody, job, context)

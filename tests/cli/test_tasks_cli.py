@@ -250,3 +250,9 @@ def test_without_role_or_user_an_operator_lists_every_open_task(fake: Fake) -> N
     assert "Approve refund r900 of 900" in ok(saga("tasks", "list")).stdout
     # the tasks fall due in 2027 by the test's clock; Redis's clock says they are not overdue
     assert ok(saga("tasks", "list", "--overdue")).stdout.endswith("\n(none)\n")  # as every empty table
+
+
+def test_listing_before_any_worker_registered_a_context_says_so(fake: Fake) -> None:
+    """An empty list would claim that nobody owes anything; Redis knows no context yet."""
+    result = saga("tasks", "list")
+    one_line_error(result, 1, "no context is registered in this Redis: no worker has run here yet")
