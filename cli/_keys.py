@@ -141,14 +141,23 @@ def issue(
     app = load_object(app_ref)
     if not isinstance(app, App):
         raise typer.BadParameter(f"{app_ref} is a {type(app).__name__}, not a saga.App", param_hint="--app")
-    reach = reach_of(app, clients=client or (), operators=operator or ())
+    # one way to name any principal: -p client:web is --client web, and beside -p,
+    # --client and --operator add their principals to the one file
+    named = [
+        *(principal or ()),
+        *(f"client:{c}" for c in client or ()),
+        *(f"operator:{o}" for o in operator or ()),
+    ]
+    clients = [p.removeprefix("client:") for p in named if p.startswith("client:")]
+    operators = [p.removeprefix("operator:") for p in named if p.startswith("operator:")]
+    reach = reach_of(app, clients=clients, operators=operators)
     secrets = read_master(master)
     written: list[tuple[str, list[str]]] = []
     if principal:
         # a process named by its principal holds what the default per-process files give it
         # (a context's orchestrator runs its task inbox: participant:tasks too)
         by_process = keyrings_by_process(app, reach)
-        held = list(dict.fromkeys(p for named in principal for p in by_process.get(named, [named])))
+        held = list(dict.fromkeys(p for one in named for p in by_process.get(one, [one])))
         keyrings = issue_keyrings(secrets, reach, held)
         content = encode_keyrings(keyrings)
         if str(out) == "-":

@@ -43,3 +43,17 @@ def test_keys_issue_for_an_orchestrator_holds_its_task_inbox_too(tmp_path: Path)
     [written] = msgspec.json.decode(issued.stdout)["written"]
     assert written["principals"] == ["orchestrator:orders", "participant:tasks"]
     assert {k.principal for k in load_keyrings(out)} == {"orchestrator:orders", "participant:tasks"}
+
+
+def test_keys_issue_names_a_client_or_operator_either_way_and_ignores_none(tmp_path: Path) -> None:
+    master = tmp_path / "master.json"
+    assert runner.invoke(app, ["keys", "generate", "--master", str(master)]).exit_code == 0
+    base = ["keys", "issue", "--master", str(master), "--app", APP_REF, "--json"]
+    alone = runner.invoke(app, [*base, "-p", "client:web", "--out", str(tmp_path / "web.json")])
+    assert alone.exit_code == 0, alone.output
+    assert msgspec.json.decode(alone.stdout)["written"][0]["principals"] == ["client:web"]
+    both = runner.invoke(
+        app, [*base, "-p", "client:web", "--operator", "oncall", "--out", str(tmp_path / "both.json")]
+    )
+    assert both.exit_code == 0, both.output
+    assert msgspec.json.decode(both.stdout)["written"][0]["principals"] == ["client:web", "operator:oncall"]
