@@ -16,6 +16,7 @@ from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskCl
 from saga.ops.admin import SagaAdmin
 from saga.runtime.tasks import CLAIM_TTL_MS, TaskClient, role_table
 from saga.store.keys import Partition, partition_of
+from tests.helpers import while_deciding
 from tests.saga.task_sagas import Approval, Refund, lenient, refund
 from tests.saga.test_time_faults import SkewedClock
 
@@ -263,9 +264,13 @@ async def test_every_open_task_and_the_overdue_ones_are_listed_without_a_role(re
 async def test_force_complete_of_a_task_step_answers_it_and_the_saga_goes_on(real_redis: bus.Redis) -> None:
     world = World(real_redis)
     saga_id = await world.started()
-    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG, by="oncall", wait_s=0)
-    result = await admin.force_complete(saga_id, "approve", '{"approved": true}', reason="approved by phone")
-    assert result.outcome == "queued"  # the worker decides it next
+    (task,) = await world.tasks.list(role="managers")
+    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG, by="oncall")
+    done = admin.force_complete(saga_id, "approve", '{"approved": true}', reason="approved by phone")
+    result = await while_deciding(world.worker, done)
+    assert result.outcome == "applied"
+    assert (await world.tasks.show(task.id)).state == "withdrawn"  # nobody answers it again
+    assert await world.tasks.list(role="managers") == []
     await world.idle()
     state = await world.client.get(saga_id)
     assert state.status == SagaStatus.COMPLETED
