@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
 import anyio
 import msgspec
@@ -57,6 +57,9 @@ def app_option(help_text: str) -> Any:
     return typer.Option("--app", envvar=APP_ENV, help=help_text, show_default=False, metavar="MODULE:ATTR")
 
 
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
 class CommandError(Exception):
     """A failure to report as one line and exit code 1 (bad input, unknown id, …)."""
 
@@ -91,6 +94,11 @@ def real_redis_url(url: str | None) -> str:
         raise UsageProblem(
             f"no Redis to use: pass --redis-url URL or set {bus.URL_ENV} "
             "(only saga demo runs on an embedded Redis)"
+        )
+    scheme = resolved.partition("://")[0] if "://" in resolved else ""
+    if scheme not in _REDIS_SCHEMES:  # the URL itself may hold a password: name its scheme only
+        raise UsageProblem(
+            f"the Redis URL's scheme {scheme!r} is not one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}"
         )
     return resolved
 
@@ -222,6 +230,10 @@ NARROWEST_WRAP = 10
 _GAP = 2
 
 
+EMPTY: Final = "(none)"
+"""The line under the headers of an empty table."""
+
+
 def emit_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[object]],
@@ -234,9 +246,13 @@ def emit_table(
     statuses, counts) stay whole, and when even that is too wide the lines are left for
     the terminal to wrap. Elsewhere (a pipe, a file) it is plain text: one line per row,
     columns padded with spaces. Cells of the ``colours`` columns are coloured by their
-    value on a terminal.
+    value on a terminal. An empty table is its headers and ``(none)``, in every command.
     """
     cells = [[cell(value) for value in row] for row in rows]
+    if not cells:
+        emit_line("  ".join(headers), bold=True)
+        emit_line(EMPTY)
+        return
     colours = colours or {}
     natural = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     if not sys.stdout.isatty():

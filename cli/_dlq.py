@@ -61,20 +61,40 @@ def list_letters(
     saga: SagaId = None,
     tag: Tags = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Most letters to show.")] = 100,
+    offset: Annotated[
+        int, typer.Option("--offset", min=0, help="Skip this many matching letters (the next page).")
+    ] = 0,
     app: AppRef = None,
     context: ContextName = None,
     redis_url: RedisUrl = None,
     json: Json = False,
 ) -> None:
-    """List dead letters, oldest first: source stream, type, saga, deliveries, reason."""
+    """List dead letters, oldest first: source stream, type, saga, deliveries, reason.
+
+    Shows at most --limit letters and says when more match, with the --offset of the next
+    page (on stderr with --json, whose output stays the list of letters).
+    """
     where = _where(None, stream, reason, type_, saga)
-    found = with_admin(
-        redis_url, app, lambda admin: admin.dead_letters(where, context=context, tags=tag or [], limit=limit)
+    page = with_admin(
+        redis_url,
+        app,
+        lambda admin: admin.dead_letter_page(
+            where, context=context, tags=tag or [], limit=limit, offset=offset
+        ),
     )
     if json:
-        emit_json(found)
+        emit_json(page.letters)
+        if page.next_offset is not None:
+            emit_line(_more(page.limit, page.next_offset), err=True)
     else:
-        _show.letters(found)
+        _show.letters(page.letters)
+        if page.next_offset is not None:
+            emit_line()
+            emit_line(_more(page.limit, page.next_offset))
+
+
+def _more(limit: int, next_offset: int) -> str:
+    return f"stopped at --limit {limit}: more letters match; next page: --offset {next_offset}"
 
 
 @dlq_app.command("show")

@@ -8,11 +8,10 @@ left out when stdout is not a terminal, so pipes, files and tests see plain text
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import typer
 
 from saga import SagaStatus, StepStatus
+from saga.core.times import utc_text
 from saga.ops.inspect import human_ms, parse_duration
 from saga.ops.text import printable
 
@@ -69,9 +68,7 @@ def outcome_colour(value: str) -> str | None:
 
 def when(ms: int | None) -> str:
     """A Unix-ms time as ``2026-11-29 12:01:03Z`` (UTC), or ``-``."""
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return utc_text(ms) if ms else "-"
 
 
 def ago(ms: int | None) -> str:

@@ -27,7 +27,7 @@ import msgspec
 import typer
 
 import relay
-from redsaga.cli._common import CommandError, Json, emit_json, reporting_errors, run
+from redsaga.cli._common import CommandError, Json, UsageProblem, emit_json, reporting_errors, run
 from redsaga.cli._port import METRICS_PORT_ENV
 from redsaga.cli._relay import Dsn, Prefix
 from saga.runtime.liveness import HEALTH_FILE_ENV, health_file_age_ms
@@ -184,7 +184,7 @@ def ready_command(
     url, status, problems.
     """
     if port is None:
-        raise CommandError(f"no port given: pass --port (or set {METRICS_PORT_ENV})")
+        raise UsageProblem(f"no port given: pass --port (or set {METRICS_PORT_ENV})")
     bracketed = f"[{host}]" if ":" in host else host
     found = check_ready(f"http://{bracketed}:{port}/readyz", timeout_s=timeout)
     _report(found, found.problems, f"ready: {found.url} answered {found.status}", json=json)

@@ -116,8 +116,8 @@ def issue(
             "--principal",
             "-p",
             help="A principal this process runs, e.g. orchestrator:orders, participant:payments, "
-            "client:web (repeatable). Default: one keyring file per process of the app (a context's "
-            "orchestrator holds participant:tasks too: the task inbox runs in its worker).",
+            "client:web (repeatable); a context's orchestrator brings participant:tasks along (the task "
+            "inbox runs in its worker). Default: one keyring file per process of the app.",
         ),
     ] = None,
     client: Annotated[
@@ -130,8 +130,8 @@ def issue(
         Path,
         typer.Option(
             "--out",
-            help="Where to write: a file for --principal (- for stdout), else a directory with "
-            "<principal>.keyring.json per principal.",
+            help="Where to write: a file for --principal (- for stdout), else a directory (created "
+            "if missing) with <principal>.keyring.json per principal.",
         ),
     ] = Path(),
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite existing keyring files.")] = False,
@@ -141,11 +141,24 @@ def issue(
     app = load_object(app_ref)
     if not isinstance(app, App):
         raise typer.BadParameter(f"{app_ref} is a {type(app).__name__}, not a saga.App", param_hint="--app")
-    reach = reach_of(app, clients=client or (), operators=operator or ())
+    # one way to name any principal: -p client:web is --client web, and beside -p,
+    # --client and --operator add their principals to the one file
+    named = [
+        *(principal or ()),
+        *(f"client:{c}" for c in client or ()),
+        *(f"operator:{o}" for o in operator or ()),
+    ]
+    clients = [p.removeprefix("client:") for p in named if p.startswith("client:")]
+    operators = [p.removeprefix("operator:") for p in named if p.startswith("operator:")]
+    reach = reach_of(app, clients=clients, operators=operators)
     secrets = read_master(master)
     written: list[tuple[str, list[str]]] = []
     if principal:
-        keyrings = issue_keyrings(secrets, reach, principal)
+        # a process named by its principal holds what the default per-process files give it
+        # (a context's orchestrator runs its task inbox: participant:tasks too)
+        by_process = keyrings_by_process(app, reach)
+        held = list(dict.fromkeys(p for one in named for p in by_process.get(one, [one])))
+        keyrings = issue_keyrings(secrets, reach, held)
         content = encode_keyrings(keyrings)
         if str(out) == "-":
             sys.stdout.buffer.write(content)
@@ -154,10 +167,11 @@ def issue(
         write_secret_file(target, content, replace=replace)
         written.append((str(target), sorted(k.principal for k in keyrings)))
     else:
-        if not out.is_dir():
+        if out.exists() and not out.is_dir():
             raise typer.BadParameter(
                 f"{out} is not a directory (name one, or pass --principal)", param_hint="--out"
             )
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)  # it will hold secrets: owner only
         for name, held in keyrings_by_process(app, reach).items():
             target = out / f"{name.replace(':', '.')}.keyring.json"
             write_secret_file(target, encode_keyrings(issue_keyrings(secrets, reach, held)), replace=replace)

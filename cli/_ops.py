@@ -16,7 +16,7 @@ from redsaga.cli import _show
 from redsaga.cli._common import CommandError, Json, RedisUrl, emit_json, emit_line, emit_text
 from redsaga.cli._format import duration_option
 from redsaga.cli._session import QUEUED_EXIT, AppRef, By, ContextName, Reason, Wait, with_admin
-from saga import SagaAdmin, SagaStatus
+from saga import SagaAdmin, SagaStatus, StartPending
 from saga.ops.operator_actions import ActionResult
 from saga.ops.trace import encode_trace
 
@@ -334,16 +334,41 @@ def start(
     saga_id: Annotated[
         str | None, typer.Option("--id", help="The saga id (starting the same id twice returns the saga).")
     ] = None,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0,
+            help="Seconds to wait for the orchestrator's verdict on a start by request (signing on, "
+            f"no orchestrator keyring here). Exit code {QUEUED_EXIT} if it is still undecided.",
+        ),
+    ] = 10.0,
+    no_wait: Annotated[
+        bool,
+        typer.Option("--no-wait", help="Return once the start request is stored (fire and forget)."),
+    ] = False,
     app: AppRef = None,
     redis_url: RedisUrl = None,
     json: Json = False,
 ) -> None:
-    """Start a saga by hand; prints its id. Needs --app (the data is checked against its type).
+    """Start a saga by hand; prints its id once it exists. Needs --app (the data is checked).
 
     With --id, starting an existing saga with equal data prints its id (exit 0); with other
-    data it is an error naming the saga (exit 1), and the new data is not stored.
+    data it is an error naming the saga (exit 1), and the new data is not stored. With
+    signing on and no orchestrator keyring, the start is a request that the orchestrator
+    decides: the command waits for its verdict (the id, or the refusal's reason with exit 1;
+    exit 3 when none came within --wait). --no-wait prints the id once the request is stored.
     """
-    started = with_admin(redis_url, app, lambda admin: admin.start(definition, data, saga_id=saga_id))
+    wait_s = 0.0 if no_wait else wait
+
+    async def job(admin: SagaAdmin) -> str:
+        try:
+            return await admin.start(definition, data, saga_id=saga_id, wait_s=wait_s)
+        except StartPending as pending:
+            emit_line(f"error: {pending}", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(QUEUED_EXIT) from pending
+
+    started = with_admin(redis_url, app, job)
     if json:
         emit_json({"id": started})
     else:

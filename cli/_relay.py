@@ -40,7 +40,7 @@ def _dsn_option(text: str) -> str:
     try:
         parse_dsn(text)
     except relay.InvalidDsn as error:
-        raise typer.BadParameter(str(error)) from None
+        raise typer.BadParameter(str(error), param_hint="'--dsn'") from None  # not click's env var list
     return text
 
 

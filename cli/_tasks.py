@@ -163,30 +163,32 @@ def list_tasks(
     user: Annotated[str, typer.Option("--user", help="The open tasks assigned to this person.")] = "",
     context: Context = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many tasks.")] = 100,
+    overdue: Annotated[bool, typer.Option("--overdue", help="Only the tasks past their due time.")] = False,
     app_ref: AppRef = None,
     redis_url: RedisUrl = None,
     json_output: Json = False,
 ) -> None:
-    """List the open tasks of a role (--role) or a person (--user), soonest due first.
+    """List open tasks, soonest due first: of a role (--role), a person (--user), or every one.
 
     Only tasks assigned to that role or person directly are listed (a person's roles are the
-    application's business). --json prints a list of tasks (the shape is in docs/operations.md).
+    application's business); without either, every open task (an operator's view), with
+    --overdue only those past their due time. --json prints a list of tasks (the shape is in
+    docs/operations.md).
     """
-    if bool(role) == bool(user):
-        raise UsageProblem("give exactly one of --role ROLE and --user USER")
+    if role and user:
+        raise UsageProblem("give at most one of --role ROLE and --user USER")
 
     async def job(client: TaskClient) -> tuple[list[Task], int]:
-        return await client.list(
-            role=role, user=user, context=context, limit=limit
-        ), await client.engine.now_ms()
+        found = await client.list(role=role, user=user, context=context, limit=limit, overdue=overdue)
+        if not client.partitions(context):  # an empty list would say "no tasks": not known
+            raise CommandError("no context is registered in this Redis: no worker has run here yet")
+        return found, await client.engine.now_ms()
 
     found, now = _with_tasks(redis_url, app_ref, nobody, job, context)
     if json_output:
         emit_json([task_json(t, now) for t in found])
-    elif found:
-        _rows(found, now)
     else:
-        emit_line(f"no open tasks for {'role ' + role if role else 'user ' + user}")
+        _rows(found, now)
 
 
 @tasks_app.command("show")

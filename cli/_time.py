@@ -9,9 +9,9 @@ import msgspec
 import typer
 
 from redsaga.cli._common import (
-    CommandError,
     Json,
     RedisUrl,
+    UsageProblem,
     app_option,
     emit_json,
     emit_line,
@@ -19,8 +19,9 @@ from redsaga.cli._common import (
     reporting_errors,
     with_redis,
 )
+from redsaga.cli._format import when
 from redsaga.cli._load import load_app
-from saga import Registry, SagaClient, Schedule, ScheduleClient
+from saga import Registry, SagaClient, Schedule, ScheduleClient, Versions
 from saga.definition.schedule import ScheduleState
 from saga.runtime.schedule_runner import BROKEN_RECHECK_MS, ScheduleInfo
 
@@ -76,10 +77,6 @@ def signal(
 schedule_app = typer.Typer(help="Schedules: start sagas on a cron expression or at a later time.")
 
 
-def _fmt(ms: int | None) -> str:
-    return "-" if ms is None else datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
-
-
 def _with_client(redis_url: str | None, context: str, job: Any, registry: Registry | None = None) -> Any:
     return with_redis(redis_url, lambda redis: job(ScheduleClient(redis, context, registry=registry)))
 
@@ -107,22 +104,35 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
         [
             i.schedule.id,
             i.schedule.saga,
+            i.schedule.context,
             i.schedule.cron or "once",
             i.schedule.timezone,
             i.schedule.overlap,
             _state(i.state),
-            _fmt(i.state.next_ms),
+            when(i.state.next_ms),
             i.state.started,
             i.state.skipped,
             len(i.state.runs),
         ]
         for i in infos
     ]
-    headers = ["id", "saga", "cron", "zone", "overlap", "state", "next", "started", "skipped", "running"]
-    emit_table(headers, rows, colours={5: lambda cell: "red" if "broken" in cell else None})
+    headers = [
+        "id",
+        "saga",
+        "context",
+        "cron",
+        "zone",
+        "overlap",
+        "state",
+        "next",
+        "started",
+        "skipped",
+        "running",
+    ]
+    emit_table(headers, rows, colours={6: lambda cell: "red" if "broken" in cell else None})
     broken = [(i.schedule.id, i.state.broken) for i in infos if i.state.broken is not None]
     for schedule_id, mark in broken:
-        emit_line(f"{schedule_id}: broken since {_fmt(mark.at_ms)}: {mark.reason}")
+        emit_line(f"{schedule_id}: broken since {when(mark.at_ms)}: {mark.reason}")
     if broken:
         emit_line(
             "A broken schedule starts nothing. Name a saga that exists (schedule create --replace), "
@@ -133,14 +143,28 @@ def _show(infos: list[ScheduleInfo], json_output: bool) -> None:
 
 @schedule_app.command("list")
 @reporting_errors
-def list_schedules(context: ContextOption, redis_url: RedisUrl = None, json_output: Json = False) -> None:
-    """List the context's schedules: policy, state (active, paused, broken), next run, counts.
+def list_schedules(
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context", "-c", help="Only this context's schedules (default: every registered context)."
+        ),
+    ] = None,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """List schedules: context, policy, state (active, paused, broken), next run, counts.
 
     A broken schedule names a saga the worker that fired it does not know; each is listed
     with why under the table. --json prints a list of {schedule, state, revision, due_ms}
     with every field present (docs/time.md).
     """
-    _show(_with_client(redis_url, context, lambda c: c.list()), json_output)
+
+    async def job(redis: Any) -> list[ScheduleInfo]:
+        contexts = [context] if context else await Versions(redis).contexts()
+        return [info for name in contexts for info in await ScheduleClient(redis, name).list()]
+
+    _show(with_redis(redis_url, job), json_output)
 
 
 ScheduleId = Annotated[str, typer.Argument(help="The schedule's id.")]
@@ -244,7 +268,7 @@ def create(
     against the definition too.
     """
     if start_at is not None and start_at.tzinfo is None:
-        raise CommandError("--start-at needs a UTC offset (e.g. 2026-12-01T09:00:00+01:00)")
+        raise UsageProblem("--start-at needs a UTC offset (e.g. 2026-12-01T09:00:00+01:00)")
     try:
         spec = msgspec.convert(
             {
@@ -263,8 +287,8 @@ def create(
             },
             type=Schedule,
         )
-    except msgspec.ValidationError as error:
-        raise CommandError(str(error)) from error
+    except msgspec.ValidationError as error:  # an unparsable cron, zone, date: bad usage
+        raise UsageProblem(str(error)) from error
     registry = _registry(app_ref) if app_ref else None
     info = _with_client(redis_url, context, lambda c: c.create(spec, replace=replace), registry)
     _show([info], json_output)

@@ -51,6 +51,7 @@ __all__ = [
     "Schedule",
     "ScheduleClient",
     "StartConflict",
+    "StartPending",
     "StepContext",
     "StepStatus",
     "TaskClient",

@@ -34,6 +34,7 @@ from saga.errors import SagaError as SagaError
 from saga.errors import SagaExists as SagaExists
 from saga.errors import SagaNotFound as SagaNotFound
 from saga.errors import StartConflict as StartConflict
+from saga.errors import StartPending as StartPending
 from saga.errors import TaskError as TaskError
 from saga.errors import WaitEnded as WaitEnded
 from saga.ops.admin import SagaAdmin as SagaAdmin

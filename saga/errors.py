@@ -13,6 +13,7 @@
     ├── SagaNotFound           no saga has this id
     ├── SagaExists             the id is taken by a different saga definition
     │   └── StartConflict      ... or by a saga of this definition started with other data
+    ├── StartPending           a start request was sent, but no orchestrator decided it in time
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
     ├── UnknownDefinition      no definition with this name and version is registered here
     │   └── CodeRequired       the operation needs the definition's code, and only its shape is known
@@ -81,9 +82,7 @@ class DefinitionError(SagaError):
         else:
             message = f"saga {saga!r}: {reason}" if saga else reason
         super().__init__(message)
-        self.reason = reason
-        self.saga = saga
-        self.step = step
+        self.reason, self.saga, self.step = reason, saga, step
 
 
 class InvalidSchedule(SagaError, ValueError):
@@ -182,6 +181,19 @@ class StartConflict(SagaExists):
         self.definition = definition
 
 
+class StartPending(SagaError):
+    """A start request is stored, but no orchestrator decided it within ``waited_s`` (safe to repeat)."""
+
+    retryable = True
+
+    def __init__(self, saga_id: str, request_id: str, waited_s: float) -> None:
+        super().__init__(
+            f"start of saga {saga_id!r} sent as {request_id} but not decided within {waited_s:g} s: "
+            "is a worker running for its context? It starts when one decides it (repeating the start is safe)"
+        )
+        self.saga_id, self.request_id, self.waited_s = saga_id, request_id, waited_s
+
+
 class ConcurrentUpdate(SagaError):
     """The saga changed while the operation was decided; re-read it and try again."""
 
@@ -204,10 +216,7 @@ class WaitEnded(SagaError):
             f"wait {n} of step {step!r} in saga {saga_id!r} has ended ({how}): the signal was not sent "
             "(delivered already?)"
         )
-        self.saga_id = saga_id
-        self.step = step
-        self.n = n
-        self.how = how
+        self.saga_id, self.step, self.n, self.how = saga_id, step, n, how
 
 
 class InvalidToken(SagaError):
@@ -219,9 +228,7 @@ class InvalidToken(SagaError):
 
     def __init__(self, reason: str, *, saga: str = "", step: str = "") -> None:
         super().__init__(reason)
-        self.reason = reason
-        self.saga = saga
-        self.step = step
+        self.reason, self.saga, self.step = reason, saga, step
 
 
 class CodeRequired(UnknownDefinition):
@@ -324,10 +331,7 @@ class ReplayMismatch(SagaError, AssertionError):
 
     def __init__(self, mismatch: Mismatch, *, saga_id: str = "") -> None:
         super().__init__(mismatch.message)
-        self.mismatch = mismatch
-        self.index = mismatch.index
-        self.step = mismatch.step
-        self.saga_id = saga_id
+        self.mismatch, self.index, self.step, self.saga_id = mismatch, mismatch.index, mismatch.step, saga_id
 
 
 class TraceMismatch(SagaError, AssertionError):
@@ -360,9 +364,7 @@ class RunnerError(SagaError):
 
     def __init__(self, reason: str, *, participant: str = "", saga_id: str = "") -> None:
         super().__init__(reason)
-        self.reason = reason
-        self.participant = participant
-        self.saga_id = saga_id
+        self.reason, self.participant, self.saga_id = reason, participant, saga_id
 
 
 class ChildError(RunnerError):
@@ -390,10 +392,7 @@ class ActionRefused(SagaError):
     def __init__(self, action: str, saga_id: str, reason: str, *, request_id: str = "") -> None:
         when = "was ignored" if request_id else "would be ignored; nothing was sent"
         super().__init__(f"{action} of saga {saga_id} {when}: {reason}")
-        self.action = action
-        self.saga_id = saga_id
-        self.reason = reason
-        self.request_id = request_id
+        self.action, self.saga_id, self.reason, self.request_id = action, saga_id, reason, request_id
 
 
 class ScheduleNotFound(SagaError):
@@ -484,6 +483,7 @@ __all__ = [
     "ScheduleExists",
     "ScheduleNotFound",
     "StartConflict",
+    "StartPending",
     "TaskAlreadyClaimed",
     "TaskClosed",
     "TaskError",

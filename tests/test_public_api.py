@@ -44,6 +44,7 @@ EXPORTS: dict[str, list[str]] = {
         "Schedule",
         "ScheduleClient",
         "StartConflict",
+        "StartPending",
         "StepContext",
         "StepStatus",
         "TaskClient",

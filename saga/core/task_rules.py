@@ -19,6 +19,7 @@ from typing import Literal
 
 import msgspec
 
+from saga.core.times import utc_text
 from saga.definition.human_tasks import OpenTask
 from saga.errors import InvalidInput, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 
@@ -154,7 +155,7 @@ def opened(task_id: str, ref: tuple[str, int, str, int], command: OpenTask, now_
     )
     if task.remind_ms:
         change.timers[timer_member(task_id, "remind")] = task.remind_ms
-    change.note(now_ms, "opened", "engine", f"for {task.assignee}, due {due}")
+    change.note(now_ms, "opened", "engine", f"for {task.assignee}, due {utc_text(due)}")
     return change
 
 
@@ -177,7 +178,7 @@ def claimed(task: Task, by: str, now_ms: int, ttl_ms: int) -> TaskChange:
         raise TaskAlreadyClaimed(task.id, holder=holder, until_ms=task.claim_until_ms)
     change = _begin(task)
     change.task.holder, change.task.claim_until_ms = by, now_ms + ttl_ms
-    change.note(now_ms, "claimed", by, f"until {now_ms + ttl_ms}")
+    change.note(now_ms, "claimed", by, f"until {utc_text(now_ms + ttl_ms)}")
     return change
 
 
@@ -279,6 +280,10 @@ def fired(task: Task, stage: Stage, now_ms: int, *, failed: msgspec.Raw, default
     """
     change = _begin(task)
     change.untimers.append(timer_member(task.id, stage))
+    if stage == "due" and task.escalated:
+        # Another worker's firing of this same timer escalated the task first: only the
+        # "final" timer of the extended due time may end it now.
+        return change
     if stage == "remind":
         change.outgoing.append(_notice(task, "reminder"))
         change.note(now_ms, "reminded", "engine", f"via {task.notify}")
@@ -295,7 +300,7 @@ def fired(task: Task, stage: Stage, now_ms: int, *, failed: msgspec.Raw, default
             change.task.due_ms = task.due_ms + task.extend_ms
             change.index.append(change.task.assignee)
             change.timers[timer_member(task.id, "final")] = change.task.due_ms
-            change.note(now_ms, "escalation: extended", "engine", f"due {change.task.due_ms}")
+            change.note(now_ms, "escalation: extended", "engine", f"due {utc_text(change.task.due_ms)}")
             return change
     if task.then == "default":
         _close(change, "completed")

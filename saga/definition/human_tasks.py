@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from saga.definition.saga import Saga
 
 TASKS: Final = "tasks"
+ANSWER_SUFFIX: Final = ".answer"
+"""What a human task's signal wait step adds to the task's name (``approve.answer``)."""
 """The participant that keeps the task inbox (``cmd:tasks`` of each partition)."""
 _ONCE: Final = Retry(attempts=1, on_exhausted="compensate")
 _ACTOR: Final = re.compile(r"[A-Za-z0-9_.@+-]{1,100}")
@@ -303,7 +305,7 @@ def _declare(
         check_one_argument(policy.reassign_to, where, "a computed escalation assignee")
     default = _default_of(policy, form, where)
     result_type: Any = TaskResult[output]
-    answer_name = f"{name}.answer"
+    answer_name = f"{name}{ANSWER_SUFFIX}"
 
     def open_task(data: Any, ctx: StepContext) -> Command:
         assignee, voters = chosen(data)

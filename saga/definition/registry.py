@@ -53,9 +53,13 @@ class Registry:
         """The context ``name``, or the only one when ``name`` is ``None``."""
         if name is None:
             if len(self.contexts) != 1:
-                raise UnknownDefinition(f"name a context: this registry has {sorted(self.contexts)}")
+                raise UnknownDefinition(
+                    f"name a context: this registry has {', '.join(sorted(self.contexts))}"
+                )
             return next(iter(self.contexts.values()))
         try:
             return self.contexts[name]
         except KeyError:
-            raise UnknownDefinition(f"no context {name!r} here (known: {sorted(self.contexts)})") from None
+            raise UnknownDefinition(
+                f"no context {name!r} here (known: {', '.join(sorted(self.contexts)) or 'none'})"
+            ) from None

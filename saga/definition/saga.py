@@ -442,12 +442,12 @@ class Saga(Generic[D]):
                 if name not in self.compensations:
                     raise where.error(
                         f"{what}={name!r} names no declared compensation "
-                        f"(declared: {sorted(self.compensations) or 'none'})"
+                        f"(declared: {', '.join(sorted(self.compensations)) or 'none'})"
                     )
                 used.add(name)
         unused = set(self.compensations) - used
         if unused:
-            raise DefinitionError(f"compensations {sorted(unused)} undo no step", saga=self.name)
+            raise DefinitionError(f"compensations {', '.join(sorted(unused))} undo no step", saga=self.name)
 
     @property
     def takes_signals(self) -> bool:

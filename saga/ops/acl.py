@@ -18,8 +18,9 @@ same way, so neither needs to write a saga::
                                     rs:epoch and the registered shapes         participant's stream
     <prefix>.client                 add to the inboxes (start requests,        write or delete a saga,
                                     signals, cancels); read sagas, their       read the history, the
-                                    timers and indexes, the token keys and     dead letters or the
-                                    the registered shapes                      human tasks
+                                    timers and indexes, the refusals of start  dead letters or the
+                                    requests, the token keys and the           human tasks
+                                    registered shapes
     <prefix>.tasks                  the task inbox of contexts with human      read or write a saga, its
       (task client)                 tasks: read and write (task_write) the     history or any stream;
                                     tasks, their indexes, timers and logs;     read the inbox; decide
@@ -283,7 +284,7 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
     for context in contexts:
         added += _partition_keys(context, _INBOX, "%W")  # start requests, signals, cancels
         windows += _partition_keys(context, _WINDOW)
-        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS):
+        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS, _REFUSALS):
             read += _partition_keys(context, readable, "%R")
         own = ContextKeys(context.name)
         read += [
@@ -390,6 +391,7 @@ _WINDOW: Final[Pattern] = attrgetter("inbox.published_key")
 _DEAD_LETTERS: Final[Pattern] = attrgetter("dead_letters")
 _SAGAS: Final[Pattern] = methodcaller("saga", "*")
 _BRANCHES: Final[Pattern] = methodcaller("branches", "*")
+_REFUSALS: Final[Pattern] = methodcaller("refused_start", "*")
 _TIMERS: Final[Pattern] = attrgetter("timers")
 _STATUS_INDEXES: Final[Pattern] = methodcaller("by_status", "*")
 _COUNTS: Final[Pattern] = attrgetter("counts")

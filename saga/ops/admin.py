@@ -26,6 +26,7 @@ checked against the step's output type first (``saga/ops/forced_output.py``).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import getpass
 import os
 import socket
@@ -37,17 +38,20 @@ import msgspec
 from bus import Clock, LetterFilter, Publisher, Requeued, purge_dead_letters, requeue_dead_letters
 from saga.core.decider import Decision
 from saga.core.model import SagaState
+from saga.core.task_rules import withdrawn
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.errors import CodeRequired, InvalidInput
-from saga.ops.forced_output import json_output, typed_output
+from saga.errors import CodeRequired, InvalidInput, TaskClosed, TaskNotFound
+from saga.ops.forced_output import json_output, task_answer, typed_output
 from saga.ops.operator_actions import Action, ActionResult, judge, judge_by_state, submit
 from saga.ops.operator_actions import dry_run as preview_result
 from saga.ops.reader import SagaReader
 from saga.runtime.app import App
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, FORCE, REDRIVE, RETRY, OperatorRequest
+from saga.runtime.tasks import TaskEngine, task_id_of
 from saga.store.keys import Partition
+from saga.store.tasks import RedisTaskStore
 from saga.versions.catalogue import Catalogue
 
 OPERATOR_ENV = "REDSAGA_OPERATOR"
@@ -130,13 +134,23 @@ class SagaAdmin(SagaReader):
 
     # -- acting --------------------------------------------------------------------------------
 
-    async def start(self, definition: str | Saga[Any], data: object, *, saga_id: str | None = None) -> str:
+    async def start(
+        self,
+        definition: str | Saga[Any],
+        data: object,
+        *,
+        saga_id: str | None = None,
+        wait_s: float | None = None,
+    ) -> str:
         """Start a saga of ``definition`` (a saga, ``name`` or ``name@version``) with ``data``.
 
         ``data`` is the data object, or its JSON (bytes or text), validated against the
         definition's data type before anything is written. The history records the start
         as by this admin's operator. With ``saga_id`` the start is idempotent: an existing
         saga with equal data is returned, one with other data raises :class:`StartConflict`.
+        A start by request (signing on, no orchestrator keyring here) waits up to ``wait_s``
+        (default: this client's) for the orchestrator's verdict, as
+        :meth:`SagaClient.start <saga.SagaClient.start>` does.
         """
         saga = definition if isinstance(definition, Saga) else self._named(definition)
         if isinstance(data, bytes | str):
@@ -144,7 +158,8 @@ class SagaAdmin(SagaReader):
                 data = msgspec.json.decode(data, type=saga.data_type)
             except msgspec.DecodeError as error:  # ValidationError included
                 raise InvalidInput(f"data is not a valid {saga.data_type.__name__}: {error}") from error
-        return await self.client.start(saga, data, saga_id=saga_id, by=self.by)
+        wait = self.wait_s if wait_s is None else wait_s
+        return await self.client.start(saga, data, saga_id=saga_id, by=self.by, wait_s=wait)
 
     async def cancel(
         self, saga_id: str, *, reason: str = "", context: str | None = None, wait_s: float | None = None
@@ -177,7 +192,9 @@ class SagaAdmin(SagaReader):
 
         ``output`` (an object, or its JSON as bytes or text) is validated against the step's
         output type before anything is sent; a ``reason`` is required and recorded with the
-        operator's name in the history. The saga then continues from that step.
+        operator's name in the history. The saga then continues from that step. For a saga
+        waiting on a human task, ``step`` is the task's name and ``output`` its form's answer;
+        once that is applied the task is withdrawn from the inbox (nobody answers it again).
         """
         if not reason.strip():
             raise InvalidInput("force-complete needs a reason (it is recorded in the history)")
@@ -185,6 +202,7 @@ class SagaAdmin(SagaReader):
         shape = self.catalogue.shape_or_none(state.name, state.version)
         if shape is None:
             raise CodeRequired("force-complete", f"{state.name}@{state.version}")
+        task, (step, output) = step, task_answer(state, step, output, by=self.by)
         raw = json_output(shape, step, output)
         # The decider's verdict first (is this the step to force, now?), then the output type.
         await self._judge(
@@ -192,9 +210,12 @@ class SagaAdmin(SagaReader):
         )
         typed = typed_output(self._code(state), shape, state, step, raw)
         request = OperatorRequest(reason=reason, step=step, output=msgspec.Raw(typed))
-        return await self._send(
+        result = await self._send(
             "force-complete", FORCE, partition, state, request, wait_s=wait_s, dry_run=dry_run
         )
+        if step != task and result.outcome == "applied":
+            await self._withdraw_task(state, task, f"answered by force-complete ({self.by}: {reason})")
+        return result
 
     async def redrive(
         self,
@@ -287,6 +308,15 @@ class SagaAdmin(SagaReader):
             source=f"admin:{self.by}",
             wait_s=self.wait_s if wait_s is None else wait_s,
         )
+
+    async def _withdraw_task(self, state: SagaState, name: str, reason: str) -> None:
+        """Withdraw the open task ``name`` whose wait an operator answered (a repeat changes nothing)."""
+        assert state.wait is not None  # noqa: S101 - the task's wait, which was just answered
+        task_id = task_id_of(state.context, state.partition, state.id, name, state.wait.n)
+        store, source = RedisTaskStore(self.redis), f"admin:{self.by}"
+        engine = TaskEngine(store, self.clock, self._publisher, source=source)
+        with contextlib.suppress(TaskClosed, TaskNotFound):  # answered, or gone with its saga, meanwhile
+            await engine.apply(task_id, lambda task, now: withdrawn(task, now, reason))
 
     async def _judge(
         self, name: str, kind: str, state: SagaState, request: OperatorRequest

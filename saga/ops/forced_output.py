@@ -15,11 +15,30 @@ import msgspec
 
 from saga.core.model import SagaState
 from saga.core.states import StepStatus
+from saga.definition.human_tasks import ANSWER_SUFFIX
 from saga.definition.saga import Saga
 from saga.definition.shape import Shape
 from saga.errors import InvalidInput
 
 _json = msgspec.json.Encoder()
+
+
+def task_answer(state: SagaState, step_name: str, output: object, *, by: str) -> tuple[str, object]:
+    """The step and output to force for ``step_name``: a human task's answer, or as given.
+
+    A saga waiting on human task ``approve`` waits on its ``approve.answer`` signal for a
+    ``TaskResult``; forcing ``approve`` with the form's answer forces that wait with the
+    answer, recorded as given by ``by``.
+    """
+    wait = state.wait
+    if wait is None or wait.kind != "signal" or wait.step != f"{step_name}{ANSWER_SUFFIX}":
+        return step_name, output
+    if isinstance(output, bytes | str):
+        try:
+            output = msgspec.json.decode(output)
+        except msgspec.DecodeError as error:
+            raise InvalidInput(f"the output is not valid JSON: {error}") from error
+    return wait.step, {"answer": output, "by": by, "outcome": "answered"}
 
 
 def json_output(shape: Shape, step_name: str, output: object) -> msgspec.Raw:

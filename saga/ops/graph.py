@@ -17,11 +17,13 @@ concurrency, a map's limit, a reservation's lifetime) left out of the labels.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from saga.core.model import SagaState
 from saga.core.states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepStatus
+from saga.definition.human_tasks import TaskResult
 from saga.definition.saga import Saga, Step
 from saga.definition.shape import Shape, StepShape
 from saga.definition.waits import EventWait
@@ -82,6 +84,8 @@ def _what(step: Step[Any, Any]) -> str:  # noqa: PLR0911 - one line per kind of 
         return f"waits for {step.wait.message_type} on {step.wait.stream.key}"
     if step.kind == "sleep":
         return "sleeps"
+    if step.kind == "signal" and get_origin(step.output_type) is TaskResult:
+        return f"waits for a person's answer ({_type_name(get_args(step.output_type)[0])})"
     if step.kind == "signal":
         return f"waits for a signal ({_type_name(step.output_type)})"
     if step.child is not None:
@@ -96,6 +100,10 @@ def _what(step: Step[Any, Any]) -> str:  # noqa: PLR0911 - one line per kind of 
 
 
 def _type_name(output_type: Any) -> str:
+    """``Approval``, ``list[Line]``: a type as its code names it, without module paths."""
+    origin = get_origin(output_type)
+    if origin is not None:
+        return f"{_type_name(origin)}[{', '.join(_type_name(a) for a in get_args(output_type))}]"
     return getattr(output_type, "__name__", None) or (str(output_type) if output_type else "-")
 
 
@@ -172,7 +180,8 @@ def _first(pair: tuple[int, StepShape]) -> int:
 
 def _shape_what(step: StepShape) -> str:  # noqa: PLR0911 - one line per kind of step
     """:func:`_what` from a shape: the same words, less what only the code knows."""
-    output = step.output.name if step.output else "-"
+    # a generic's registered name is its repr: drop the module paths (as _type_name does)
+    output = re.sub(r"[\w.]+\.(\w+)", r"\1", step.output.name) if step.output else "-"
     waits = step.waits[0] if step.waits else ""
     if step.kind == "action":
         return "local action"
@@ -180,6 +189,8 @@ def _shape_what(step: StepShape) -> str:  # noqa: PLR0911 - one line per kind of
         return f"waits for {waits.removeprefix('event ')}"
     if step.kind == "sleep":
         return "sleeps"
+    if step.kind == "signal" and output.startswith(f"{TaskResult.__name__}["):
+        return f"waits for a person's answer ({output.removeprefix(TaskResult.__name__)[1:-1]})"
     if step.kind == "signal":
         return f"waits for a signal ({output})"
     if waits.startswith("child "):

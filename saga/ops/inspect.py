@@ -46,6 +46,7 @@ from saga.core.model import (
 from saga.core.states import SagaStatus, StepStatus
 from saga.core.task_rules import TaskLog
 from saga.definition.shape import Shape, StepShape
+from saga.ops.task_view import TaskView
 
 
 class TimerView(msgspec.Struct, kw_only=True):
@@ -126,7 +127,8 @@ class Inspection(msgspec.Struct, kw_only=True):
     full entries only when they were asked for (``history_omitted`` says when they were
     left out); ``timeline`` always summarises them. ``graph`` is the saga's path over its
     definition's diagram, when asked for. ``wait`` is what a suspended saga waits for (a
-    sleep, signal or event; its deadline is among the ``timers``).
+    sleep, signal or event; its deadline is among the ``timers``); ``task`` the open human
+    task it waits for (then ``waiting_for`` speaks of the task, not of its signal wait).
     """
 
     id: str
@@ -156,6 +158,7 @@ class Inspection(msgspec.Struct, kw_only=True):
     parent: ParentLink | None = None
     graph: str | None = None
     wait: Wait | None = None
+    task: TaskView | None = None
 
 
 def build_inspection(

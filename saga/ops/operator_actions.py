@@ -41,6 +41,7 @@ from saga.store.trust import inbox_audience
 
 Outcome = Literal["applied", "queued", "dry-run"]
 _json = msgspec.json.Encoder()
+_LETTERS_READ = 100
 
 
 class ActionResult(msgspec.Struct, kw_only=True):
@@ -142,6 +143,8 @@ async def submit(
     history_key = partition.history(saga_id)
     with redis_errors():
         seen = int(await redis.llen(history_key))
+        newest = await redis.xrevrange(partition.dead_letters, count=1)
+    letters_after = newest[0][0] if newest else b"0-0"
     envelope = Envelope(
         id=action.event.id,
         type=action.kind,
@@ -163,6 +166,7 @@ async def submit(
                         [entry] = read_history([stored], loaded.state if loaded else state)
                         return _decided(action, saga_id, entry)
                 seen += len(raw)
+                letters_after = await _refusal(redis, partition, action, letters_after)
                 await anyio.sleep(poll_s)
     if judged is None:
         return ActionResult(
@@ -177,6 +181,25 @@ async def submit(
             dispatched=[],
         )
     return _result(action, "queued", action.event.id, state, judged)
+
+
+async def _refusal(redis: Any, partition: Partition, action: Action, after: bytes) -> bytes:
+    """Raise :class:`ActionRefused` if the request was dead-lettered (unsigned, forged, ...).
+
+    Reads the partition's letters newer than ``after``; returns the newest id read.
+    """
+    with redis_errors():
+        letters = await redis.xrange(partition.dead_letters, min=b"(" + after, count=_LETTERS_READ)
+    for letter_id, fields in letters:
+        if fields.get(b"message_id", b"").decode() == action.event.id:
+            reason = fields.get(b"reason", b"").decode(errors="replace")
+            raise ActionRefused(
+                action.name,
+                fields.get(b"correlation_id", b"").decode(errors="replace"),
+                f"the request was dead-lettered ({reason}); see saga dlq show {letter_id.decode()}",
+                request_id=action.event.id,
+            )
+    return letters[-1][0] if letters else after
 
 
 def dry_run(action: Action, state: SagaState, judged: Decision) -> ActionResult:

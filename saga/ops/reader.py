@@ -18,13 +18,16 @@ import builtins
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from bus import Clock, DeadLetter, LetterFilter, Stream, SystemClock, dead_letters
 from bus.lowlevel import RideThrough, redis_errors, rides_through
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, replay_history
 from saga.core.states import SagaStatus
-from saga.core.task_rules import TaskLog
+from saga.core.task_rules import Task, TaskLog
 from saga.core.tokens import Signer
+from saga.definition.human_tasks import ANSWER_SUFFIX
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.errors import CodeRequired, InvalidInput, SagaError, SagaNotFound, UnknownDefinition
@@ -33,10 +36,12 @@ from saga.ops.graph import path_graph
 from saga.ops.inspect import Inspection, TimerView, build_inspection
 from saga.ops.listing import Query, SagaPage, list_sagas, matching_rows
 from saga.ops.stats import SagaCount, SagaTally, Stats, gather, saga_counts
+from saga.ops.task_view import task_view, task_waiting
 from saga.ops.trace import Trace
 from saga.runtime.app import App
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
+from saga.runtime.tasks import task_id_of
 from saga.store.branches import decode_branches, read_together
 from saga.store.codec import decode_state
 from saga.store.commit import TimerTemplate
@@ -46,6 +51,15 @@ from saga.store.tasks import RedisTaskStore
 from saga.versions.catalogue import Catalogue
 
 _STAND_IN_KEY = b"redsaga: predicting commands, never sent"
+
+
+class LetterPage(msgspec.Struct, kw_only=True):
+    """A page of dead letters, oldest first per stream; pass ``next_offset`` as ``offset`` for the next."""
+
+    letters: builtins.list[DeadLetter]
+    offset: int
+    limit: int
+    next_offset: int | None
 
 
 class SagaReader:
@@ -142,6 +156,10 @@ class SagaReader:
             task_log=await self._task_log(partition, saga_id),
         )
         found.graph = diagram
+        task = await self._waited_task(partition, state)
+        if task is not None and task.state == "open":
+            found.task = task_view(task, now)
+            found.waiting_for = task_waiting(found.task, now)
         return found
 
     @rides_through
@@ -312,6 +330,28 @@ class SagaReader:
         streams = self.dead_letter_streams(context=context, tags=tags)
         return await dead_letters(self.redis, streams, where, limit=limit)
 
+    async def dead_letter_page(
+        self,
+        where: LetterFilter | None = None,
+        *,
+        context: str | None = None,
+        tags: Sequence[str] = (),
+        limit: int = 100,
+        offset: int = 0,
+    ) -> LetterPage:
+        """One page of the letters matching ``where``: ``limit`` of them from ``offset``.
+
+        ``next_offset`` says whether more letters match (``None``: this is the last page).
+        """
+        found = await self.dead_letters(where, context=context, tags=tags, limit=offset + limit + 1)
+        more = len(found) > offset + limit
+        return LetterPage(
+            letters=found[offset : offset + limit],
+            offset=offset,
+            limit=limit,
+            next_offset=offset + limit if more else None,
+        )
+
     @rides_through
     async def dead_letter(
         self, letter_id: str, *, context: str | None = None, tags: Sequence[str] = ()
@@ -367,6 +407,15 @@ class SagaReader:
                 state.branches = decode_branches(saga_id, branches)
                 return partition, state, read_history(history, state)
         raise SagaNotFound(saga_id)
+
+    async def _waited_task(self, partition: Partition, state: SagaState) -> Task | None:
+        """The human task whose answer the saga's wait is for (``None``: it waits for none)."""
+        wait = state.wait
+        if wait is None or wait.kind != "signal" or not wait.step.endswith(ANSWER_SUFFIX):
+            return None
+        name = wait.step.removesuffix(ANSWER_SUFFIX)
+        task_id = task_id_of(state.context, state.partition, state.id, name, wait.n)
+        return await RedisTaskStore(self.redis).load(partition, task_id)
 
     async def _task_log(self, partition: Partition, saga_id: str) -> builtins.list[TaskLog]:
         """The saga's task actions, kept beside its history (``docs/human-tasks.md``)."""

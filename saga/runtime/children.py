@@ -178,6 +178,7 @@ class Children:
                     parent=command.parent,
                     by=command.parent.saga_id,
                     trace=trace_of(envelope),  # kept if this process does not trace
+                    wait_s=0,  # decided by the child context, which dead-letters a refusal with its reason
                 )
             except NOT_STARTED as error:
                 await self._refused(command, error)

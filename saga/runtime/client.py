@@ -8,12 +8,11 @@ saga's inbox, so they are decided in order with the replies racing them.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
 
-from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, derived_id, uuid7
+from bus import Clock, Envelope, PayloadTooLarge, Publisher, SystemClock, uuid7
 from bus.lowlevel import Batcher, RideThrough, acks_of, redis_errors, rides_through
 from bus.tracing import trace_headers
 from saga.core.decider import start as decide_start
@@ -26,16 +25,14 @@ from saga.definition.saga import Saga
 from saga.definition.shape import Shape
 from saga.errors import (
     InvalidInput,
-    SagaExists,
     SagaNotFound,
-    StartConflict,
     UnknownDefinition,
-    VersionDrained,
     WaitEnded,
 )
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
 from saga.runtime.saga_cache import SagaCache
+from saga.runtime.start_verdict import check_existing, drained_error, request_start
 from saga.runtime.tracing import keep_trace, signal_span, start_span
 from saga.store.branches import load_saga
 from saga.store.commit import commit_call, commit_result
@@ -133,8 +130,9 @@ class SagaClient:
         by: str = "",
         parent: ParentLink | None = None,
         trace: tuple[str, str] | None = None,
+        wait_s: float = 10.0,
     ) -> str:
-        """Start a saga with ``data``; return its id.
+        """Start a saga with ``data``; return its id once the saga exists.
 
         ``definition`` is a definition, or a saga name: then the newest version in this
         client's registry is started, or ``version`` when given. The saga runs to its end on
@@ -149,9 +147,14 @@ class SagaClient:
 
         With signing on, a client that does not hold the context's orchestrator keyring
         cannot write a saga itself: it puts a start request on the saga's inbox, signed as
-        itself, and returns once the request is stored; the orchestrator starts the saga
-        (a repeat of the same start changes nothing; a drained version, or an id taken by
-        another definition or other data, is dead-lettered with the reason).
+        itself, and waits up to ``wait_s`` seconds for the orchestrator's verdict
+        (``saga/runtime/start_verdict.py``): the saga, or the refusal, raised as above
+        (:class:`StartConflict`, :class:`SagaExists`, :class:`VersionDrained`, or
+        :class:`InvalidInput` for data it refuses); the refused request is dead-lettered with
+        the reason. No verdict in time raises the retryable :class:`StartPending` (the
+        request stays queued). ``wait_s=0`` returns once the request is stored. An id that
+        exists already is judged at once (nothing is sent); each request has an id of its own,
+        so a saga lost with its request (a lost AOF tail) starts again on a repeat.
 
         With tracing on, the start is a span (``saga start <name>``, child of the current
         span) whose trace the saga keeps for everything it sends (``saga/runtime/tracing.py``);
@@ -175,7 +178,9 @@ class SagaClient:
             parent=parent,
         )
         with start_span(definition, saga_id, partition.inbox.key, trace) as kept:
-            return await self._start(definition, saga_id, encoded, partition, event, trace=kept)
+            return await self._start(
+                definition, saga_id, encoded, partition, event, trace=kept, wait_s=wait_s
+            )
 
     @rides_through
     async def _start(
@@ -187,14 +192,15 @@ class SagaClient:
         event: Started,
         *,
         trace: tuple[str, str],
+        wait_s: float,
     ) -> str:
         """Write the saga (or, without its orchestrator's keyring, ask its orchestrator to)."""
         now = event.at_ms
         if not self.orchestrates(definition.context.name):
             request = StartRequest(saga=event.saga, data=event.data, by=event.by, parent=event.parent)
             envelope = Envelope(
-                # a repeat of this very start is deduped; a start with other data is not
-                id=derived_id(saga_id, f"start:{hashlib.sha256(encoded).hexdigest()[:32]}"),
+                # its own id: the verdict awaited is this request's (an earlier one's may be stale)
+                id=uuid7(),
                 type=START,
                 payload=_json.encode(request),
                 source=self.source,
@@ -202,10 +208,15 @@ class SagaClient:
                 created_at_ms=now,
                 headers=trace_headers(*trace),
             )
-            await self._publisher.publish_envelope(
-                partition.inbox, envelope, audience=inbox_audience(definition.context.name)
+            return await request_start(
+                self.redis,
+                self._publisher,
+                definition,
+                envelope,
+                partition=partition,
+                encoded=encoded,
+                wait_s=wait_s,
             )
-            return saga_id
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         keep_trace(decision, trace)
@@ -226,18 +237,9 @@ class SagaClient:
             written.state.revision = result.revision
             self._cache.keep(written)
         if result.outcome == "drained":
-            raise VersionDrained(
-                f"{definition.key} is drained: new sagas may not start on it (sagas already running end "
-                "on it); start the newest version, or undrain it",
-                saga=definition.name,
-                version=definition.version,
-            )
+            raise drained_error(definition)
         if result.outcome == "conflict":
-            existing = await self.get(saga_id, context=definition.context.name)
-            if existing.name != definition.name:
-                raise SagaExists(f"saga {saga_id!r} exists and runs {existing.name}@{existing.version}")
-            if msgspec.json.decode(existing.data) != msgspec.json.decode(encoded):
-                raise StartConflict(saga_id, f"{existing.name}@{existing.version}")
+            check_existing(definition, await self.get(saga_id, context=definition.context.name), encoded)
         return saga_id
 
     def orchestrates(self, context: str) -> bool:
@@ -251,7 +253,11 @@ class SagaClient:
 
     @rides_through
     async def get(self, saga_id: str, *, context: str | None = None) -> SagaState:
-        """The saga's current state, branches included (:class:`SagaNotFound` if there is none)."""
+        """The saga's current state, branches included (:class:`SagaNotFound` if there is none).
+
+        ``context`` names the saga's context; it may be left out only when this client's
+        registry has one context (else :class:`UnknownDefinition` asks for it).
+        """
         return await self._load(self._partition(self.registry.context(context).name, saga_id), saga_id)
 
     @rides_through

@@ -46,7 +46,7 @@ from saga.core.tokens import Signer, check_wait
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context
 from saga.definition.waits import WAITS
-from saga.errors import InvalidInput, InvalidToken, UnknownDefinition
+from saga.errors import InvalidInput, InvalidToken, SagaExists, UnknownDefinition
 from saga.runtime.children import Children
 from saga.runtime.config import EngineConfig
 from saga.runtime.event_routing import EventRouter
@@ -55,6 +55,7 @@ from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
+from saga.runtime.start_verdict import Refusal, RefusalKind, record_refusal
 from saga.runtime.tracing import keep_trace, trace_of, transition_span
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
@@ -250,6 +251,13 @@ class Orchestrator:
             index, envelope, delivery = item
             try:
                 planned = await self._plan(envelope, delivery, loaded)
+            except (SagaExists, InvalidInput) as refused:
+                if envelope.type != START:
+                    outcomes[index] = refused
+                    continue
+                kind: RefusalKind = "exists" if isinstance(refused, SagaExists) else "invalid"
+                outcomes[index] = await self._refuse(Refusal(kind, str(refused)), envelope, delivery)
+                continue
             except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
                 outcomes[index] = error
                 continue
@@ -276,20 +284,23 @@ class Orchestrator:
             if result.outcome == "lost":
                 outcomes[index] = _taken_over(delivery)
             elif result.outcome == "drained":
-                outcomes[index] = PermanentError(
-                    f"start of saga {envelope.correlation_id} refused: {decision.state.name}@"
-                    f"{decision.state.version} is drained (new sagas may not start on it)"
-                )
+                drained = f"{decision.state.name}@{decision.state.version}"
+                refusal = Refusal("drained", f"{drained} is drained (new sagas may not start on it)")
+                outcomes[index] = await self._refuse(refusal, envelope, delivery)
             else:
                 _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
                 again.append(item)
         return again
 
     async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
-        """Each item's saga: cached, else read in one pipelined batch (errors as values)."""
+        """Each item's saga: cached, else read in one pipelined batch (errors as values).
+
+        A start request is always decided on what Redis holds: a saga this process remembers
+        may have vanished since (a lost AOF tail), and a start is how an operator restores it.
+        """
         context, cache = self.context.name, self.cache
         loads: list[Loaded | BaseException | None]
-        loads = [cache.get(context, e.correlation_id) for _, e, _ in items]
+        loads = [None if e.type == START else cache.get(context, e.correlation_id) for _, e, _ in items]
         missing = [i for i, loaded in enumerate(loads) if loaded is None]
         if not missing:
             return loads
@@ -382,13 +393,11 @@ class Orchestrator:
             if existing.name == definition.name and bytes(existing.data) == bytes(event.data):
                 return None
             runs = f"{existing.name}@{existing.version}"
-            raise PermanentError(
-                f"start request refused: saga {existing.id!r} exists and runs {runs} with other data"
-            )
+            raise SagaExists(f"saga {existing.id!r} exists and runs {runs} with other data")
         try:
             definition.decode_data(event.data)
         except (InvalidInput, msgspec.DecodeError) as error:
-            raise PermanentError(f"start request refused: {error}") from error
+            raise InvalidInput(str(error)) from error
         event = msgspec.structs.replace(
             credited(event, delivery.principal), steps=[s.name for s in definition.steps]
         )
@@ -415,6 +424,18 @@ class Orchestrator:
                 seal=self._seal,
             ),
         )
+
+    async def _refuse(self, refusal: Refusal, envelope: Envelope, delivery: Delivery) -> BaseException:
+        """Record why a start request was refused, for its client; the bus dead-letters it."""
+        refused = PermanentError(f"start request refused: {refusal.reason}")
+        try:
+            request_id = check_saga_id(envelope.id)  # the same alphabet as any id in a key
+            await record_refusal(self.redis, self._by_tag[delivery.stream.tag], request_id, refusal)
+        except InvalidInput:
+            pass  # not an id a client of ours makes: the dead letter alone says it
+        except Exception as error:  # noqa: BLE001 - not recorded: redelivered, refused again
+            return error
+        return refused
 
     async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
         """Refuse a signal whose resume token this context did not make for this very wait."""

@@ -403,7 +403,11 @@ class Scheduler:
         for saga_id, _at in starts:
             try:
                 await self.client.start(
-                    definition, schedule.data, saga_id=saga_id, by=f"schedule:{schedule.id}"
+                    definition,
+                    schedule.data,
+                    saga_id=saga_id,
+                    by=f"schedule:{schedule.id}",
+                    wait_s=0,  # the scheduler does not wait on another context's orchestrator
                 )
                 started += 1
             except InvalidInput as error:  # stored data no longer fits the definition: never will

@@ -42,7 +42,14 @@ from saga.definition.human_tasks import (
     check_actor,
 )
 from saga.definition.registry import Registry
-from saga.errors import InvalidAnswer, NotAuthorized, TaskClosed, TaskNotFound, UnknownDefinition
+from saga.errors import (
+    InvalidAnswer,
+    InvalidInput,
+    NotAuthorized,
+    TaskClosed,
+    TaskNotFound,
+    UnknownDefinition,
+)
 from saga.runtime.config import EngineConfig
 from saga.runtime.participant import CommandContext, Participant
 from saga.runtime.protocol import SIGNAL, SignalDelivery
@@ -303,14 +310,32 @@ class TaskClient:
 
     @rides_through
     async def list(
-        self, *, role: str = "", user: str = "", context: str | None = None, limit: int = 100
+        self,
+        *,
+        role: str = "",
+        user: str = "",
+        context: str | None = None,
+        limit: int = 100,
+        overdue: bool = False,
     ) -> builtins.list[Task]:
-        """Open tasks assigned to ``role`` or ``user``, soonest due first (no scan: one index each)."""
-        assignee = f"role:{check_actor(role, 'role')}" if role else f"user:{check_actor(user, 'user')}"
-        found = [
-            t for p in self.partitions(context) for t in await self.engine.store.open_for(p, assignee, limit)
-        ]
-        return sorted(found, key=lambda t: (t.due_ms, t.id))[:limit]
+        """Open tasks assigned to ``role`` or ``user`` (neither: every open task), soonest due first.
+
+        No scan: one index per partition (the assignee's, or the task timers). ``overdue``
+        keeps only the tasks past their due time (by the engine's clock).
+        """
+        if role and user:
+            raise InvalidInput("list the tasks of a role or of a user, not both")
+        assignee = f"role:{check_actor(role, 'role')}" if role else ""
+        assignee = f"user:{check_actor(user, 'user')}" if user else assignee
+        due_by = await self.engine.now_ms() if overdue else None
+        store, found = self.engine.store, []
+        for partition in self.partitions(context):
+            if assignee:
+                found += await store.open_for(partition, assignee, limit)
+            else:
+                found += await store.open_tasks(partition, due_by, limit)
+        due = [t for t in found if due_by is None or t.due_ms <= due_by]
+        return sorted(due, key=lambda t: (t.due_ms, t.id))[:limit]
 
     @rides_through
     async def show(self, task_id: str) -> Task:

@@ -47,6 +47,9 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      escalation steps; task_write.lua, prune_ended.lua
     rs:{orders:0}:tasklog:<id>       list: a saga's task actions (who, what, when; JSON);
                                      task_write.lua; prune_ended.lua deletes it with its saga
+    rs:{orders:0}:refused:<request>  string: why a client's start request was refused (JSON
+                                     ``{"kind", "reason"}``, expiring), read by the client that
+                                     waits for its verdict; the orchestrator
     rs:{orders:0}:dlq                stream: dead letters of every stream in the partition; the
                                      bus's consumers (``Stream.dlq_key``), read by ``saga dlq``
 
@@ -170,6 +173,10 @@ class PartitionKeys:
     def branches(self, saga_id: str) -> str:
         """The hash holding the records of a saga's group branches."""
         return tagged_key(self.tag, "branches", saga_id)
+
+    def refused_start(self, request_id: str) -> str:
+        """The string saying why the orchestrator refused the start request ``request_id``."""
+        return tagged_key(self.tag, "refused", request_id)
 
     @property
     def saga_prefix(self) -> str:

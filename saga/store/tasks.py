@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -28,6 +28,10 @@ from saga.store.scripts import TASK_WRITE
 
 Message = tuple[Stream, Envelope]
 _json = msgspec.json.Encoder()
+
+
+_DUE_STAGES: Final = frozenset({"due", "final"})
+"""The stages of a task timer that mark when an open task is due."""
 
 
 class TaskStore(Protocol):
@@ -47,6 +51,14 @@ class TaskStore(Protocol):
 
     async def due_timers(self, partition: Partition, now_ms: int, limit: int) -> list[tuple[str, int]]:
         """Task timers due at ``now_ms`` (member, when), soonest first."""
+        ...
+
+    async def open_tasks(self, partition: Partition, due_by_ms: int | None, limit: int) -> list[Task]:
+        """Every open task of the partition (due by ``due_by_ms`` if given), soonest due first.
+
+        Read from the task timers, not by a scan: an open task always has its due timer
+        (``due``, or ``final`` once escalated).
+        """
         ...
 
     async def next_timer(self, partition: Partition) -> int | None:
@@ -98,11 +110,16 @@ class RedisTaskStore:
     async def open_for(self, partition: Partition, assignee: str, limit: int) -> list[Task]:  # noqa: D102
         with redis_errors():
             ids = await self.redis.zrange(partition.tasks_for(assignee), 0, limit - 1)
-            if not ids:
-                return []
+        return await self._load_many(partition, [i.decode() for i in ids])
+
+    async def _load_many(self, partition: Partition, ids: list[str]) -> list[Task]:
+        """The tasks ``ids`` in that order (one pipelined round trip; gone ones left out)."""
+        if not ids:
+            return []
+        with redis_errors():
             pipe = self.redis.pipeline(transaction=False)
             for task_id in ids:
-                pipe.hget(partition.task(task_id.decode()), "task")
+                pipe.hget(partition.task(task_id), "task")
             raws = await pipe.execute()
         return [msgspec.json.decode(raw, type=Task) for raw in raws if raw is not None]
 
@@ -112,6 +129,16 @@ class RedisTaskStore:
                 partition.task_timers, "-inf", now_ms, start=0, num=limit, withscores=True
             )
         return [(member.decode(), int(score)) for member, score in found]
+
+    async def open_tasks(self, partition: Partition, due_by_ms: int | None, limit: int) -> list[Task]:  # noqa: D102
+        # a task has at most a reminder beside its due timer: twice the limit holds every due one
+        top = "+inf" if due_by_ms is None else due_by_ms
+        with redis_errors():
+            members = await self.redis.zrangebyscore(
+                partition.task_timers, "-inf", top, start=0, num=2 * limit
+            )
+        stages = [m.decode().rpartition("|") for m in members]
+        return await self._load_many(partition, [i for i, _, stage in stages if stage in _DUE_STAGES][:limit])
 
     async def next_timer(self, partition: Partition) -> int | None:  # noqa: D102
         with redis_errors():
@@ -170,6 +197,15 @@ class MemoryTaskStore:
         timers = self.timers.get(partition.tag, {})
         due = sorted((at, member) for member, at in timers.items() if at <= now_ms)
         return [(member, at) for at, member in due[:limit]]
+
+    async def open_tasks(self, partition: Partition, due_by_ms: int | None, limit: int) -> list[Task]:  # noqa: D102
+        timers = self.timers.get(partition.tag, {})
+        due = sorted(
+            (at, member.rpartition("|")[0])
+            for member, at in timers.items()
+            if member.rpartition("|")[2] in _DUE_STAGES and (due_by_ms is None or at <= due_by_ms)
+        )
+        return [msgspec.structs.replace(self.tasks[partition.tag, i]) for _, i in due[:limit]]
 
     async def next_timer(self, partition: Partition) -> int | None:  # noqa: D102
         return min(self.timers.get(partition.tag, {}).values(), default=None)

@@ -71,8 +71,9 @@ class Deliveries:
         try:
             return self.participants[name]
         except KeyError:
+            known = ", ".join(sorted(self.participants)) or "none"
             raise RunnerError(
-                f"no participant {name!r} (known: {sorted(self.participants)}): give the runner its fake",
+                f"no participant {name!r} (known: {known}): give the runner its fake",
                 participant=name,
             ) from None
 

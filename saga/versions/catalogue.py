@@ -78,12 +78,16 @@ class Catalogue:
         """The context ``name``, or the only one when ``name`` is ``None``."""
         if name is None:
             if len(self.contexts) != 1:
-                raise UnknownDefinition(f"name a context: the known ones are {sorted(self.contexts)}")
+                raise UnknownDefinition(
+                    f"name a context: the known ones are {', '.join(sorted(self.contexts))}"
+                )
             return next(iter(self.contexts.values()))
         try:
             return self.contexts[name]
         except KeyError:
-            raise UnknownDefinition(f"no context {name!r} (known: {sorted(self.contexts)})") from None
+            raise UnknownDefinition(
+                f"no context {name!r} (known: {', '.join(sorted(self.contexts)) or 'none'})"
+            ) from None
 
     def shape(self, name: str, version: int) -> Shape:
         """The shape of ``name@version`` (:class:`UnknownDefinition` when none is registered)."""

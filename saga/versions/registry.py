@@ -340,7 +340,9 @@ class Versions:
             where = f"context {context!r}" if context else "any context"
             raise UnknownDefinition(f"{key} is not registered in {where}")
         if len(found) > 1:
-            raise UnknownDefinition(f"{key} is in several contexts ({[c for c, _ in found]}): name one")
+            raise UnknownDefinition(
+                f"{key} is in several contexts ({', '.join(c for c, _ in found)}): name one"
+            )
         return found[0]
 
     async def drain(

@@ -216,7 +216,7 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         ),
         (["dlq", "nonsense"], "No such command 'nonsense'"),
         (["ui", "--port", "70000"], "Invalid value for '--port'"),
-        (["tasks", "list"], "give exactly one of --role ROLE and --user USER"),
+        (["tasks", "list", "--role", "r", "--user", "u"], "give at most one of --role ROLE and --user USER"),
         (["tasks", "claim", "t", "--by", "ann"], "needs the application's authorizer: pass --authorizer"),
         (
             ["tasks", "complete", "t", "--by", "a", "--answer", "[1,"],
@@ -224,6 +224,16 @@ def test_without_a_redis_url_only_the_demo_runs(command: list[str]) -> None:
         ),
         (["tasks", "reassign", "t", "--by", "a", "--to", "team:x"], "is not role:NAME or user:NAME"),
         (["tasks", "release", "t"], "Missing option '--by'"),
+        (
+            ["list", "--redis-url", "http://x"],
+            "the Redis URL's scheme 'http' is not one of redis://, rediss://",
+        ),
+        (["health", "ready"], "no port given: pass --port (or set REDSAGA_METRICS_PORT)"),
+        (
+            ["schedule", "create", "s1", "--saga", "x", "--context", "orders", "--cron", "61 2 * * *"],
+            "cron '61 2 * * *': the minute field '61' is not valid (0-59)",
+        ),
+        (["relay", "stats", "--dsn", "bogus"], "Invalid value for '--dsn': cannot open 'bogus'"),
     ],
     ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None,
 )

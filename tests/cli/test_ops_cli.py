@@ -282,6 +282,21 @@ def test_start(live: Live) -> None:
     assert found["timeline"][0]["summary"] == "started by alice@ops"  # type: ignore[index]
 
 
+def test_dlq_list_says_when_it_stops_at_its_limit_and_pages_on(live: Live) -> None:
+    everything = as_json(live, "dlq", "list")
+    assert len(everything) == 2  # type: ignore[arg-type]
+    first = saga(live, "dlq", "list", "--limit", "1")
+    assert first.exit_code == 0
+    assert first.stdout.endswith("\nstopped at --limit 1: more letters match; next page: --offset 1\n")
+    first_json = saga(live, "dlq", "list", "--limit", "1", "--json")
+    assert msgspec.json.decode(first_json.stdout) == everything[:1]  # type: ignore[index]
+    assert first_json.stderr == "stopped at --limit 1: more letters match; next page: --offset 1\n"
+    last = saga(live, "dlq", "list", "--limit", "1", "--offset", "1", "--json")
+    assert msgspec.json.decode(last.stdout) == everything[1:]  # type: ignore[index]
+    assert last.stderr == ""
+    assert "more letters match" not in ok(live, "dlq", "list", "--limit", "2")
+
+
 def test_dead_letter_commands(live: Live) -> None:
     letters = as_json(live, "dlq", "list")
     assert [x["stream"] for x in letters] == [PARTITION.inbox.key] * 2  # type: ignore[union-attr]

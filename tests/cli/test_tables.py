@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from redsaga.cli._common import emit_table, fit_columns
 from redsaga.cli._format import cell
 from redsaga.cli.main import app
+from tests.ops.live import flush
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -164,3 +165,20 @@ def test_a_dead_letter_missing_its_counts_shows_dashes(capsys: pytest.CaptureFix
     shown = capsys.readouterr().out
     assert "(consumer , - deliveries)" in shown
     assert not re.search(r"\b(True|False|None)\b", shown)
+
+
+@pytest.mark.redis
+def test_empty_tables_look_alike_in_every_command(real_redis_url: str) -> None:
+    """Headers, then ``(none)``: dead letters and schedules here, tasks in test_tasks_cli.py."""
+    flush(real_redis_url)
+    env = {"REDSAGA_REDIS_URL": real_redis_url, "REDSAGA_APP": "", "REDSAGA_KEYRING": ""}
+    commands = [
+        ["dlq", "list", "--tag", "orders:0"],
+        ["schedule", "list", "--context", "orders"],
+    ]
+    for command in commands:
+        result = CliRunner().invoke(app, command, env=env)
+        assert result.exit_code == 0, (command, result.output)
+        header, empty = result.stdout.splitlines()
+        assert header.split()[0] in {"letter", "id"}, (command, header)
+        assert empty == "(none)", command

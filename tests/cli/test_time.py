@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import msgspec
 import pytest
@@ -122,13 +124,13 @@ def test_schedules_from_the_command_line(real_redis_url: str) -> None:
     code, output = saga_cli(
         real_redis_url, "schedule", "create", "bad", "-c", "reports", "--saga", "r", "--cron", "x"
     )
-    assert code == 1
+    assert code == 2  # bad usage
     assert "expected 5 fields" in output
     code, output = saga_cli(
         real_redis_url, "schedule", "create", "bad", "-c", "reports", "--saga", "r", "--cron", "@daily",
         "--holiday-calendar", "DE-XX",
     )  # fmt: skip
-    assert code == 1
+    assert code == 2  # an option value that names nothing: bad usage
     assert output.startswith("error: holiday calendar 'DE-XX': DE has no subdivision 'XX' (it has: BB, BE, ")
     assert output.count("\n") == 1  # one line
     code, output = saga_cli(real_redis_url, "schedule", "delete", "nightly", "--context", "reports")
@@ -167,11 +169,16 @@ async def test_a_schedule_for_an_unknown_saga_is_refused_or_listed_as_broken(
     assert table.split()[:2] == ["typo", "nosuchsaga"]
     assert "broken" in table
     assert reason.startswith("typo: broken since ")
+    # one time format in every table: 2026-12-04 12:16:48Z
+    assert re.match(r"typo: broken since \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ: ", reason), reason
     assert reason.endswith(
         ": no saga named 'nosuchsaga' in context 'reports' is known to the worker that fired it "
         "(it knows: report)"
     )
     assert advice.startswith("A broken schedule starts nothing.")
+    await worker.register()  # what run() does first: Redis now knows the context
+    everywhere = await saga_cli_async(real_redis_url, "schedule", "list")  # every registered context
+    assert everywhere == (code, output)
     code, output = await saga_cli_async(real_redis_url, "schedule", "list", "-c", "reports", "--json")
     [info] = msgspec.json.decode(output)
     assert set(info) == {"schedule", "state", "revision", "due_ms"}

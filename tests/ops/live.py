@@ -61,13 +61,15 @@ def prepare(url: str) -> Scenario:
 
 
 @contextmanager
-def background_worker(url: str, worker_app: App, clock: bus.Clock) -> Iterator[SagaWorker]:
+def background_worker(
+    url: str, worker_app: App, clock: bus.Clock, config: EngineConfig = LIVE_CONFIG
+) -> Iterator[SagaWorker]:
     """Run ``worker_app``'s worker, on ``clock``, in a background thread until the block ends."""
     with anyio.from_thread.start_blocking_portal() as portal:
 
         async def build() -> tuple[bus.Redis, SagaWorker]:
             redis = bus.connect(url)
-            return redis, SagaWorker(redis, worker_app, config=LIVE_CONFIG, clock=clock, consumer="live")
+            return redis, SagaWorker(redis, worker_app, config=config, clock=clock, consumer="live")
 
         redis, worker = portal.call(build)
         running = portal.start_task_soon(worker.run)

@@ -172,7 +172,7 @@ def test_an_unused_compensation_is_refused(validate: Callable[[Saga[Data]], obje
     saga = fresh("unused_comp")
     saga.step(reply=Pong)(ping)
     saga.compensation("unping")(ping)
-    with raises(r"saga 'unused_comp': compensations \['unping'\] undo no step"):
+    with raises(r"saga 'unused_comp': compensations unping undo no step"):
         validate(saga)
 
 
@@ -180,7 +180,7 @@ def test_a_misspelt_compensation_lists_the_declared_ones() -> None:
     saga = fresh("typo")
     saga.step(reply=Pong, compensate="unpign")(ping)
     saga.compensation("unping")(ping)
-    with raises(r"typo\.ping: compensate='unpign' names no declared compensation \(declared: \['unping'\]\)"):
+    with raises(r"typo\.ping: compensate='unpign' names no declared compensation \(declared: unping\)"):
         saga.validate()
 
 
@@ -219,7 +219,7 @@ def test_a_registry_names_what_it_does_not_hold() -> None:
         registry.get("held", 2)
     with pytest.raises(UnknownDefinition, match="no definition named 'nope' is registered here"):
         registry.latest("nope")
-    with pytest.raises(UnknownDefinition, match=r"name a context: this registry has \['other', 'tests'\]"):
+    with pytest.raises(UnknownDefinition, match=r"name a context: this registry has other, tests"):
         registry.context(None)
     with pytest.raises(UnknownDefinition, match="no context 'nope' here"):
         registry.context("nope")

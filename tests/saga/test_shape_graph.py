@@ -11,6 +11,7 @@ from saga import Saga
 from saga.definition.shape import shape_of
 from saga.ops.graph import definition_graph, path_graph
 from tests.saga.compose_sagas import DEFINITIONS, fan
+from tests.saga.task_sagas import refund
 from tests.saga.test_compose_views import running_fan
 from tests.saga.test_operator_decisions import dead_lettered_at_shipping
 
@@ -57,3 +58,9 @@ def test_a_sagas_path_through_groups_is_drawn_from_the_shape() -> None:
 def _path(mermaid: str) -> list[str]:
     """The lines that draw a saga's path: node classes and thick edges."""
     return [line for line in mermaid.splitlines() if line.strip().startswith(("class ", "linkStyle"))]
+
+
+def test_a_human_task_is_drawn_as_a_person_s_answer_from_code_and_from_its_shape() -> None:
+    for drawn in (definition_graph(refund), definition_graph(shape_of(refund))):
+        assert "approve.answer<br/>waits for a person's answer (Approval)" in drawn
+        assert "saga.definition" not in drawn

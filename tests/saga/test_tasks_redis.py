@@ -10,11 +10,13 @@ import bus
 from bus import FakeClock
 from saga import App, EngineConfig, SagaClient, SagaWorker
 from saga.core.states import SagaStatus
+from saga.core.times import utc_text
 from saga.definition.human_tasks import User
 from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 from saga.ops.admin import SagaAdmin
 from saga.runtime.tasks import CLAIM_TTL_MS, TaskClient, role_table
 from saga.store.keys import Partition, partition_of
+from tests.helpers import while_deciding
 from tests.saga.task_sagas import Approval, Refund, lenient, refund
 from tests.saga.test_time_faults import SkewedClock
 
@@ -183,8 +185,8 @@ async def test_task_actions_are_in_the_sagas_timeline_and_trace_and_replay_is_un
     rows = [(r.source, r.by or r.event) for r in found.timeline]
     tasks = [r for r in found.timeline if r.source == "task"]
     assert [r.summary for r in tasks] == [
-        f"task approve: opened by engine (for role:managers, due {task.due_ms})",
-        f"task approve: claimed by ann (until {world.clock.now_ms() + CLAIM_TTL_MS})",
+        f"task approve: opened by engine (for role:managers, due {utc_text(task.due_ms)})",
+        f"task approve: claimed by ann (until {utc_text(world.clock.now_ms() + CLAIM_TTL_MS)})",
         "task approve: completed by ann",
     ]
     # merged by time: the claim and the completion come after the task opened, before the signal
@@ -224,3 +226,52 @@ async def test_claims_follow_redis_time_not_a_skewed_client_clock(real_redis: bu
     assert abs(claimed.claim_until_ms - (redis_now + CLAIM_TTL_MS)) < 60_000
     with pytest.raises(TaskAlreadyClaimed):  # two days ahead on the client's clock, still held
         await tasks.claim(task.id, by="bob")
+
+
+async def test_inspect_shows_the_task_a_saga_waits_for_not_its_signal_wait(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG)
+    found = await admin.inspect(saga_id)
+    assert found.task is not None
+    assert (found.task.id, found.task.assignee, found.task.due_ms) == (task.id, "role:managers", task.due_ms)
+    assert found.waiting_for == (
+        f"a person: task 'approve' for role:managers, due {utc_text(task.due_ms)}, unclaimed; at the due "
+        "time it goes to user:boss, notices is notified, its due time moves 7200 s later, then it fails"
+    )
+    assert b"token" not in msgspec.json.encode(found.task)  # the resume token is a secret
+    await world.tasks.claim(task.id, by="ann")
+    claimed = await admin.inspect(saga_id)
+    until = utc_text(world.clock.now_ms() + CLAIM_TTL_MS)
+    assert f", claimed by ann until {until}; at the due time" in claimed.waiting_for
+
+
+async def test_every_open_task_and_the_overdue_ones_are_listed_without_a_role(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    first = await world.started(500)
+    world.clock.advance(HOUR)
+    second = await world.started(900)
+    assert [t.saga_id for t in await world.tasks.list()] == [first, second]  # soonest due first
+    assert await world.tasks.list(overdue=True) == []
+    world.clock.advance(3.5 * HOUR)  # no worker runs: nothing escalates, the first is past due
+    assert [t.saga_id for t in await world.tasks.list(overdue=True)] == [first]
+    world.clock.advance(HOUR)
+    assert [t.saga_id for t in await world.tasks.list(overdue=True)] == [first, second]
+    assert [t.saga_id for t in await world.tasks.list(role="managers", overdue=True)] == [first, second]
+
+
+async def test_force_complete_of_a_task_step_answers_it_and_the_saga_goes_on(real_redis: bus.Redis) -> None:
+    world = World(real_redis)
+    saga_id = await world.started()
+    (task,) = await world.tasks.list(role="managers")
+    admin = SagaAdmin(real_redis, world.app, clock=world.clock, config=CONFIG, by="oncall")
+    done = admin.force_complete(saga_id, "approve", '{"approved": true}', reason="approved by phone")
+    result = await while_deciding(world.worker, done)
+    assert result.outcome == "applied"
+    assert (await world.tasks.show(task.id)).state == "withdrawn"  # nobody answers it again
+    assert await world.tasks.list(role="managers") == []
+    await world.idle()
+    state = await world.client.get(saga_id)
+    assert state.status == SagaStatus.COMPLETED
+    assert bytes(state.steps["pay"].output) == b'"paid 500"'  # type: ignore[arg-type]

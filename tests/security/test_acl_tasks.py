@@ -40,7 +40,9 @@ async def test_each_task_principal_does_its_job_and_no_more(private_redis_server
         await worker.register()
         web = SagaClient(users.client("redsaga.client"), APP.registry, config=users.config("client:web"))
         for n in (1, 2):
-            await web.start(refund, Refund(id=f"r{n}", amount=500 * n), saga_id=f"r{n}")  # start requests
+            await web.start(
+                refund, Refund(id=f"r{n}", amount=500 * n), saga_id=f"r{n}", wait_s=0
+            )  # start requests
         with anyio.fail_after(30):
             await worker.run_until_idle()  # the tasks participant opens the task as the orchestrator
 

@@ -78,7 +78,7 @@ class World:
 async def world(private_redis_server: PrivateRedis) -> AsyncIterator[World]:
     async with applied(private_redis_server, stateless.app) as users:
         found = World(users)
-        await found.client.start(order_fulfilment, ORDER, saga_id=ORDER.id)
+        await found.client.start(order_fulfilment, ORDER, saga_id=ORDER.id, wait_s=0)
         await found.step("redsaga.orders")  # the saga starts; reserve_stock waits for inventory
         yield found
 

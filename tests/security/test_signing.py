@@ -28,7 +28,7 @@ PARTITION = Partition("orders", 0)
 
 async def started(redis: bus.Redis, **options: object) -> SignedWorld:
     world = SignedWorld(redis, **options)  # type: ignore[arg-type]
-    await world.client.start(order_fulfilment, ORDER, saga_id=ORDER.id)
+    await world.client.start(order_fulfilment, ORDER, saga_id=ORDER.id, wait_s=0)
     return world
 
 
@@ -65,9 +65,9 @@ async def test_a_client_without_the_orchestrator_keyring_starts_by_request_and_a
 ) -> None:
     world = await started(redis)
     assert not await redis.exists(PARTITION.saga(ORDER.id))  # only a request is written
-    await world.client.start(order_fulfilment, ORDER, saga_id=ORDER.id)
+    await world.client.start(order_fulfilment, ORDER, saga_id=ORDER.id, wait_s=0)
     other = msgspec.structs.replace(ORDER, total_cents=1)
-    await world.client.start(order_fulfilment, other, saga_id=ORDER.id)
+    await world.client.start(order_fulfilment, other, saga_id=ORDER.id, wait_s=0)
     await world.settle()
     state = await world.client.get(ORDER.id)
     assert state.status == SagaStatus.COMPLETED
@@ -181,7 +181,7 @@ APPROVED = msgspec.Raw(b'{"approved":true,"by":"mallory"}')
 async def waiting_loan(redis: bus.Redis, tokens: list[str]) -> SignedWorld:
     app = App("lending", sagas=[loan], participants=participants([], tokens))
     world = SignedWorld(redis, app=app)
-    await world.client.start(loan, Loan(id="L1", amount=500), saga_id="L1")
+    await world.client.start(loan, Loan(id="L1", amount=500), saga_id="L1", wait_s=0)
     await world.settle()
     return world
 

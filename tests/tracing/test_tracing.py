@@ -43,7 +43,7 @@ class System:
             await self.services.run_until_idle()
 
     async def run(self, data: Trip) -> SagaStatus:
-        await self.client.start("trip", data, saga_id=data.id)
+        await self.client.start("trip", data, saga_id=data.id, wait_s=0)
         await self.settle()
         self.clock.advance(3600)  # the nap's timer
         await self.settle()
@@ -163,7 +163,7 @@ async def test_compensation_spans_and_the_failed_step_has_error_status(
 
 async def test_the_saga_keeps_its_trace_in_its_state(redis: bus.Redis, spans: InMemorySpanExporter) -> None:
     system = System(redis)
-    await system.client.start("trip", Trip(id="t3"), saga_id="t3")
+    await system.client.start("trip", Trip(id="t3"), saga_id="t3", wait_s=0)
     [start] = spans.get_finished_spans()
     state = await system.client.get("t3", context=TRIPS.name)
     assert state.trace.startswith(f"00-{start.context.trace_id:032x}-{start.context.span_id:016x}-")
@@ -212,7 +212,7 @@ async def test_a_process_that_does_not_trace_passes_the_trace_on(fake_redis: bus
     system = System(fake_redis)
     asks_its_orchestrator(system.client)
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    await system.client.start("trip", Trip(id="t6"), saga_id="t6", trace=(parent, "vendor=x"))
+    await system.client.start("trip", Trip(id="t6"), saga_id="t6", trace=(parent, "vendor=x"), wait_s=0)
     await system.settle()
     state = await system.client.get("t6", context=TRIPS.name)
     assert (state.trace, state.trace_state) == (parent, "vendor=x")
@@ -229,7 +229,9 @@ async def test_a_malformed_traceparent_is_ignored_and_logged_once(
     asks_its_orchestrator(system.client)
     with capture_logs() as logs:
         for trip_id in ("t7", "t8"):
-            await system.client.start("trip", Trip(id=trip_id), saga_id=trip_id, trace=("00-nonsense-01", ""))
+            await system.client.start(
+                "trip", Trip(id=trip_id), saga_id=trip_id, trace=("00-nonsense-01", ""), wait_s=0
+            )
         await system.orchestrators.run_until_idle()
     for trip_id in ("t7", "t8"):
         state = await system.client.get(trip_id, context=TRIPS.name)
@@ -290,7 +292,7 @@ async def test_a_domain_event_carries_its_publishers_span_to_the_saga_it_starts(
 
     @app.subscribe("desk.events", group="desk", messages=[Ping], from_beginning=True)
     async def on_request(message: Ping) -> None:
-        await system.client.start("trip", Trip(id=f"t-{message.n}"), saga_id=f"t-{message.n}")
+        await system.client.start("trip", Trip(id=f"t-{message.n}"), saga_id=f"t-{message.n}", wait_s=0)
 
     worker = bus.Worker(fake_redis, app, clock=system.clock)
     await worker.setup()
@@ -325,7 +327,7 @@ async def main():
     redis = bus.connect(bus.MEMORY_URL)
     client = SagaClient(redis, orchestrators.registry)
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    await client.start("trip", Trip(id="a"), saga_id="a", trace=(parent, ""))
+    await client.start("trip", Trip(id="a"), saga_id="a", trace=(parent, ""), wait_s=0)
     assert (await client.get("a", context=TRIPS.name)).trace == parent
     print("ok")
 
@@ -344,7 +346,7 @@ async def test_a_signal_is_a_span_in_the_sagas_trace(
     fake_redis: bus.Redis, spans: InMemorySpanExporter
 ) -> None:
     system = System(fake_redis)
-    await system.client.start("approval", Trip(id="a1"), saga_id="a1")
+    await system.client.start("approval", Trip(id="a1"), saga_id="a1", wait_s=0)
     await system.settle()
     wait = (await system.client.query("a1", context=TRIPS.name)).wait
     assert wait is not None

@@ -296,3 +296,15 @@ async def test_a_bad_tasks_filter_is_a_page_saying_why(
         response = await client.get("/tasks" + query)
     assert response.status_code == status
     assert says in response.text
+
+
+async def test_a_saga_waiting_on_a_task_shows_the_task_box(fake_redis: bus.Redis) -> None:
+    await _with_tasks(fake_redis)
+    async with _client(fake_redis) as client:
+        html = (await client.get("/sagas/big")).text
+    assert '<section id="task">' in html
+    assert '<dd class="assignee">role:managers</dd>' in html
+    assert '<dd class="claim">unclaimed</dd>' in html
+    assert "Approve refund &lt;b&gt;bold&lt;/b&gt;" in html  # escaped
+    assert "it goes to user:boss" in html
+    assert "a person: task &#39;approve&#39; for role:managers" in html
