@@ -61,7 +61,7 @@ from saga.store.codec import Loaded
 from saga.store.commit import PARENT_REPORT, commit_call, commit_result
 from saga.store.keys import Partition, check_saga_id
 from saga.store.token_keys import load_signer, publish_verifier
-from saga.store.trust import Seal, authorize, credited, orchestrator_of
+from saga.store.trust import Seal, authorize, check_incarnation, credited, orchestrator_of
 
 GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
@@ -335,6 +335,7 @@ class Orchestrator:
         authorize(
             self.config.auth, self.context.name, definition, loaded.state, event, envelope, delivery.principal
         )
+        check_incarnation(loaded.state, event, envelope)
         event = credited(event, delivery.principal)
         if isinstance(event, SignalReceived):
             await self._check_token(envelope, event, loaded.state)

@@ -45,7 +45,7 @@ from saga.store.codec import Loaded, expected, new_tag, state_write
 from saga.store.history import encode_entry
 from saga.store.keys import Partition
 from saga.store.scripts import TRANSITION
-from saga.store.trust import Seal, orchestrator_of, participant_named
+from saga.store.trust import INCARNATION, Seal, orchestrator_of, participant_named
 
 TIMER_FIRED: Final = "TimerFired"
 """The inbox entry type of a fired timer (written by ``saga/store/lua/fire_timers.lua``)."""
@@ -186,10 +186,16 @@ def command_envelope(
 ) -> Envelope:
     """The envelope of a dispatched command: keyed for dedupe, addressed back to the inbox.
 
-    Its headers name the saga's definition, the step and the kind, and carry the saga's trace
-    context when it was traced (its reply carries them back).
+    Its headers name the saga's definition, the step, the kind and the saga's incarnation
+    (:data:`~saga.store.trust.INCARNATION`), and carry the saga's trace context when it was
+    traced; its reply carries them back, under the participant's MAC.
     """
-    headers = {"saga": f"{state.name}@{state.version}", "step": dispatch.step, "kind": dispatch.kind}
+    headers = {
+        "saga": f"{state.name}@{state.version}",
+        "step": dispatch.step,
+        "kind": dispatch.kind,
+        INCARNATION: str(state.created_ms),
+    }
     if state.trace:
         headers.update(trace_headers(state.trace, state.trace_state))
     return Envelope(

@@ -138,6 +138,27 @@ def authorize(  # noqa: PLR0917 - called once, by the orchestrator
     _log.warning("unauthorised entry accepted (verification mode 'log')", reason=reason)
 
 
+INCARNATION: Final = "inc"
+"""The command header naming the saga's incarnation (its creation time, ms), which the reply
+carries back: a reply to a saga that has since ended and been started again under the same id
+names the earlier incarnation."""
+
+
+def check_incarnation(state: SagaState, event: Event, envelope: Envelope) -> None:
+    """Refuse a reply that answers another incarnation of the saga (a replay).
+
+    Raises :class:`bus.Unauthenticated` (dead-lettered with the reason). A reply without the
+    header, from a participant or a command older than it, is left to the attempt match.
+    """
+    sent = envelope.headers.get(INCARNATION)
+    if isinstance(event, StepReplied) and sent is not None and sent != str(state.created_ms):
+        raise Unauthenticated(
+            f"{envelope.type} for saga {state.id} answers its incarnation created at {sent}, "
+            f"not the current one (created at {state.created_ms}): a replay",
+            envelope.signer,
+        )
+
+
 def _matches(signer: str, allowed: set[str]) -> bool:
     return bool(signer) and (signer in allowed or "*" in allowed or f"{role_of(signer)}:*" in allowed)
 
