@@ -8,13 +8,17 @@ context's orchestrator, and with nothing signed at all. Each is refused: by Redi
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
-from bus import Envelope
+import bus
+from bus import AuthError, Envelope
 from bus._envelope import decode_fields
+from bus.lowlevel import KEYRING_ENV, VERIFY_ENV
 from redsaga.examples.contracts import Order
 from redsaga.examples.orders import order_fulfilment
-from saga import SagaStatus
+from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.core.states import StepStatus
+from tests.security.test_acl import STATELESS
 from tests.security.test_attacks import ORDER, ORDERS, World, world
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -53,3 +57,35 @@ async def test_a_reply_replayed_into_a_later_incarnation_completes_nothing(world
     assert "a replay" in reason
     await world.settle()  # inventory's own reply to this incarnation still moves it
     assert (await world.state()).status == SagaStatus.COMPLETED
+
+
+@pytest.mark.parametrize("who", ["worker", "client"])
+async def test_an_embedded_worker_or_client_without_a_keyring_refuses_to_run(
+    world: World, who: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker would act on a participant's unsigned forgery of another's reply; a client
+    would write commands and timers that a signing worker dead-letters."""
+    monkeypatch.delenv(VERIFY_ENV, raising=False)
+    monkeypatch.delenv(KEYRING_ENV, raising=False)
+    redis = world.users.client("redsaga.orders" if who == "worker" else "redsaga.client")
+    app = STATELESS["redsaga.orders"]
+    build = SagaWorker if who == "worker" else lambda r, a, config: SagaClient(r, a.registry, config=config)
+    with pytest.raises(AuthError, match="signing is off: the Saga") as refused:
+        build(redis, app, config=EngineConfig())
+    assert "REDSAGA_VERIFY=off" in str(refused.value)
+
+
+@pytest.mark.parametrize("off", [{"REDSAGA_VERIFY": "off"}, {}], ids=["environment", "config"])
+def test_signing_turned_off_on_purpose_runs_and_says_so_at_start_up(
+    off: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(VERIFY_ENV, raising=False)
+    for name, value in off.items():
+        monkeypatch.setenv(name, value)
+    config = EngineConfig() if off else EngineConfig(auth=bus.SIGNING_OFF)
+    with capture_logs() as logs:
+        SagaWorker(bus.connect("redis://127.0.0.1:1/0"), STATELESS["redsaga.orders"], config=config)
+    warned = {
+        log["process"]: log["log_level"] for log in logs if log["event"].startswith("running unauthenticated")
+    }
+    assert warned["the SagaWorker of 'orders'"] == "warning"
