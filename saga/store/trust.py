@@ -144,17 +144,34 @@ carries back: a reply to a saga that has since ended and been started again unde
 names the earlier incarnation."""
 
 
-def check_incarnation(state: SagaState, event: Event, envelope: Envelope) -> None:
-    """Refuse a reply that answers another incarnation of the saga (a replay).
+def check_fresh(
+    state: SagaState, event: Event, envelope: Envelope, stamps: tuple[int, int], *, pending: bool
+) -> None:
+    """Refuse a reply or timer firing of another incarnation, or a timer firing not yet fired.
 
-    Raises :class:`bus.Unauthenticated` (dead-lettered with the reason). A reply without the
-    header, from a participant or a command older than it, is left to the attempt match.
+    Both are what a genuine, signed entry replayed does: into a later saga started under the
+    same id, or read from the pending timers and added to the inbox before the scheduler
+    fired it. ``stamps`` are the incarnation and due time the entry carries under its MAC
+    (:func:`saga.store.commit.stamps_of`); ``pending`` says whether the timer the entry names
+    is still in the partition's timers (the script that fires a timer removes it in the same
+    step, judged by the one timer clock, so a genuine firing never finds it there). Raises
+    :class:`bus.Unauthenticated` (dead-lettered with the reason). A reply without the header
+    or a timer without the times (written before they were recorded) is left to the
+    decider's match on the attempt or the timer id.
     """
-    sent = envelope.headers.get(INCARNATION)
-    if isinstance(event, StepReplied) and sent is not None and sent != str(state.created_ms):
+    if not isinstance(event, StepReplied | TimerFired):
+        return
+    created, due = stamps
+    if created and created != state.created_ms:
         raise Unauthenticated(
-            f"{envelope.type} for saga {state.id} answers its incarnation created at {sent}, "
+            f"{envelope.type} for saga {state.id} belongs to its incarnation created at {created}, "
             f"not the current one (created at {state.created_ms}): a replay",
+            envelope.signer,
+        )
+    if isinstance(event, TimerFired) and pending:
+        raise Unauthenticated(
+            f"{envelope.type} {envelope.id} for saga {state.id} arrived while the timer is still "
+            f"pending (due at {due or 'a time not recorded'}): fired early, not by the scheduler",
             envelope.signer,
         )
 

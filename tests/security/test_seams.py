@@ -53,7 +53,7 @@ async def test_a_reply_replayed_into_a_later_incarnation_completes_nothing(world
     await world.step("redsaga.orders")
     assert (await world.state()).steps["reserve_stock"].status == StepStatus.DISPATCHED
     [reason] = await world.reasons()
-    assert "answers its incarnation created at" in reason
+    assert "belongs to its incarnation created at" in reason
     assert "a replay" in reason
     await world.settle()  # inventory's own reply to this incarnation still moves it
     assert (await world.state()).status == SagaStatus.COMPLETED
@@ -89,3 +89,50 @@ def test_signing_turned_off_on_purpose_runs_and_says_so_at_start_up(
         log["process"]: log["log_level"] for log in logs if log["event"].startswith("running unauthenticated")
     }
     assert warned["the SagaWorker of 'orders'"] == "warning"
+
+
+def _fired(timer_id: str, stored: bytes) -> dict[str, bytes]:
+    """The entry ``fire_timers.lua`` would add for a timer stored as ``stored`` (its MAC kept)."""
+    length, _, rest = stored.partition(b":")
+    saga_id, rest = rest[: int(length)], rest[int(length) :]
+    signed, _, rest = rest.partition(b":")
+    auth, event = rest[: int(signed)], rest[int(signed) :]
+    key_id, _, mac = auth.partition(b" ")
+    envelope = Envelope(
+        id=timer_id, type="TimerFired", payload=event, correlation_id=saga_id.decode(),
+        signer="orchestrator:orders", key_id=key_id.decode(), mac=mac,
+    )  # fmt: skip
+    return envelope.to_fields()  # type: ignore[return-value]
+
+
+async def test_a_pending_timer_added_to_the_inbox_early_is_dead_lettered(world: World) -> None:
+    before = await world.state()
+    timer_id = before.steps["reserve_stock"].timer
+    assert timer_id is not None  # the attempt's timeout, due in 30 s
+    stored = await world.users.admin.hget(ORDERS.timer_data, timer_id)  # leaked: a dump, a backup
+    await world.redis.xadd(ORDERS.inbox.key, _fired(timer_id, stored))  # type: ignore[arg-type]
+    await world.step("redsaga.orders")
+    after = await world.state()
+    assert after.steps["reserve_stock"] == before.steps["reserve_stock"]  # not timed out
+    [reason] = await world.reasons()
+    assert "while the timer is still pending" in reason
+    assert "fired early, not by the scheduler" in reason
+    await world.settle()
+    assert (await world.state()).status == SagaStatus.COMPLETED
+
+
+async def test_a_fired_timer_replayed_into_a_later_incarnation_is_dead_lettered(world: World) -> None:
+    timer_id = (await world.state()).steps["reserve_stock"].timer
+    assert timer_id is not None
+    fired = _fired(timer_id, await world.users.admin.hget(ORDERS.timer_data, timer_id))
+    await world.settle()  # the first incarnation ends; its timeout is cancelled
+    await _expire(world, ORDER.id)
+    again = Order(id=ORDER.id, customer="c2", lines=ORDER.lines, total_cents=ORDER.total_cents + 1)
+    await world.client.start(order_fulfilment, again, saga_id=ORDER.id)
+    await world.step("redsaga.orders")  # the same timer id is pending again, for this incarnation
+    await world.users.admin.zrem(ORDERS.timers, timer_id)  # as if the scheduler were about to fire it
+    await world.redis.xadd(ORDERS.inbox.key, fired)  # type: ignore[arg-type]
+    await world.step("redsaga.orders")
+    assert (await world.state()).steps["reserve_stock"].status == StepStatus.DISPATCHED
+    [reason] = await world.reasons()
+    assert "belongs to its incarnation created at" in reason
