@@ -333,7 +333,14 @@ class Orchestrator:
         except UnknownDefinition as error:
             raise TransientError(f"{error}; a worker serving it must take this entry") from error
         authorize(
-            self.config.auth, self.context.name, definition, loaded.state, event, envelope, delivery.principal
+            self.config.auth,
+            self.context.name,
+            definition,
+            loaded.state,
+            event,
+            envelope,
+            delivery.principal,
+            self.registry,
         )
         pending = isinstance(event, TimerFired) and await timer_pending(self.redis, partition, event.timer_id)
         check_fresh(loaded.state, event, envelope, stamps_of(envelope), pending=pending)
@@ -378,7 +385,16 @@ class Orchestrator:
             raise PermanentError(f"start request names no definition: {event.saga!r}") from error
         except UnknownDefinition as error:
             raise TransientError(f"{error}; a worker serving it must take this start request") from error
-        authorize(self.config.auth, self.context.name, definition, None, event, envelope, delivery.principal)
+        authorize(
+            self.config.auth,
+            self.context.name,
+            definition,
+            None,
+            event,
+            envelope,
+            delivery.principal,
+            self.registry,
+        )
         if loaded is not None:
             existing = loaded.state
             if existing.name == definition.name and bytes(existing.data) == bytes(event.data):

@@ -7,6 +7,7 @@ context's orchestrator, and with nothing signed at all. Each is refused: by Redi
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -16,9 +17,16 @@ from bus._envelope import decode_fields
 from bus.lowlevel import KEYRING_ENV, VERIFY_ENV
 from redsaga.examples.contracts import Order
 from redsaga.examples.orders import order_fulfilment
-from saga import EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
+from saga.core.model import ParentLink
 from saga.core.states import StepStatus
-from tests.security.test_acl import STATELESS
+from saga.runtime.protocol import CANCEL, OperatorRequest
+from saga.store.keys import Partition
+from tests.faults.servers import PrivateRedis
+from tests.helpers import dead_letters
+from tests.saga import compose_sagas
+from tests.security.acl_users import applied
+from tests.security.test_acl import STATELESS, worker_in
 from tests.security.test_attacks import ORDER, ORDERS, World, world
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -136,3 +144,55 @@ async def test_a_fired_timer_replayed_into_a_later_incarnation_is_dead_lettered(
     assert (await world.state()).steps["reserve_stock"].status == StepStatus.DISPATCHED
     [reason] = await world.reasons()
     assert "belongs to its incarnation created at" in reason
+
+
+@pytest.mark.parametrize("link", [False, True], ids=["no-parent-link", "claiming-to-be-the-parent"])
+async def test_a_child_contexts_orchestrator_starts_and_cancels_nothing_in_its_parent_context(
+    private_redis_server: PrivateRedis, link: bool
+) -> None:
+    whole = App(
+        "all",
+        sagas=[compose_sagas.parent, compose_sagas.invoicing],
+        participants=[worker_in(compose_sagas.CONTEXT), worker_in("billing")],
+    )
+    async with applied(private_redis_server, whole) as users:
+        compose = Partition(compose_sagas.CONTEXT, 0)
+        orchestrator = SagaWorker(
+            users.client("redsaga.compose"),
+            App("compose", sagas=[compose_sagas.parent]),
+            config=users.config("orchestrator:compose"),
+        )
+        client = SagaClient(users.client("redsaga.client"), whole.registry, config=users.config("client:web"))
+        await client.start(compose_sagas.parent, compose_sagas.Plan(id="p1"), saga_id="p1")
+        await orchestrator.run_until_idle()
+        # the billing orchestrator's stolen Redis user and keyring (it reports children's ends there)
+        child = SagaClient(
+            users.client("redsaga.billing"), whole.registry, config=users.config("orchestrator:billing")
+        )
+        assert child.principal == "orchestrator:billing"
+        parent = ParentLink(
+            context="billing",
+            partition=0,
+            saga_id="i1",
+            saga="invoicing@1",
+            step="s",
+            attempt=1,
+            command_id="c",
+        )
+        plan = compose_sagas.Plan(id="p2")
+        await child.start(compose_sagas.parent, plan, saga_id="p2", parent=parent if link else None)
+        cancel = Envelope(
+            id=bus.uuid7(), type=CANCEL, correlation_id="p1",
+            payload=msgspec.json.encode(OperatorRequest(by="mallory", reason="stolen keyring")),
+        )  # fmt: skip
+        signed = users.auth("orchestrator:billing").sign(
+            cancel, "orchestrator:compose", "orchestrator:billing"
+        )
+        await users.client("redsaga.billing").xadd(compose.inbox.key, signed.to_fields())  # type: ignore[arg-type]
+        await orchestrator.run_until_idle()
+        assert (await client.get("p1", context=compose_sagas.CONTEXT)).status == SagaStatus.RUNNING
+        assert not await users.admin.exists(compose.saga("p2"))
+        letters = await dead_letters(users.admin, compose.inbox)
+        reasons = [letter["reason"] for letter in letters]
+        assert len(reasons) == 2
+        assert all("signed by orchestrator:billing, which may not send it" in r for r in reasons), reasons
