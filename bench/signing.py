@@ -16,7 +16,11 @@ fields (a publish), ``signing.verify.floor`` decodes them (a consume). Beside th
 - ``signing.blake2b.mac``, ``signing.hmac_sha256.mac``: the bare MAC over the same canonical
   bytes, for the choice of construction;
 - ``signing.ed25519.sign``/``verify``: an Ed25519 signature over the same bytes
-  (``cryptography``), the asymmetric option (a verifier could not forge).
+  (``cryptography``), the asymmetric option (a verifier could not forge);
+- ``signing.blake2b.sign.unstamped``/``verify.unstamped``: the command without the saga's
+  incarnation header (``inc``, what commands carried before it), and
+  ``signing.timer.sign``/``signing.timer.sign.unstamped``: a timer's entry with and without
+  the incarnation and due time in its payload: what binding entries to their time costs.
 
 Compare ratios to the floor, not absolute numbers: the machine is shared and noisy.
 """
@@ -51,7 +55,10 @@ class Charge(msgspec.Struct, tag=True):
     note: str
 
 
-def envelope(payload_bytes: int) -> bus.Envelope:
+def envelope(payload_bytes: int, *, stamped: bool = True) -> bus.Envelope:
+    headers = {"saga": "order_fulfilment@1", "step": "charge", "kind": "do"}
+    if stamped:
+        headers["inc"] = "1796397032315"  # the saga's incarnation (saga/store/trust.py)
     return bus.new_envelope(
         Charge(order_id="o-12345", note="x" * payload_bytes),
         max_bytes=1 << 20,
@@ -60,7 +67,20 @@ def envelope(payload_bytes: int) -> bus.Envelope:
         causation_id="0193a0b1-aaaa-7bbb-8ccc-000000000001",
         idempotency_key="0193a0b1-aaaa-7bbb-8ccc-000000000000:charge:do:0",
         reply_to="rs:{orders:0}:inbox",
-        headers={"saga": "order_fulfilment@1", "step": "charge", "kind": "do"},
+        headers=headers,
+    )
+
+
+def timer(*, stamped: bool) -> bus.Envelope:
+    """A timer's entry as the orchestrator signs it (``saga/store/commit.py``, ``TimerTemplate``)."""
+    payload = (
+        b'["timeout","charge","do",1,1796397032315,1796397062315]'
+        if stamped
+        else b'["timeout","charge","do",1]'
+    )
+    saga_id = "0193a0b1-aaaa-7bbb-8ccc-000000000000"
+    return bus.Envelope(
+        id=f"{saga_id}:charge:do:1:timeout", type="TimerFired", payload=payload, correlation_id=saga_id
     )
 
 
@@ -94,11 +114,14 @@ def main() -> None:
     plain = envelope(args.payload)
     flat = orchestrator.sign(plain, PAYMENTS, ORDERS).field_args()
     fields = {
-        str(k).encode(): v if isinstance(v, bytes) else str(v).encode()
+        (k if isinstance(k, bytes) else str(k).encode()): v if isinstance(v, bytes) else str(v).encode()
         for k, v in zip(flat[::2], flat[1::2], strict=True)
     }
     limits = {"max_bytes": 1 << 20, "max_fields": 32}
     signed = bus.decode_fields(fields, **limits)
+    unstamped = envelope(args.payload, stamped=False)
+    unstamped_signed = orchestrator.sign(unstamped, PAYMENTS, ORDERS)
+    timers = {stamped: timer(stamped=stamped) for stamped in (True, False)}
     message = plain.canonical(ORDERS, "k1")
     blake2b_key, hmac_key = keyed(os.urandom(32)), os.urandom(32)
     ed_key = Ed25519PrivateKey.generate()
@@ -113,6 +136,16 @@ def main() -> None:
         ("signing.hmac_sha256.mac", lambda: hmac.digest(hmac_key, message, hashlib.sha256)),
         ("signing.ed25519.sign", lambda: ed_key.sign(message)),
         ("signing.ed25519.verify", lambda: ed_public.verify(ed_signature, message)),
+        (
+            "signing.blake2b.sign.unstamped",
+            lambda: orchestrator.sign(unstamped, PAYMENTS, ORDERS).field_args(),
+        ),
+        (
+            "signing.blake2b.verify.unstamped",
+            lambda: participant.verify(unstamped_signed, PAYMENTS, PAYMENTS),
+        ),
+        ("signing.timer.sign", lambda: orchestrator.sign(timers[True], ORDERS, ORDERS)),
+        ("signing.timer.sign.unstamped", lambda: orchestrator.sign(timers[False], ORDERS, ORDERS)),
     ]
     for name, one in runs:
         print(json.dumps(measure(name, args.entries, one)), flush=True)

@@ -257,7 +257,7 @@ class Authenticator:
     turned off: nothing is signed, everything is accepted, :meth:`verify` names no one.
     """
 
-    __slots__ = ("_pairs", "_sending", "keyrings", "mode")
+    __slots__ = ("_chosen", "_pairs", "_sending", "keyrings", "mode")
 
     def __init__(self, keyrings: Iterable[Keyring] = (), mode: Mode | None = None) -> None:
         self.keyrings = {k.principal: k for k in keyrings}
@@ -267,6 +267,7 @@ class Authenticator:
         if not self.keyrings and resolved != "off":
             raise AuthError(f"verification mode {resolved!r} needs a keyring (set {KEYRING_ENV})")
         self.mode: Mode = resolved
+        self._chosen = mode == "off"  # signing off because someone said so, not for want of a keyring
         self._pairs: OrderedDict[tuple[str, str, str], Any] = OrderedDict()  # keyed hashers
         self._sending: dict[tuple[str, str], Any] = {}  # (signer, audience): bounded by the keyrings
 
@@ -286,6 +287,29 @@ class Authenticator:
     def enabled(self) -> bool:
         """Whether this process signs (and checks) entries."""
         return bool(self.keyrings)
+
+    @property
+    def off_on_purpose(self) -> bool:
+        """Whether signing is off because it was turned off explicitly.
+
+        That is ``Authenticator(mode="off")`` (:data:`bus.SIGNING_OFF`) or ``REDSAGA_VERIFY=off``
+        in the environment, not merely no keyring configured.
+        """
+        return not self.keyrings and (self._chosen or os.environ.get(VERIFY_ENV) == "off")
+
+    def refuse_unsigned(self, who: str) -> None:
+        """Raise :class:`AuthError` if ``who`` would run with signing off when nobody chose that.
+
+        The one rule for every process that writes or acts on entries (``saga worker``, an
+        embedded worker or client): no keyring is an error, unless signing was turned off on
+        purpose (:attr:`off_on_purpose`).
+        """
+        if not self.keyrings and not self.off_on_purpose:
+            raise AuthError(
+                f"signing is off: {who} would act on entries nobody checked. Give it its keyring "
+                f"({KEYRING_ENV}, written by `saga keys issue`), or set {VERIFY_ENV}=off to run "
+                "without (development only)"
+            )
 
     def require(self, who: str) -> None:
         """Raise :class:`AuthError` unless signing is off or this process holds ``who``'s keyring."""
@@ -425,8 +449,8 @@ def _root(key_set: KeySet, holder: str, audience: str) -> bytes | None:
     return None
 
 
-OFF: Final = Authenticator()
-"""Signing turned off (the default when no keyring is configured)."""
+OFF: Final = Authenticator(mode="off")
+"""Signing turned off on purpose (development and tests; :attr:`Authenticator.off_on_purpose`)."""
 
 
 def issue(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,7 +9,7 @@ import anyio
 import typer
 
 import bus
-from bus.lowlevel import VERIFY_ENV, redis_errors
+from bus.lowlevel import redis_errors
 from bus.metrics import DEFAULT_HOST
 from redsaga.cli._common import (
     CommandError,
@@ -112,12 +111,10 @@ def worker(
         config.check_partitions(app.contexts)
     except PartitionOutOfRange as error:
         raise typer.BadParameter(str(error), param_hint="'--partitions'") from None
-    if not auth.enabled and os.environ.get(VERIFY_ENV) != "off":
-        raise CommandError(
-            "signing is off: this worker would act on entries nobody checked. Give it its keyring "
-            "(REDSAGA_KEYRING, written by `saga keys issue`), or set REDSAGA_VERIFY=off to run "
-            "without (development only)"
-        )
+    try:
+        auth.refuse_unsigned("this worker")
+    except bus.AuthError as error:
+        raise CommandError(str(error)) from None
     tune_gc()  # the App is loaded: freeze that heap, collect the young generation less often
 
     async def main() -> None:

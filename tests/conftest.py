@@ -34,9 +34,13 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 import bus
-from bus.lowlevel import is_cluster, is_embedded
+from bus.lowlevel import VERIFY_ENV, is_cluster, is_embedded
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# Workers and clients refuse to run without a keyring unless signing is turned off on purpose.
+# Most tests exercise the engine, not signing: they run with it off, said once here (processes
+# the tests start inherit it). The tests of signing give keyrings, or clear this to see the refusal.
+os.environ.setdefault(VERIFY_ENV, "off")
 _GIVEN_REDIS_URL = os.environ.get("REDSAGA_TEST_REDIS_URL", "")
 _PG_SERVER_DSN = os.environ.get("REDSAGA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 

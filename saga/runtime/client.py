@@ -47,6 +47,9 @@ _json = msgspec.json.Encoder()
 class SagaClient:
     """Starts and reads the sagas of the definitions in ``registry``.
 
+    Raises :class:`bus.AuthError` when ``config.auth`` holds no keyring and signing was not
+    turned off on purpose (``REDSAGA_VERIFY=off``; :meth:`~saga.EngineConfig.check_signing`).
+
     ``cache``, a worker's :class:`~saga.runtime.saga_cache.SagaCache`, keeps every saga this
     client starts as written, so the worker in the same process decides its first reply
     without reading it back (:meth:`saga.SagaWorker.client` makes such a client).
@@ -68,6 +71,7 @@ class SagaClient:
         self.clock = clock or SystemClock()
         self.config = config or EngineConfig()
         self.source = source
+        self.config.check_signing(f"the SagaClient {source!r}", redis, warn=False)
         auth = self.config.auth
         self.principal = (
             auth.signer_for("client", "operator", "orchestrator") if principal is None else principal

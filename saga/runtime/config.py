@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bus import Authenticator, BusConfig
+from bus.lowlevel import get_logger, is_embedded
 from saga.errors import PartitionOutOfRange
 from saga.runtime.liveness import health_file_from_env
+
+_log = get_logger("redsaga.saga")
 
 if TYPE_CHECKING:
     from saga.definition.context import Context
@@ -93,6 +96,20 @@ class EngineConfig:
     def serves(self, index: int) -> bool:
         """Whether this worker serves partition ``index`` (every one when none are named)."""
         return not self.partitions or index in self.partitions
+
+    def check_signing(self, who: str, redis: object, *, warn: bool = True) -> None:
+        """Refuse to run ``who`` on ``redis`` unauthenticated unless signing was turned off on purpose.
+
+        Raises :class:`bus.AuthError` when :attr:`auth` holds no keyring and neither
+        ``REDSAGA_VERIFY=off`` nor ``Authenticator(mode="off")`` said so (the rule ``saga worker``
+        follows too), except on the embedded in-process Redis (``bus.connect()`` without a
+        URL), which no other process can write. A process that runs unauthenticated says so
+        at start-up (``warn``: a worker does; a client, used by one-shot commands, does not).
+        """
+        if not is_embedded(redis):  # type: ignore[arg-type]  # any client: only its type is looked at
+            self.auth.refuse_unsigned(who)
+        if warn and not self.auth.enabled:
+            _log.warning("running unauthenticated: nothing is signed, every entry is accepted", process=who)
 
     def check_partitions(self, contexts: Iterable[Context]) -> None:
         """Refuse partition indexes that none of ``contexts`` (those a worker serves) has.

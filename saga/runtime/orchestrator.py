@@ -41,7 +41,7 @@ from saga.core.child_messages import CHILD
 from saga.core.commands import LocalCall
 from saga.core.decider import Decision, decide
 from saga.core.decider import start as decide_start
-from saga.core.model import SagaState, SignalReceived, Started
+from saga.core.model import SagaState, SignalReceived, Started, TimerFired
 from saga.core.tokens import Signer, check_wait
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context
@@ -57,12 +57,12 @@ from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
 from saga.runtime.start_verdict import Refusal, RefusalKind, record_refusal
 from saga.runtime.tracing import keep_trace, trace_of, transition_span
-from saga.store.branches import load_saga
+from saga.store.branches import load_saga, timer_pending
 from saga.store.codec import Loaded
-from saga.store.commit import PARENT_REPORT, commit_call, commit_result
+from saga.store.commit import PARENT_REPORT, commit_call, commit_result, stamps_of
 from saga.store.keys import Partition, check_saga_id
 from saga.store.token_keys import load_signer, publish_verifier
-from saga.store.trust import Seal, authorize, credited, orchestrator_of
+from saga.store.trust import Seal, authorize, check_fresh, credited, orchestrator_of
 
 GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
@@ -344,8 +344,17 @@ class Orchestrator:
         except UnknownDefinition as error:
             raise TransientError(f"{error}; a worker serving it must take this entry") from error
         authorize(
-            self.config.auth, self.context.name, definition, loaded.state, event, envelope, delivery.principal
+            self.config.auth,
+            self.context.name,
+            definition,
+            loaded.state,
+            event,
+            envelope,
+            delivery.principal,
+            self.registry,
         )
+        pending = isinstance(event, TimerFired) and await timer_pending(self.redis, partition, event.timer_id)
+        check_fresh(loaded.state, event, envelope, stamps_of(envelope), pending=pending)
         event = credited(event, delivery.principal)
         if isinstance(event, SignalReceived):
             await self._check_token(envelope, event, loaded.state)
@@ -387,7 +396,16 @@ class Orchestrator:
             raise PermanentError(f"start request names no definition: {event.saga!r}") from error
         except UnknownDefinition as error:
             raise TransientError(f"{error}; a worker serving it must take this start request") from error
-        authorize(self.config.auth, self.context.name, definition, None, event, envelope, delivery.principal)
+        authorize(
+            self.config.auth,
+            self.context.name,
+            definition,
+            None,
+            event,
+            envelope,
+            delivery.principal,
+            self.registry,
+        )
         if loaded is not None:
             existing = loaded.state
             if existing.name == definition.name and bytes(existing.data) == bytes(event.data):

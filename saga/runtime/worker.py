@@ -40,7 +40,9 @@ class SagaWorker:
 
     Bounded concurrency, leases, dead letters, graceful shutdown and reconnects come from
     the bus worker; :meth:`stop` stops both. Raises :class:`~saga.errors.PartitionOutOfRange`
-    when ``config.partitions`` names indexes none of the app's contexts has.
+    when ``config.partitions`` names indexes none of the app's contexts has, and
+    :class:`bus.AuthError` when ``config.auth`` holds no keyring and signing was not turned off
+    on purpose (``REDSAGA_VERIFY=off``; :meth:`~saga.EngineConfig.check_signing`).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class SagaWorker:
         self.app = app
         self.config = config or EngineConfig()
         self.config.check_partitions(app.contexts)
+        self.config.check_signing(f"the SagaWorker of {app.name!r}", redis)
         self.clock = clock or SystemClock()
         self.redis = redis
         self.cache = SagaCache(self.config.cache_size)

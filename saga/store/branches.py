@@ -33,7 +33,7 @@ from saga.store.codec import Loaded, changed_branches, decode_state
 from saga.store.keys import Partition
 from saga.store.records import decode_step
 
-__all__ = ["changed_branches", "decode_branches", "has_groups", "load_saga", "read_together"]
+__all__ = ["changed_branches", "decode_branches", "has_groups", "load_saga", "read_together", "timer_pending"]
 READ_ATTEMPTS: Final = 5
 """Reads :func:`read_together` tries while commits keep landing between them."""
 
@@ -46,6 +46,16 @@ def has_groups(state: SagaState) -> bool:
 def decode_branches(saga_id: str, raw: Mapping[bytes, bytes]) -> dict[str, StepState]:
     """The branch hash of saga ``saga_id`` as read (``HGETALL``), decoded."""
     return {key.decode(): decode_step(saga_id, key.decode(), value) for key, value in raw.items()}
+
+
+async def timer_pending(redis: Any, partition: Partition, timer_id: str) -> bool:
+    """Whether ``partition``'s timer ``timer_id`` is still waiting to be fired.
+
+    The script that fires a timer removes it in the step that adds its entry to the inbox,
+    so an entry that names a timer still waiting was not added by the scheduler.
+    """
+    with redis_errors():
+        return await redis.zscore(partition.timers, timer_id) is not None
 
 
 async def load_saga(

@@ -45,7 +45,7 @@ from saga.store.codec import Loaded, expected, new_tag, state_write
 from saga.store.history import encode_entry
 from saga.store.keys import Partition
 from saga.store.scripts import TRANSITION
-from saga.store.trust import Seal, orchestrator_of, participant_named
+from saga.store.trust import INCARNATION, Seal, orchestrator_of, participant_named
 
 TIMER_FIRED: Final = "TimerFired"
 """The inbox entry type of a fired timer (written by ``saga/store/lua/fire_timers.lua``)."""
@@ -85,25 +85,36 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True, 
     """A timer's event as stored: a :class:`~saga.core.model.TimerFired` minus id and time.
 
     Stored in ``timerdata`` under the timer id as ``<byte length of the saga id>:<saga id>``
-    followed by this Struct as a JSON array (``["timeout","charge","do",1]``), without the
-    timer id (the hash field and the fired entry's id carry it). The layouts before it (a
-    JSON object; the first one with the timer id inside and the saga id in a ``<timer
-    id>:c`` field) are still read.
+    followed by this Struct as a JSON array (``["timeout","charge","do",1,<created>,<due>]``),
+    without the timer id (the hash field and the fired entry's id carry it). The layouts
+    before it (a JSON object; the first one with the timer id inside and the saga id in a
+    ``<timer id>:c`` field; the array without the last two items) are still read.
+
+    It is the fired entry's payload, so the orchestrator's MAC covers the saga's incarnation
+    and the due time: a fired timer replayed into a later saga under the same id, or added
+    to the inbox before it is due, is refused (:func:`saga.store.trust.check_fresh`).
     """
 
     purpose: TimerPurpose
     step: str
     kind: Kind
     attempt: int
+    created_ms: int = 0
+    """The saga's incarnation (its creation time); 0 in timers set before it was recorded."""
+    due_ms: int = 0
+    """When the timer is due by the clock of the orchestrator that set it (0: not recorded)."""
 
     @classmethod
-    def of(cls, timer: StartTimer) -> TimerTemplate:
-        """The stored form of a timer a decision started."""
+    def of(cls, timer: StartTimer, *, created_ms: int, now_ms: int) -> TimerTemplate:
+        """The stored form of a timer a decision at ``now_ms`` started (saga created at ``created_ms``)."""
+        due = timer.at_ms if timer.at_ms is not None else now_ms + timer.delay_ms
         return cls(
             purpose=timer.purpose,
             step=timer.step,
             kind=timer.kind,
             attempt=timer.attempt,
+            created_ms=created_ms,
+            due_ms=due,
         )
 
     @staticmethod
@@ -157,6 +168,19 @@ class TimerTemplate(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True, 
         )
 
 
+def stamps_of(envelope: Envelope) -> tuple[int, int]:
+    """The saga incarnation and due time an inbox entry carries under its MAC (0: none).
+
+    A fired timer's are in its payload (:class:`TimerTemplate`); a reply's incarnation is the
+    header its command carried (:data:`~saga.store.trust.INCARNATION`).
+    """
+    if envelope.type == TIMER_FIRED:
+        timer = TimerTemplate.decode(envelope.payload)
+        return timer.created_ms, timer.due_ms
+    sent = envelope.headers.get(INCARNATION, "")
+    return (int(sent) if sent.isdigit() else 0), 0
+
+
 class _TimerObject(msgspec.Struct, gc=False, kw_only=True):
     """The event as the layouts before the array stored it: a JSON object.
 
@@ -186,10 +210,16 @@ def command_envelope(
 ) -> Envelope:
     """The envelope of a dispatched command: keyed for dedupe, addressed back to the inbox.
 
-    Its headers name the saga's definition, the step and the kind, and carry the saga's trace
-    context when it was traced (its reply carries them back).
+    Its headers name the saga's definition, the step, the kind and the saga's incarnation
+    (:data:`~saga.store.trust.INCARNATION`), and carry the saga's trace context when it was
+    traced; its reply carries them back, under the participant's MAC.
     """
-    headers = {"saga": f"{state.name}@{state.version}", "step": dispatch.step, "kind": dispatch.kind}
+    headers = {
+        "saga": f"{state.name}@{state.version}",
+        "step": dispatch.step,
+        "kind": dispatch.kind,
+        INCARNATION: str(state.created_ms),
+    }
     if state.trace:
         headers.update(trace_headers(state.trace, state.trace_state))
     return Envelope(
@@ -375,7 +405,7 @@ def _effect_args(
                 audience = participant_named(effect.participant)
         elif isinstance(effect, StartTimer):
             due = f"@{effect.at_ms}" if effect.at_ms is not None else effect.delay_ms
-            template = TimerTemplate.of(effect)
+            template = TimerTemplate.of(effect, created_ms=state.created_ms, now_ms=now_ms)
             auth = seal.fields(template.entry(effect.timer_id, state.id), me) if signing and seal else b""
             timers += (effect.timer_id, due, template.stored(state.id, auth))
             continue

@@ -114,9 +114,9 @@ class MemoryStore:
         timers = self.pending.setdefault(partition.tag, {})
         for effect in decision.effects:
             if isinstance(effect, StartTimer):
-                due = effect.at_ms if effect.at_ms is not None else now_ms + effect.delay_ms
-                stored = StoredTimer(effect.timer_id, state.id, due, TimerTemplate.of(effect))
-                timers[effect.timer_id] = (due, next(self._order), stored)
+                template = TimerTemplate.of(effect, created_ms=state.created_ms, now_ms=now_ms)
+                stored = StoredTimer(effect.timer_id, state.id, template.due_ms, template)
+                timers[effect.timer_id] = (template.due_ms, next(self._order), stored)
         for effect in decision.effects:
             if isinstance(effect, CancelTimer):
                 timers.pop(effect.timer_id, None)

@@ -14,8 +14,13 @@ a timer firing, a matched event        the orchestrator itself
 a child step's reply (its child ended)  the orchestrator of the child's context
 a signal                               anyone who signs (the resume token is the
                                        capability; the orchestrator checks it)
-a start request, a cancel request      a client, an operator, an orchestrator (a parent
-                                       saga's, from another context, or its own)
+a start request                        a client, an operator, the context's own
+                                       orchestrator, or the orchestrator of the context
+                                       its parent link names (a parent starting its
+                                       child), never one of this context's child contexts
+a cancel request                       a client, an operator, the context's own
+                                       orchestrator, or the orchestrator of the saga's
+                                       parent's context
 retry, force-complete, redrive         an operator
 =====================================  ================================================
 
@@ -25,6 +30,7 @@ nothing changed); in ``log`` mode the refusal is reported and the entry goes on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -110,7 +116,7 @@ def credited(event: E, signer: str) -> E:
     return msgspec.structs.replace(event, by=f"{by} via {signer}" if by else signer)
 
 
-def authorize(  # noqa: PLR0917 - called once, by the orchestrator
+def authorize(  # noqa: PLR0917 - called twice, by the orchestrator
     auth: Authenticator,
     context: str,
     definition: Saga[Any],
@@ -118,15 +124,18 @@ def authorize(  # noqa: PLR0917 - called once, by the orchestrator
     event: Event,
     envelope: Envelope,
     signer: str,
+    definitions: Iterable[Saga[Any]] = (),
 ) -> None:
     """Refuse ``event`` (from ``envelope``, signed by ``signer``) unless its signer may send it.
 
-    Raises :class:`bus.Unauthenticated` in ``require`` mode, logs in ``log`` mode; with
-    signing off nothing is checked.
+    ``definitions`` are those the orchestrator knows: the contexts their child steps run in
+    may report their children's ends here, never start or cancel a saga here. Raises
+    :class:`bus.Unauthenticated` in ``require`` mode, logs in ``log`` mode; with signing off
+    nothing is checked.
     """
     if not auth.enabled:
         return
-    allowed = allowed_senders(context, definition, state, event)
+    allowed = allowed_senders(context, definition, state, event, child_contexts(definitions, context))
     if allowed is None or _matches(signer, allowed):
         return
     reason = (
@@ -138,16 +147,63 @@ def authorize(  # noqa: PLR0917 - called once, by the orchestrator
     _log.warning("unauthorised entry accepted (verification mode 'log')", reason=reason)
 
 
+INCARNATION: Final = "inc"
+"""The command header naming the saga's incarnation (its creation time, ms), which the reply
+carries back: a reply to a saga that has since ended and been started again under the same id
+names the earlier incarnation."""
+
+
+def check_fresh(
+    state: SagaState, event: Event, envelope: Envelope, stamps: tuple[int, int], *, pending: bool
+) -> None:
+    """Refuse a reply or timer firing of another incarnation, or a timer firing not yet fired.
+
+    Both are what a genuine, signed entry replayed does: into a later saga started under the
+    same id, or read from the pending timers and added to the inbox before the scheduler
+    fired it. ``stamps`` are the incarnation and due time the entry carries under its MAC
+    (:func:`saga.store.commit.stamps_of`); ``pending`` says whether the timer the entry names
+    is still in the partition's timers (the script that fires a timer removes it in the same
+    step, judged by the one timer clock, so a genuine firing never finds it there). Raises
+    :class:`bus.Unauthenticated` (dead-lettered with the reason). A reply without the header
+    or a timer without the times (written before they were recorded) is left to the
+    decider's match on the attempt or the timer id.
+    """
+    if not isinstance(event, StepReplied | TimerFired):
+        return
+    created, due = stamps
+    if created and created != state.created_ms:
+        raise Unauthenticated(
+            f"{envelope.type} for saga {state.id} belongs to its incarnation created at {created}, "
+            f"not the current one (created at {state.created_ms}): a replay",
+            envelope.signer,
+        )
+    if isinstance(event, TimerFired) and pending:
+        raise Unauthenticated(
+            f"{envelope.type} {envelope.id} for saga {state.id} arrived while the timer is still "
+            f"pending (due at {due or 'a time not recorded'}): fired early, not by the scheduler",
+            envelope.signer,
+        )
+
+
 def _matches(signer: str, allowed: set[str]) -> bool:
     return bool(signer) and (signer in allowed or "*" in allowed or f"{role_of(signer)}:*" in allowed)
 
 
-_ANYONE_MAY_START: Final = frozenset({"client:*", "operator:*", "orchestrator:*"})
-"""A start or cancel may come from another context's orchestrator: a parent saga's."""
+def child_contexts(definitions: Iterable[Saga[Any]], context: str) -> frozenset[str]:
+    """The other contexts the child steps of ``context``'s sagas among ``definitions`` run in."""
+    return frozenset(
+        step.child.definition.context.name
+        for parent in definitions
+        if parent.context.name == context
+        for step in [*parent.steps, *parent.branch_steps()]
+        if step.child is not None and step.child.definition.context.name != context
+    )
+
+
+_REQUESTERS: Final = frozenset({"client:*", "operator:*"})
+"""Who may request a start or a cancel, besides orchestrators (:func:`allowed_senders`)."""
 _SENDERS: Final[dict[type[Any], frozenset[str]]] = {
     SignalReceived: frozenset({"*"}),
-    Started: _ANYONE_MAY_START,
-    CancelRequested: _ANYONE_MAY_START,
     RetryRequested: frozenset({"operator:*"}),
     ForceCompleted: frozenset({"operator:*"}),
     RedriveRequested: frozenset({"operator:*"}),
@@ -155,14 +211,28 @@ _SENDERS: Final[dict[type[Any], frozenset[str]]] = {
 
 
 def allowed_senders(
-    context: str, definition: Saga[Any], state: SagaState | None, event: Event
+    context: str,
+    definition: Saga[Any],
+    state: SagaState | None,
+    event: Event,
+    children: frozenset[str] = frozenset(),
 ) -> set[str] | None:
     """The principals that may send ``event``.
 
     ``role:*`` means any principal of that role, ``*`` anyone who signs; ``None``: not
-    checked here.
+    checked here. ``children``: the contexts this context's sagas run children in.
+    An orchestrator acts on its own context's sagas; another context's may start a child
+    of its own saga here (the start's parent link names its context, which is not one of
+    ``children``) and cancel a saga whose parent is in its context, nothing else.
     """
     me = orchestrator_of(context)
+    if isinstance(event, Started):
+        parent = event.parent.context if event.parent is not None else None
+        allowed = parent is not None and parent not in children
+        return {*_REQUESTERS, me} | ({orchestrator_of(parent)} if allowed and parent else set())
+    if isinstance(event, CancelRequested):
+        parent = state.parent.context if state is not None and state.parent is not None else None
+        return {*_REQUESTERS, me} | ({orchestrator_of(parent)} if parent is not None else set())
     if isinstance(event, StepReplied):
         return {me} if state is None else _repliers(me, definition, state, event)
     if isinstance(event, TimerFired | EventReceived):

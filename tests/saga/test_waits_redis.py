@@ -364,12 +364,14 @@ def test_a_timer_is_stored_as_an_array_and_signed_without_its_principal() -> Non
     """The signer of a timer is always the context's orchestrator: fire_timers.lua is given it."""
     from saga.store.commit import TimerTemplate
 
-    template = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1)
+    template = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1, created_ms=7, due_ms=9)
     stored = template.stored("s1", b"k1 " + MAC)
-    assert stored == b"2:s1" + b"19:k1 " + MAC + b'["retry","step","do",1]'
+    assert stored == b"2:s1" + b"19:k1 " + MAC + b'["retry","step","do",1,7,9]'
     assert TimerTemplate.parse(stored) == ("s1", template)
+    unstamped = TimerTemplate(purpose="retry", step="step", kind="do", attempt=1)  # set before the stamps
+    assert TimerTemplate.parse(b'2:s1["retry","step","do",1]') == ("s1", unstamped)
     before = b'2:s1{"purpose":"retry","step":"step","kind":"do","attempt":1}'  # the object layout
-    assert TimerTemplate.parse(before) == ("s1", template)
+    assert TimerTemplate.parse(before) == ("s1", unstamped)
 
 
 @pytest.mark.parametrize(
@@ -392,7 +394,7 @@ async def test_a_signed_timer_fires_with_the_orchestrator_as_its_signer(
     assert entry == bus.Envelope(
         id=timer_id,
         type="TimerFired",
-        payload=b'["retry","step","do",1]',
+        payload=b'["retry","step","do",1,0,0]',
         correlation_id=saga_id,
         created_at_ms=1_700_000_000_123,
         signer="orchestrator:signed",

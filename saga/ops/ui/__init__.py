@@ -14,6 +14,7 @@ in the browser, so the pages work offline.
 """
 
 from saga.ops.ui.app import create_app
-from saga.ops.ui.server import allowed_hosts, listen, ui_server
+from saga.ops.ui.auth import UiAuth
+from saga.ops.ui.server import allowed_hosts, is_loopback, listen, ui_server
 
-__all__ = ["allowed_hosts", "create_app", "listen", "ui_server"]
+__all__ = ["UiAuth", "allowed_hosts", "create_app", "is_loopback", "listen", "ui_server"]

@@ -37,6 +37,7 @@ from saga.errors import CodeRequired, InvalidInput, SagaNotFound, UnknownDefinit
 from saga.ops.admin import SagaAdmin
 from saga.ops.inspect import parse_duration
 from saga.ops.ui import formatting
+from saga.ops.ui.auth import Authenticate, UiAuth
 from saga.ops.ui.pages import Filters, compensations, status_counts
 from saga.runtime.tasks import TaskClient, nobody
 
@@ -72,12 +73,13 @@ def _templates() -> Jinja2Templates:
 _pages = _templates()
 
 
-def create_app(redis: Any, *, allowed_hosts: Sequence[str] = ("*",)) -> Starlette:
+def create_app(redis: Any, *, allowed_hosts: Sequence[str] = ("*",), auth: UiAuth | None = None) -> Starlette:
     """The UI over ``redis`` (the caller owns and closes the connection).
 
     ``allowed_hosts`` are the host names requests may name (their ``Host`` header): a UI
     bound to the loopback should allow only loopback names, so that no other site's page
-    can reach it through a DNS name pointed at 127.0.0.1.
+    can reach it through a DNS name pointed at 127.0.0.1. ``auth`` says how a request
+    proves who it is (:mod:`saga.ops.ui.auth`; ``None``: nothing is asked).
     """
     app = Starlette(
         routes=[
@@ -90,6 +92,7 @@ def create_app(redis: Any, *, allowed_hosts: Sequence[str] = ("*",)) -> Starlett
         ],
         middleware=[
             Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+            Middleware(Authenticate, auth=auth or UiAuth()),
             Middleware(_SecurityHeaders),
         ],
         exception_handlers={

@@ -15,17 +15,21 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 """The host names a UI listening on the loopback answers to (besides the address it was given)."""
 
 
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` answers only this machine."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def allowed_hosts(host: str) -> list[str]:
     """The ``Host`` names a UI listening on ``host`` answers to.
 
     On the loopback only loopback names, so that no web page can read the UI through a DNS
     name it points at 127.0.0.1 (DNS rebinding); elsewhere any name.
     """
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    return [*LOOPBACK_NAMES, host] if loopback else ["*"]
+    return [*LOOPBACK_NAMES, host] if is_loopback(host) else ["*"]
 
 
 def listen(host: str, port: int) -> socket.socket:
