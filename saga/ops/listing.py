@@ -22,6 +22,7 @@ import msgspec
 
 from bus.lowlevel import redis_errors
 from saga.core.states import SagaStatus
+from saga.errors import InvalidInput
 from saga.store.codec import decode_meta
 from saga.store.keys import Partition
 from saga.store.records import decode_timer
@@ -83,6 +84,25 @@ class Query:
     definition: str | None = None
     version: int | None = None
     stuck_for_ms: int | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        status: str | SagaStatus | Sequence[str | SagaStatus],
+        definition: str | None,
+        version: int | None,
+        stuck_for_ms: int | None,
+    ) -> Query:
+        """The query the arguments of a listing call ask for (:class:`InvalidInput` if they cannot)."""
+        statuses = [status] if isinstance(status, str) else list(status)
+        try:
+            parsed = tuple(SagaStatus(s) for s in statuses)
+        except ValueError:
+            known = ", ".join(s.value for s in SagaStatus)
+            raise InvalidInput(f"unknown status in {statuses} (known: {known})") from None
+        if stuck_for_ms is not None and stuck_for_ms < 0:
+            raise InvalidInput("stuck_for_ms must not be negative")
+        return cls(statuses=parsed, definition=definition, version=version, stuck_for_ms=stuck_for_ms)
 
     def keys(self, partition: Partition) -> list[str]:
         """The index keys of ``partition`` this query reads."""

@@ -18,8 +18,6 @@ import builtins
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import msgspec
-
 from bus import Clock, DeadLetter, LetterFilter, Stream, SystemClock, dead_letters
 from bus.lowlevel import RideThrough, redis_errors, rides_through
 from saga.core.model import HistoryEntry, SagaState
@@ -34,6 +32,7 @@ from saga.errors import CodeRequired, InvalidInput, SagaError, SagaNotFound, Unk
 from saga.ops.graph import Format as GraphFormat
 from saga.ops.graph import path_graph
 from saga.ops.inspect import Inspection, TimerView, build_inspection
+from saga.ops.letters import LetterPage
 from saga.ops.listing import Query, SagaPage, list_sagas, matching_rows
 from saga.ops.stats import SagaCount, SagaTally, Stats, gather, saga_counts
 from saga.ops.task_view import task_view, task_waiting
@@ -51,15 +50,6 @@ from saga.store.tasks import RedisTaskStore
 from saga.versions.catalogue import Catalogue
 
 _STAND_IN_KEY = b"redsaga: predicting commands, never sent"
-
-
-class LetterPage(msgspec.Struct, kw_only=True):
-    """A page of dead letters, oldest first per stream; pass ``next_offset`` as ``offset`` for the next."""
-
-    letters: builtins.list[DeadLetter]
-    offset: int
-    limit: int
-    next_offset: int | None
 
 
 class SagaReader:
@@ -344,13 +334,7 @@ class SagaReader:
         ``next_offset`` says whether more letters match (``None``: this is the last page).
         """
         found = await self.dead_letters(where, context=context, tags=tags, limit=offset + limit + 1)
-        more = len(found) > offset + limit
-        return LetterPage(
-            letters=found[offset : offset + limit],
-            offset=offset,
-            limit=limit,
-            next_offset=offset + limit if more else None,
-        )
+        return LetterPage.of(found, offset=offset, limit=limit)
 
     @rides_through
     async def dead_letter(
@@ -475,7 +459,7 @@ class SagaReader:
         stuck_for_ms: int | None,
     ) -> tuple[Query, builtins.list[Partition], builtins.list[SagaCount]]:
         """The query, its partitions and their counters, an unknown ``definition`` refused."""
-        query = _query(status, definition, version, stuck_for_ms)
+        query = Query.parse(status, definition, version, stuck_for_ms)
         partitions = self._partitions(context)
         counts = await saga_counts(self.redis, partitions)
         self._check_named(definition, counts)
@@ -486,23 +470,6 @@ class SagaReader:
         known = {*self.catalogue.names(), *(c.definition for c in counts)}
         if definition is not None and definition not in known:
             raise UnknownDefinition(f"no definition named {definition!r} (known: {', '.join(sorted(known))})")
-
-
-def _query(
-    status: str | SagaStatus | Sequence[str | SagaStatus],
-    definition: str | None,
-    version: int | None,
-    stuck_for_ms: int | None,
-) -> Query:
-    statuses = [status] if isinstance(status, str) else list(status)
-    try:
-        parsed = tuple(SagaStatus(s) for s in statuses)
-    except ValueError:
-        known = ", ".join(s.value for s in SagaStatus)
-        raise InvalidInput(f"unknown status in {statuses} (known: {known})") from None
-    if stuck_for_ms is not None and stuck_for_ms < 0:
-        raise InvalidInput("stuck_for_ms must not be negative")
-    return Query(statuses=parsed, definition=definition, version=version, stuck_for_ms=stuck_for_ms)
 
 
 def _total(counts: Sequence[SagaCount], query: Query) -> int:

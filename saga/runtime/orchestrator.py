@@ -16,6 +16,9 @@ event waits (``cmd:_waits`` and every stream an event wait names,
 ``saga/runtime/children.py``), whose end reports (``ParentReport`` inbox entries) it forwards
 to their parents.
 
+A client's start request is decided by ``saga/runtime/start_requests.py`` (its checks, and
+the refusal kept for the client), committed with the other decisions of its batch.
+
 Entries of one saga are decided one at a time in this process (a lock per saga id,
 ``saga/runtime/saga_locks.py``, and one entry per saga in each round of a batch).
 """
@@ -25,8 +28,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
-
-import msgspec
 
 from bus import Bus, Clock, Delivery, Envelope, LeaseLost, PermanentError, Publisher, TransientError
 from bus.lowlevel import (
@@ -40,8 +41,7 @@ from bus.lowlevel import (
 from saga.core.child_messages import CHILD
 from saga.core.commands import LocalCall
 from saga.core.decider import Decision, decide
-from saga.core.decider import start as decide_start
-from saga.core.model import SagaState, SignalReceived, Started, TimerFired
+from saga.core.model import SagaState, SignalReceived, TimerFired
 from saga.core.tokens import Signer, check_wait
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context
@@ -55,8 +55,9 @@ from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
-from saga.runtime.start_verdict import Refusal, RefusalKind, record_refusal
-from saga.runtime.tracing import keep_trace, trace_of, transition_span
+from saga.runtime.start_requests import StartPlanner, refuse_start
+from saga.runtime.start_verdict import Refusal, RefusalKind
+from saga.runtime.tracing import transition_span
 from saga.store.branches import load_saga, timer_pending
 from saga.store.codec import Loaded
 from saga.store.commit import PARENT_REPORT, commit_call, commit_result, stamps_of
@@ -126,6 +127,7 @@ class Orchestrator:
         )
         self._locks = SagaLocks()
         self._by_tag = {partition.tag: partition for partition in self.partitions}
+        self._starts = StartPlanner(registry, context.name, clock=clock, config=config, seal=self._seal)
 
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once).
@@ -256,7 +258,10 @@ class Orchestrator:
                     outcomes[index] = refused
                     continue
                 kind: RefusalKind = "exists" if isinstance(refused, SagaExists) else "invalid"
-                outcomes[index] = await self._refuse(Refusal(kind, str(refused)), envelope, delivery)
+                refusal = Refusal(kind, str(refused))
+                outcomes[index] = await refuse_start(
+                    self.redis, self._by_tag[delivery.stream.tag], refusal, envelope
+                )
                 continue
             except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
                 outcomes[index] = error
@@ -286,7 +291,9 @@ class Orchestrator:
             elif result.outcome == "drained":
                 drained = f"{decision.state.name}@{decision.state.version}"
                 refusal = Refusal("drained", f"{drained} is drained (new sagas may not start on it)")
-                outcomes[index] = await self._refuse(refusal, envelope, delivery)
+                outcomes[index] = await refuse_start(
+                    self.redis, self._by_tag[delivery.stream.tag], refusal, envelope
+                )
             else:
                 _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
                 again.append(item)
@@ -335,7 +342,7 @@ class Orchestrator:
         saga_id = envelope.correlation_id
         partition = self._by_tag[delivery.stream.tag]
         if envelope.type == START:
-            return self._plan_start(envelope, delivery, partition, loaded, await self.signer())
+            return self._starts.plan(envelope, delivery, partition, loaded, await self.signer())
         if loaded is None:
             raise PermanentError(f"no saga {saga_id!r} in {partition.tag} (unknown saga id)")
         event = to_event(envelope)
@@ -373,87 +380,6 @@ class Orchestrator:
             seal=self._seal,
         )
         return decision, call, after
-
-    def _plan_start(
-        self,
-        envelope: Envelope,
-        delivery: Delivery,
-        partition: Partition,
-        loaded: Loaded | None,
-        signer: Signer,
-    ) -> tuple[Decision, ScriptCall, Loaded] | None:
-        """Decide a client's start request (see :meth:`saga.SagaClient.start`).
-
-        ``None`` when the saga exists with the same definition and data: the start is repeated.
-        """
-        started = to_event(envelope)
-        assert isinstance(started, Started)  # noqa: S101 - to_event of a start request
-        event: Started = started
-        name, _, version = event.saga.rpartition("@")
-        try:
-            definition = self.registry.get(name, int(version))
-        except ValueError as error:
-            raise PermanentError(f"start request names no definition: {event.saga!r}") from error
-        except UnknownDefinition as error:
-            raise TransientError(f"{error}; a worker serving it must take this start request") from error
-        authorize(
-            self.config.auth,
-            self.context.name,
-            definition,
-            None,
-            event,
-            envelope,
-            delivery.principal,
-            self.registry,
-        )
-        if loaded is not None:
-            existing = loaded.state
-            if existing.name == definition.name and bytes(existing.data) == bytes(event.data):
-                return None
-            runs = f"{existing.name}@{existing.version}"
-            raise SagaExists(f"saga {existing.id!r} exists and runs {runs} with other data")
-        try:
-            definition.decode_data(event.data)
-        except (InvalidInput, msgspec.DecodeError) as error:
-            raise InvalidInput(str(error)) from error
-        event = msgspec.structs.replace(
-            credited(event, delivery.principal), steps=[s.name for s in definition.steps]
-        )
-        decision = decide_start(
-            definition,
-            envelope.correlation_id,
-            bytes(event.data),
-            partition.index,
-            event,
-            signer=signer if definition.takes_signals else None,
-        )
-        keep_trace(decision, trace_of(envelope))  # the client's start span, from the request
-        return (
-            decision,
-            *commit_call(
-                partition,
-                None,
-                decision,
-                event,
-                delivery=delivery,
-                now_ms=self.clock.now_ms(),
-                timer_now_ms=self.clock.script_now_ms(),
-                retention_s=self.config.retention_s,
-                seal=self._seal,
-            ),
-        )
-
-    async def _refuse(self, refusal: Refusal, envelope: Envelope, delivery: Delivery) -> BaseException:
-        """Record why a start request was refused, for its client; the bus dead-letters it."""
-        refused = PermanentError(f"start request refused: {refusal.reason}")
-        try:
-            request_id = check_saga_id(envelope.id)  # the same alphabet as any id in a key
-            await record_refusal(self.redis, self._by_tag[delivery.stream.tag], request_id, refusal)
-        except InvalidInput:
-            pass  # not an id a client of ours makes: the dead letter alone says it
-        except Exception as error:  # noqa: BLE001 - not recorded: redelivered, refused again
-            return error
-        return refused
 
     async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
         """Refuse a signal whose resume token this context did not make for this very wait."""

@@ -43,7 +43,7 @@ def env(url: str, *, signed: bool = True) -> dict[str, str]:
         "REDSAGA_APP": APP_REF,
         "REDSAGA_OPERATOR": "alice@ops",
         "REDSAGA_KEYRING": ring,
-        "REDSAGA_VERIFY": "",
+        "REDSAGA_VERIFY": "" if signed else "off",  # unsigned: on purpose, as an operator would say
     }
 
 
@@ -111,3 +111,7 @@ def test_an_action_dead_lettered_as_unauthenticated_says_so(orchestrator: str) -
     )
     assert "see saga dlq show " in cancelled.stderr
     assert "not decided yet" not in cancelled.output
+    # without a keyring and without saying so, the command refuses before sending anything
+    refused = runner.invoke(cli, ["cancel", "s-5"], env={**env(url, signed=False), "REDSAGA_VERIFY": ""})
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: signing is off: the SagaClient 'admin' would act on entries")

@@ -20,7 +20,7 @@ from redsaga.examples.orders import order_fulfilment
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
 from saga.core.model import ParentLink
 from saga.core.states import StepStatus
-from saga.runtime.protocol import CANCEL, OperatorRequest
+from saga.runtime.protocol import CANCEL, START, OperatorRequest, StartRequest
 from saga.store.keys import Partition
 from tests.faults.servers import PrivateRedis
 from tests.helpers import dead_letters
@@ -54,7 +54,7 @@ async def test_a_reply_replayed_into_a_later_incarnation_completes_nothing(world
     ]
     await _expire(world, ORDER.id)
     again = Order(id=ORDER.id, customer="c2", lines=ORDER.lines, total_cents=ORDER.total_cents + 1)
-    await world.client.start(order_fulfilment, again, saga_id=ORDER.id)
+    await world.client.start(order_fulfilment, again, saga_id=ORDER.id, wait_s=0)
     await world.step("redsaga.orders")  # reserve_stock waits for inventory, again
     assert (await world.state()).steps["reserve_stock"].status == StepStatus.DISPATCHED
     await world.redis.xadd(ORDERS.inbox.key, reply)  # type: ignore[arg-type] - the stolen user adds it
@@ -136,7 +136,7 @@ async def test_a_fired_timer_replayed_into_a_later_incarnation_is_dead_lettered(
     await world.settle()  # the first incarnation ends; its timeout is cancelled
     await _expire(world, ORDER.id)
     again = Order(id=ORDER.id, customer="c2", lines=ORDER.lines, total_cents=ORDER.total_cents + 1)
-    await world.client.start(order_fulfilment, again, saga_id=ORDER.id)
+    await world.client.start(order_fulfilment, again, saga_id=ORDER.id, wait_s=0)
     await world.step("redsaga.orders")  # the same timer id is pending again, for this incarnation
     await world.users.admin.zrem(ORDERS.timers, timer_id)  # as if the scheduler were about to fire it
     await world.redis.xadd(ORDERS.inbox.key, fired)  # type: ignore[arg-type]
@@ -163,7 +163,7 @@ async def test_a_child_contexts_orchestrator_starts_and_cancels_nothing_in_its_p
             config=users.config("orchestrator:compose"),
         )
         client = SagaClient(users.client("redsaga.client"), whole.registry, config=users.config("client:web"))
-        await client.start(compose_sagas.parent, compose_sagas.Plan(id="p1"), saga_id="p1")
+        await client.start(compose_sagas.parent, compose_sagas.Plan(id="p1"), saga_id="p1", wait_s=0)
         await orchestrator.run_until_idle()
         # the billing orchestrator's stolen Redis user and keyring (it reports children's ends there)
         child = SagaClient(
@@ -179,8 +179,21 @@ async def test_a_child_contexts_orchestrator_starts_and_cancels_nothing_in_its_p
             attempt=1,
             command_id="c",
         )
-        plan = compose_sagas.Plan(id="p2")
-        await child.start(compose_sagas.parent, plan, saga_id="p2", parent=parent if link else None)
+        # the start request as the stolen user writes it (a client would first read the saga's
+        # hash to judge an existing id, which this user may not: the attacker skips that read)
+        request = StartRequest(
+            saga=compose_sagas.parent.key,
+            data=msgspec.Raw(msgspec.json.encode(compose_sagas.Plan(id="p2"))),
+            by="mallory",
+            parent=parent if link else None,
+        )
+        start = Envelope(
+            id=bus.uuid7(), type=START, correlation_id="p2", payload=msgspec.json.encode(request)
+        )
+        started = users.auth("orchestrator:billing").sign(
+            start, "orchestrator:compose", "orchestrator:billing"
+        )
+        await users.client("redsaga.billing").xadd(compose.inbox.key, started.to_fields())  # type: ignore[arg-type]
         cancel = Envelope(
             id=bus.uuid7(), type=CANCEL, correlation_id="p1",
             payload=msgspec.json.encode(OperatorRequest(by="mallory", reason="stolen keyring")),
