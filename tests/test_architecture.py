@@ -27,7 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "redsaga": (),
     "bus": ("bus", "redsaga", "redis"),
     "relay": ("relay", "bus", "redsaga"),
-    "saga.errors": (),
+    "saga.errors": ("saga.errors",),  # saga/errors/__init__.py draws the tree its modules define
     "saga.definition": PURE,
     "saga.core": (*PURE, "saga.core", "saga.store.codec"),
     "saga.store": (*PURE, "saga.core", "saga.store", "bus", "redsaga"),
