@@ -114,7 +114,7 @@ async def wait_settled(
         remaining_ms = (deadline - anyio.current_time()) * 1000
         if remaining_ms <= 0:
             raise ResultTimeout(saga_id, state.status.value, timeout_s or 0.0)
-        block = max(1, min(block_ms, math.ceil(remaining_ms)))  # BLOCK 0 would wait for ever
+        block = max(1, math.ceil(min(block_ms, remaining_ms)))  # BLOCK 0 would wait for ever
         with redis_errors():
             reply = await redis.xread({partition.ends: cursor}, count=READ_COUNT, block=block)
         entries = reply[0][1] if reply else []

@@ -8,9 +8,12 @@ transiently until its single attempt runs out: dead-lettered.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
+from anyio.from_thread import start_blocking_portal
 
 import bus
 from saga import (
@@ -24,6 +27,7 @@ from saga import (
     SagaClient,
     SagaWorker,
     StepContext,
+    SyncSagaClient,
     TransientError,
     command,
 )
@@ -106,3 +110,31 @@ CONFIG = EngineConfig(bus=bus.BusConfig(block_ms=200))
 def embedded(redis: Any) -> tuple[SagaWorker, SagaClient]:
     """A worker running the shop on ``redis``, and a client of it."""
     return SagaWorker(redis, app, config=CONFIG), SagaClient(redis, app.registry, config=CONFIG)
+
+
+def synced(connect: Callable[[], Any]) -> SyncSagaClient:
+    """A synchronous client of the shop whose Redis client ``connect`` builds."""
+    return SyncSagaClient(app.registry, config=CONFIG, connect=connect)
+
+
+@contextmanager
+def worker_thread(connect: Callable[[], Any]) -> Iterator[SagaWorker]:
+    """A shop worker running in a thread of its own (as beside a WSGI server) until the block ends."""
+    with start_blocking_portal() as portal:
+        worker = portal.call(_worker, connect)
+        portal.start_task_soon(_run, worker)
+        try:
+            yield worker
+        finally:
+            portal.call(worker.stop)
+
+
+async def _worker(connect: Callable[[], Any]) -> SagaWorker:
+    return embedded(connect())[0]
+
+
+async def _run(worker: SagaWorker) -> None:
+    try:
+        await worker.run()
+    finally:
+        await worker.redis.aclose()
