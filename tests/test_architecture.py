@@ -44,6 +44,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "relay",
     ),
     "saga.metrics": (*PURE, "saga.core", "saga.store", "saga.runtime", "saga.ops", "saga.metrics", "bus"),
+    "saga.integrations": (*PURE, "saga.core", "saga.runtime", "saga.integrations", "bus"),
     "saga.testing": ("saga", "bus"),
     "saga.templates": (*PURE, "saga.templates", "bus"),
     "saga": ("saga", "bus"),  # saga/__init__.py and saga/_api.py: the public names
