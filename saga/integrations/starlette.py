@@ -32,13 +32,18 @@ async def run_worker(worker: SagaWorker) -> AsyncIterator[SagaWorker]:
     Leaving the block stops it and waits for it to finish; a worker that fails ends the block
     with its error (the app does not go on without its worker).
     """
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(worker.run)
-        await worker.started.wait()
-        try:
-            yield worker
-        finally:
-            worker.stop()
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(worker.run)
+            await worker.started.wait()
+            try:
+                yield worker
+            finally:
+                worker.stop()
+    except BaseExceptionGroup as group:  # the task group's: raise the one error as itself
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from group
+        raise
 
 
 async def _respond(_request: Request, error: Exception) -> Response:
