@@ -37,7 +37,7 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
     rs:{orders:0}:ending             zset: 'name@version|status|id' -> when the ended saga's hash
                                      expires; transition.lua, prune_ended.lua
     rs:{orders:0}:ends               stream: one entry per saga that ended or was dead-lettered
-                                     ('saga' id, 'status'), the last 1,000 or more; the
+                                     ('saga' id, 'status'), the last 1,000 or more (~43 KB); the
                                      transition that ends it adds it; SagaClient.wait blocks
                                      on it (saga/runtime/results.py)
     rs:{orders:0}:drained            set: 'name@version' that new sagas may not start on (drain);
