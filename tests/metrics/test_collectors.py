@@ -36,6 +36,8 @@ async def test_a_host_registry_scraped_from_another_thread_reads_redis_on_the_wo
     assert value(samples, "redsaga_sagas_ended_total", status="completed") == 1
     assert value(samples, "redsaga_sagas_ended_total", status="compensated") == 1
     assert value(samples, "redsaga_sagas_in_flight") == 0
+    assert value(samples, "redsaga_saga_duration_seconds_count", status="completed") == 1
+    assert value(samples, "redsaga_saga_duration_seconds_count", status="compensated") == 1
     assert value(samples, "redsaga_step_attempts_total", step="charge_payment", outcome="permanent") == 1
     inbox = {"stream": "rs:{orders:0}:inbox", "group": "orchestrator"}
     assert value(samples, "redsaga_stream_pending", **inbox) == 0

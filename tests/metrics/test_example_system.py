@@ -206,6 +206,10 @@ async def phase_one(
         assert value(seen, "redsaga_sagas_ended_total", **SAGA, status="completed") == 3
         assert value(seen, "redsaga_sagas_ended_total", **SAGA, status="compensated") == 2
         assert value(seen, "redsaga_sagas_dead_lettered_total") == 0
+        # end to end, start to end: one observation per saga, by how it ended
+        assert value(seen, "redsaga_saga_duration_seconds_count", **SAGA, status="completed") == 3
+        assert value(seen, "redsaga_saga_duration_seconds_count", **SAGA, status="compensated") == 2
+        assert value(seen, "redsaga_saga_duration_seconds_sum", **SAGA, status="completed") > 0
         attempts = {
             (step, kind, outcome): value(
                 seen, "redsaga_step_attempts_total", step=step, kind=kind, outcome=outcome
