@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import importlib.metadata
+import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -163,7 +166,14 @@ DEAD_LETTERS = MetricSpec(
     ("stream",),
     source=REDIS,
 )
+BUILD_INFO = MetricSpec(
+    "redsaga_build_info",
+    "gauge",
+    "Always 1: the redsaga and Python versions this process runs (absent: no process exports).",
+    ("version", "python"),
+)
 BUS_METRICS = (
+    BUILD_INFO,
     DELIVERIES,
     REDELIVERIES,
     LEASE_LOSSES,
@@ -257,6 +267,16 @@ class ScrapeCollector(Collector):
         return [spec.family() for spec in self.specs]
 
 
+@functools.cache
+def build_labels() -> Labels:
+    """:data:`BUILD_INFO`'s labels: the installed redsaga's version, and Python's."""
+    try:
+        version = importlib.metadata.version("redsaga")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing
+        version = "unknown"
+    return (version, platform.python_version())
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -282,7 +302,8 @@ class BusMetrics(ScrapeCollector):
         self.round_trips = worker.runtime.completer.round_trips = Buckets()
 
     def count(self, figures: Figures) -> None:
-        """Deliveries per stream and group, leases lost, incidents, slots, round trips."""
+        """The build, deliveries per stream and group, leases lost, incidents, slots, round trips."""
+        figures.set(BUILD_INFO, build_labels(), 1)
         runtime = self.worker.runtime
         busy = 0
         for consumer in self.worker.consumers:

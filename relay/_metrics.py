@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from bus import BusError, read_epoch
 from bus.lowlevel import redis_errors
-from bus.metrics import Exporter, Figures, MetricSpec, ScrapeCollector
+from bus.metrics import BUILD_INFO, Exporter, Figures, MetricSpec, ScrapeCollector, build_labels
 from relay._errors import RelayError
 from relay._relay import Relay
 
@@ -62,7 +62,15 @@ DATABASE_UP = MetricSpec(
     "1 when this scrape read the outbox database, 0 when it could not (the outbox figures are missing).",
     _TABLE,
 )
-RELAY_METRICS = (OUTBOX_BACKLOG, OUTBOX_OLDEST_UNSENT, OUTBOX_FAILED, RELAY_ROWS, RELAY_OUTAGES, DATABASE_UP)
+RELAY_METRICS = (
+    BUILD_INFO,
+    OUTBOX_BACKLOG,
+    OUTBOX_OLDEST_UNSENT,
+    OUTBOX_FAILED,
+    RELAY_ROWS,
+    RELAY_OUTAGES,
+    DATABASE_UP,
+)
 """Every metric a relay exports."""
 
 
@@ -80,7 +88,8 @@ class OutboxMetrics(ScrapeCollector):
         self.up_labels = (self.table,)
 
     def count(self, figures: Figures) -> None:
-        """Rows finished by outcome, and outages."""
+        """The build, rows finished by outcome, and outages."""
+        figures.set(BUILD_INFO, build_labels(), 1)
         counters = self.relay.counters
         for outcome, rows in (
             ("sent", counters.sent),

@@ -172,6 +172,7 @@ EXPORTS: dict[str, list[str]] = {
         "WorkerMetrics",
     ],
     "bus.metrics": [
+        "BUILD_INFO",
         "BUS_METRICS",
         "Buckets",
         "BusMetrics",
@@ -182,6 +183,7 @@ EXPORTS: dict[str, list[str]] = {
         "MetricsServer",
         "REDIS",
         "ScrapeCollector",
+        "build_labels",
         "readiness",
     ],
     "relay.metrics": ["OutboxMetrics", "RELAY_METRICS", "RelayMetrics"],
