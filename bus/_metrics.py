@@ -128,6 +128,13 @@ INCIDENTS = MetricSpec(
     "Operator faults this worker met and repaired: group_recreated, entry_lost, unauthenticated.",
     ("kind",),
 )
+QUEUE_WAIT = MetricSpec(
+    "redsaga_queue_wait_seconds",
+    "histogram",
+    "How long entries waited in their stream before this worker read them (for commands: "
+    "schedule-to-start), from when Redis added them to the read, by this worker's clock.",
+    ("stream", "group"),
+)
 HANDLER_SLOTS = MetricSpec(
     "redsaga_handler_slots",
     "gauge",
@@ -176,6 +183,7 @@ BUS_METRICS = (
     BUILD_INFO,
     DELIVERIES,
     REDELIVERIES,
+    QUEUE_WAIT,
     LEASE_LOSSES,
     INCIDENTS,
     HANDLER_SLOTS,
@@ -300,6 +308,8 @@ class BusMetrics(ScrapeCollector):
         self.worker = worker
         self.dead_letters = dead_letters
         self.round_trips = worker.runtime.completer.round_trips = Buckets()
+        for consumer in worker.consumers:
+            consumer.queue_wait = Buckets()
 
     def count(self, figures: Figures) -> None:
         """The build, deliveries per stream and group, leases lost, incidents, slots, round trips."""
@@ -310,6 +320,8 @@ class BusMetrics(ScrapeCollector):
             labels = (consumer.stream.key, consumer.sub.group)
             figures.set(DELIVERIES, labels, consumer.delivered)
             figures.set(REDELIVERIES, labels, consumer.redelivered)
+            if consumer.queue_wait is not None:
+                figures.set(QUEUE_WAIT, labels, consumer.queue_wait.copy())
             busy += len(consumer.inflight)
         figures.set(LEASE_LOSSES, (), runtime.incidents[LEASE_LOST])
         for kind, count in runtime.incidents.items():

@@ -41,6 +41,10 @@ async def test_a_host_registry_scraped_from_another_thread_reads_redis_on_the_wo
     assert value(samples, "redsaga_step_attempts_total", step="charge_payment", outcome="permanent") == 1
     inbox = {"stream": "rs:{orders:0}:inbox", "group": "orchestrator"}
     assert value(samples, "redsaga_stream_pending", **inbox) == 0
+    # every entry read was timed from when Redis added it to the read
+    delivered = value(samples, "redsaga_deliveries_total", **inbox)
+    assert delivered > 0
+    assert value(samples, "redsaga_queue_wait_seconds_count", **inbox) == delivered
     exported = {name for name, _ in samples}
     assert exported <= {sample for spec in METRICS for sample in spec.samples}
 
