@@ -274,8 +274,11 @@ async def phase_one(
             cmd = {"stream": f"rs:{{orders:0}}:cmd:{name}", "group": name}
             assert value(theirs, "redsaga_deliveries_total", **cmd) == sent, name  # shipping: + the junk
             assert value(theirs, "redsaga_redeliveries_total", **cmd) == 0, name
+            # each read timed from when the orchestrator's transition added it (schedule to start)
+            assert value(theirs, "redsaga_queue_wait_seconds_count", **cmd) == sent, name
         assert value(seen, "redsaga_timer_lag_seconds_count") == 6  # the six retries' back-off timers
         assert value(theirs, "redsaga_dead_letters") == 0  # a participant may not read them
         assert value(theirs, "redsaga_sagas_started_total") == 0  # it orchestrates nothing
+        assert value(theirs, "redsaga_build_info") == value(seen, "redsaga_build_info") == 1
 
         participants.stop()  # leaving the group waits until it stopped reading
