@@ -36,17 +36,23 @@ def doc_files() -> dict[str, str]:
     return files
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder with the README's example as checkout.py and the page's files, importable."""
+def lay_out(folder: Path) -> None:
+    """Write the README's example as ``checkout.py`` and the page's files into ``folder``, on an
+    emptied test Redis."""
     require_server("Redis", REDIS_URL)
     with sync_redis.Redis.from_url(REDIS_URL) as admin:
         admin.flushdb()
-    (tmp_path / "checkout.py").write_text((ROOT / "examples" / "checkout.py").read_text())
+    (folder / "checkout.py").write_text((ROOT / "examples" / "checkout.py").read_text())
     for name, text in doc_files().items():
-        path = tmp_path / name
+        path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder with the README's example as checkout.py and the page's files, importable."""
+    lay_out(tmp_path)
     monkeypatch.setenv("REDSAGA_REDIS_URL", REDIS_URL)
     monkeypatch.syspath_prepend(str(tmp_path))
     before = set(sys.modules)

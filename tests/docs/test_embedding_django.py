@@ -20,11 +20,10 @@ from urllib.parse import urlparse, urlunparse
 
 import psycopg
 import pytest
-import redis as sync_redis
 
 from bus import Stream
 from tests.conftest import PG_DSN, REDIS_URL, require_server
-from tests.docs.test_embedding import ROOT, doc_files
+from tests.docs.test_embedding import lay_out
 
 pytestmark = pytest.mark.postgres
 
@@ -114,14 +113,7 @@ def database() -> Iterator[str]:
 @pytest.fixture
 def project(tmp_path: Path, database: str) -> Path:
     """The page's files, the README's example as checkout.py, and what a Django project adds."""
-    require_server("Redis", REDIS_URL)
-    with sync_redis.Redis.from_url(REDIS_URL) as admin:
-        admin.flushdb()
-    (tmp_path / "checkout.py").write_text((ROOT / "examples" / "checkout.py").read_text())
-    for name, text in doc_files().items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    lay_out(tmp_path)
     for package in ("shop", "shop/management", "shop/management/commands", "payments"):
         (tmp_path / package / "__init__.py").touch()
     (tmp_path / "test_settings.py").write_text(TEST_SETTINGS.format(dsn=database))

@@ -1,5 +1,6 @@
-"""A small shop saga whose outcome its order id chooses, and the one place tests build its
-worker and clients (a change in how an embedded worker or client is made goes here only).
+"""A small shop saga on the README's messages whose outcome its order id chooses, and the one
+place tests build its worker and clients (a change in how an embedded worker or client is
+made goes here only).
 
 ``o-…`` completes; ``declined-…`` fails at the first step (nothing to undo); ``nowhere-…``
 fails at shipping and is compensated (the charge refunded); ``flaky-…`` fails shipping
@@ -12,10 +13,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import msgspec
 from anyio.from_thread import start_blocking_portal
 
 import bus
+from examples.checkout import Charge, Charged, Order, Refund, Ship, Shipped
 from saga import (
     App,
     CommandContext,
@@ -31,33 +32,6 @@ from saga import (
     TransientError,
     command,
 )
-
-
-class Order(msgspec.Struct):
-    id: str
-    amount: int
-
-
-class Charge(msgspec.Struct, tag=True):
-    order_id: str
-    amount: int
-
-
-class Charged(msgspec.Struct, tag=True):
-    charge_id: str
-
-
-class Refund(msgspec.Struct, tag=True):
-    charge_id: str
-
-
-class Ship(msgspec.Struct, tag=True):
-    order_id: str
-
-
-class Shipped(msgspec.Struct, tag=True):
-    tracking: str
-
 
 checkout = Saga("checkout", version=1, context="shop", data=Order)
 
