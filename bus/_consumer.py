@@ -57,6 +57,7 @@ from bus._pool import HandlerPool
 from bus._publisher import Publisher, publish_call
 from bus._scripts import BatchPart, ScriptCall
 from bus._slots import Slots
+from bus._tally import Buckets
 from redsaga.streams import Stream
 
 _log = get_logger("redsaga.bus")
@@ -100,6 +101,8 @@ class GroupConsumer:
         """Entries read or taken over so far (metrics: ``bus/_metrics.py``)."""
         self.redelivered = 0
         """Of those, entries taken over after their lease expired."""
+        self.queue_wait: Buckets | None = None
+        """How long the entries read had waited in the stream (set when metrics are installed)."""
         self.log = _log.bind(stream=subscription.stream.key, group=subscription.group)
         self.intake = Intake(runtime, subscription, self.log)
         """Reads the group's entries and admits or refuses each."""
@@ -156,6 +159,10 @@ class GroupConsumer:
             raise
         self.rt.slots.release(wanted - len(entries))
         self.delivered += len(entries)
+        if self.queue_wait is not None and entries:
+            now_ms = self.rt.clock.now_ms()
+            for entry_id, _, _ in entries:  # an id's first part: when Redis added the entry
+                self.queue_wait.observe(max(0, now_ms - int(entry_id.partition("-")[0])) / 1000)
         await self._process(handlers, entries)
         return len(entries)
 

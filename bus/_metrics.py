@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import importlib.metadata
+import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 from prometheus_client.metrics_core import (
@@ -44,6 +47,7 @@ from bus._epoch import read_epoch
 from bus._errors import BusError, redis_errors
 from bus._log import get_logger
 from bus._tally import Buckets
+from redsaga.streams import Stream
 
 if TYPE_CHECKING:
     from bus._worker import Worker
@@ -101,18 +105,24 @@ class MetricSpec:
         return family
 
 
+_STREAM: Final = ("stream", "partition")
+"""A stream as labels: ``<tag>/<name>`` without the partition (``orders/inbox``,
+``orders/cmd:payments``; a plain-named stream, its name) and the partition (``""`` when the
+stream has none): never a raw key, so streams of every partition aggregate by ``stream``."""
+_STREAM_GROUP: Final = (*_STREAM, "group")
+
 DELIVERIES = MetricSpec(
     "redsaga_deliveries_total",
     "counter",
     "Stream entries handed to this worker's handlers (read or taken over).",
-    ("stream", "group"),
+    _STREAM_GROUP,
 )
 REDELIVERIES = MetricSpec(
     "redsaga_redeliveries_total",
     "counter",
     "Entries this worker took over after their lease expired (a retry's back-off, or a dead or "
     "stalled consumer).",
-    ("stream", "group"),
+    _STREAM_GROUP,
 )
 LEASE_LOSSES = MetricSpec(
     "redsaga_lease_losses_total",
@@ -124,6 +134,13 @@ INCIDENTS = MetricSpec(
     "counter",
     "Operator faults this worker met and repaired: group_recreated, entry_lost, unauthenticated.",
     ("kind",),
+)
+QUEUE_WAIT = MetricSpec(
+    "redsaga_queue_wait_seconds",
+    "histogram",
+    "How long entries waited in their stream before this worker read them (for commands: "
+    "schedule-to-start), from when Redis added them to the read, by this worker's clock.",
+    _STREAM_GROUP,
 )
 HANDLER_SLOTS = MetricSpec(
     "redsaga_handler_slots",
@@ -145,7 +162,7 @@ STREAM_PENDING = MetricSpec(
     "redsaga_stream_pending",
     "gauge",
     "Entries delivered to the group's consumers and not yet acknowledged (XINFO GROUPS pending).",
-    ("stream", "group"),
+    _STREAM_GROUP,
     source=REDIS,
 )
 STREAM_LAG = MetricSpec(
@@ -153,19 +170,27 @@ STREAM_LAG = MetricSpec(
     "gauge",
     "Entries in the stream not yet delivered to the group (XINFO GROUPS lag; missing when Redis "
     "cannot tell).",
-    ("stream", "group"),
+    _STREAM_GROUP,
     source=REDIS,
 )
 DEAD_LETTERS = MetricSpec(
     "redsaga_dead_letters",
     "gauge",
     "Letters in a dead-letter stream (exported by workers whose user may read it: orchestrators).",
-    ("stream",),
+    _STREAM,
     source=REDIS,
 )
+BUILD_INFO = MetricSpec(
+    "redsaga_build_info",
+    "gauge",
+    "Always 1: the redsaga and Python versions this process runs (absent: no process exports).",
+    ("version", "python"),
+)
 BUS_METRICS = (
+    BUILD_INFO,
     DELIVERIES,
     REDELIVERIES,
+    QUEUE_WAIT,
     LEASE_LOSSES,
     INCIDENTS,
     HANDLER_SLOTS,
@@ -257,6 +282,29 @@ class ScrapeCollector(Collector):
         return [spec.family() for spec in self.specs]
 
 
+@functools.lru_cache(maxsize=4096)
+def stream_labels(key: str) -> tuple[str, str]:
+    """The ``stream`` and ``partition`` labels of the stream at ``key`` (see ``_STREAM``)."""
+    try:
+        stream = Stream.from_key(key)
+    except ValueError:
+        return key, ""
+    tag, colon, index = stream.tag.rpartition(":")
+    if not (colon and index.isdigit()):
+        tag, index = stream.tag, ""
+    return (tag if stream.name == "stream" else f"{tag}/{stream.name}"), index
+
+
+@functools.cache
+def build_labels() -> Labels:
+    """:data:`BUILD_INFO`'s labels: the installed redsaga's version, and Python's."""
+    try:
+        version = importlib.metadata.version("redsaga")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing
+        version = "unknown"
+    return (version, platform.python_version())
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -280,15 +328,20 @@ class BusMetrics(ScrapeCollector):
         self.worker = worker
         self.dead_letters = dead_letters
         self.round_trips = worker.runtime.completer.round_trips = Buckets()
+        for consumer in worker.consumers:
+            consumer.queue_wait = Buckets()
 
     def count(self, figures: Figures) -> None:
-        """Deliveries per stream and group, leases lost, incidents, slots, round trips."""
+        """The build, deliveries per stream and group, leases lost, incidents, slots, round trips."""
+        figures.set(BUILD_INFO, build_labels(), 1)
         runtime = self.worker.runtime
         busy = 0
         for consumer in self.worker.consumers:
-            labels = (consumer.stream.key, consumer.sub.group)
+            labels = (*stream_labels(consumer.stream.key), consumer.sub.group)
             figures.set(DELIVERIES, labels, consumer.delivered)
             figures.set(REDELIVERIES, labels, consumer.redelivered)
+            if consumer.queue_wait is not None:
+                figures.set(QUEUE_WAIT, labels, consumer.queue_wait.copy())
             busy += len(consumer.inflight)
         figures.set(LEASE_LOSSES, (), runtime.incidents[LEASE_LOST])
         for kind, count in runtime.incidents.items():
@@ -306,14 +359,14 @@ class BusMetrics(ScrapeCollector):
                 info = groups.get(consumer.sub.group) if consumer.stream.key == stream else None
                 if info is None:
                     continue
-                labels = (stream, consumer.sub.group)
+                labels = (*stream_labels(stream), consumer.sub.group)
                 figures.set(STREAM_PENDING, labels, int(info["pending"]))
                 if info.get("lag") is not None:
                     figures.set(STREAM_LAG, labels, int(info["lag"]))
         if self.dead_letters:
             with redis_errors():
                 for dlq in sorted({c.stream.dlq_key for c in self.worker.consumers}):
-                    figures.set(DEAD_LETTERS, (dlq,), int(await redis.xlen(dlq)))
+                    figures.set(DEAD_LETTERS, stream_labels(dlq), int(await redis.xlen(dlq)))
 
 
 async def group_infos(redis: Any, consumers: Sequence[GroupConsumer]) -> dict[str, dict[str, Any]]:

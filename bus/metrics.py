@@ -11,10 +11,21 @@ the ``/metrics``, ``/healthz``, ``/readyz`` server (:class:`MetricsServer`).
 
 from bus._exporter import Exporter
 from bus._http import DEFAULT_HOST, MetricsServer
-from bus._metrics import BUS_METRICS, REDIS, BusMetrics, Figures, MetricSpec, ScrapeCollector, readiness
+from bus._metrics import (
+    BUILD_INFO,
+    BUS_METRICS,
+    REDIS,
+    BusMetrics,
+    Figures,
+    MetricSpec,
+    ScrapeCollector,
+    build_labels,
+    readiness,
+)
 from bus._tally import Buckets
 
 __all__ = [
+    "BUILD_INFO",
     "BUS_METRICS",
     "DEFAULT_HOST",
     "REDIS",
@@ -25,5 +36,6 @@ __all__ = [
     "MetricSpec",
     "MetricsServer",
     "ScrapeCollector",
+    "build_labels",
     "readiness",
 ]

@@ -4,8 +4,9 @@ The outbox's figures -- rows waiting, how long the oldest has waited, rows that 
 read from the database at scrape time (:meth:`~relay.Relay.stats`: two indexed queries on a
 short connection of their own, beside the relay's rounds, never per row); what the relay
 did -- rows sent, repeats, failures, outages -- is copied from its :class:`~relay.RelayCounters`.
-Every metric carries the outbox table's name (``table``), so one Prometheus tells the
-outboxes of several services apart.
+Every metric carries the outbox table's name (``table``) and its database (``database``:
+``host:port/dbname``, or the SQLite file; never a user or password), so one Prometheus tells
+the outboxes of several services apart, those of one table name in two databases too.
 
 Readiness (``/readyz``): the outbox database answers, Redis answers, and ``rs:epoch`` holds
 a live epoch, the one this relay saw first (a Redis that came back empty, or was marked
@@ -19,12 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from bus import BusError, read_epoch
 from bus.lowlevel import redis_errors
-from bus.metrics import Exporter, Figures, MetricSpec, ScrapeCollector
+from bus.metrics import BUILD_INFO, Exporter, Figures, MetricSpec, ScrapeCollector, build_labels
 from relay._errors import RelayError
 from relay._relay import Relay
 
 DATABASE = "the database"
-_TABLE = ("table",)
+_TABLE = ("table", "database")
 
 OUTBOX_BACKLOG = MetricSpec(
     "redsaga_outbox_backlog", "gauge", "Outbox rows committed and not yet sent.", _TABLE, source=DATABASE
@@ -48,7 +49,7 @@ RELAY_ROWS = MetricSpec(
     "counter",
     "Outbox rows this relay finished: outcome sent (published), repeat (published before a crash: "
     "marked sent, no new entry) or failed.",
-    ("table", "outcome"),
+    ("table", "database", "outcome"),
 )
 RELAY_OUTAGES = MetricSpec(
     "redsaga_relay_outages_total",
@@ -62,7 +63,15 @@ DATABASE_UP = MetricSpec(
     "1 when this scrape read the outbox database, 0 when it could not (the outbox figures are missing).",
     _TABLE,
 )
-RELAY_METRICS = (OUTBOX_BACKLOG, OUTBOX_OLDEST_UNSENT, OUTBOX_FAILED, RELAY_ROWS, RELAY_OUTAGES, DATABASE_UP)
+RELAY_METRICS = (
+    BUILD_INFO,
+    OUTBOX_BACKLOG,
+    OUTBOX_OLDEST_UNSENT,
+    OUTBOX_FAILED,
+    RELAY_ROWS,
+    RELAY_OUTAGES,
+    DATABASE_UP,
+)
 """Every metric a relay exports."""
 
 
@@ -77,25 +86,28 @@ class OutboxMetrics(ScrapeCollector):
         super().__init__(timeout_s=timeout_s)
         self.relay = relay
         self.table = relay.config.tables.outbox
-        self.up_labels = (self.table,)
+        self.labels = (self.table, relay.store.database)
+        """``table`` and ``database``: two relays' outboxes of one name in two databases stay apart."""
+        self.up_labels = self.labels
 
     def count(self, figures: Figures) -> None:
-        """Rows finished by outcome, and outages."""
+        """The build, rows finished by outcome, and outages."""
+        figures.set(BUILD_INFO, build_labels(), 1)
         counters = self.relay.counters
         for outcome, rows in (
             ("sent", counters.sent),
             ("repeat", counters.repeats),
             ("failed", counters.failed),
         ):
-            figures.set(RELAY_ROWS, (self.table, outcome), rows)
-        figures.set(RELAY_OUTAGES, (self.table,), counters.outages)
+            figures.set(RELAY_ROWS, (*self.labels, outcome), rows)
+        figures.set(RELAY_OUTAGES, self.labels, counters.outages)
 
     async def read(self, figures: Figures) -> None:
         """The backlog, its oldest row's age and the failed rows, from the database."""
         stats = await self.relay.stats()
-        figures.set(OUTBOX_BACKLOG, (self.table,), stats.backlog)
-        figures.set(OUTBOX_OLDEST_UNSENT, (self.table,), (stats.oldest_unsent_age_ms or 0) / 1000)
-        figures.set(OUTBOX_FAILED, (self.table,), stats.failed)
+        figures.set(OUTBOX_BACKLOG, self.labels, stats.backlog)
+        figures.set(OUTBOX_OLDEST_UNSENT, self.labels, (stats.oldest_unsent_age_ms or 0) / 1000)
+        figures.set(OUTBOX_FAILED, self.labels, stats.failed)
 
 
 class RelayMetrics(Exporter):

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import psycopg
+from psycopg import conninfo
 
 from relay._config import RelayConfig
 from relay._errors import DatabaseUnavailable, database_errors
@@ -46,6 +47,12 @@ class PostgresStore:
         self.sql: Statements = statements(config.tables, "postgresql")
         self._conn: Connection | None = None
         self._listen: Connection | None = None
+
+    @property
+    def database(self) -> str:
+        """``host:port/dbname`` from the DSN (neither user nor password)."""
+        params = conninfo.conninfo_to_dict(self.dsn)
+        return f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname', '')}"
 
     async def open(self) -> None:
         """Connect, check the schema version and ``LISTEN`` (when enabled)."""

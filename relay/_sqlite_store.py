@@ -42,6 +42,11 @@ class SqliteStore:
         self._lock_fd: int | None = None
         self._limiter = anyio.CapacityLimiter(1)
 
+    @property
+    def database(self) -> str:
+        """The SQLite file's path, as given."""
+        return self.path
+
     async def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
             with database_errors():

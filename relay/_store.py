@@ -67,6 +67,11 @@ class RelayStore(Protocol):
 
     dialect: Dialect
 
+    @property
+    def database(self) -> str:
+        """The database in metrics' labels: ``host:port/dbname`` or the SQLite file (no credentials)."""
+        ...
+
     async def open(self) -> None:
         """Connect (and subscribe to wake-ups); check the schema version."""
         ...

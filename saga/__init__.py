@@ -4,7 +4,8 @@ Declare a :class:`Saga` with steps and compensations (and sleeps, signal and eve
 a deadline; parallel groups, first-of-N, maps, child sagas and TCC steps: see
 docs/composition.md; ready-made ones in :mod:`saga.templates`), handle its commands with a
 :class:`Participant`, run both with a :class:`SagaWorker` (or ``saga worker``), and start,
-query and signal sagas with a :class:`SagaClient`; start them on a calendar with a
+query, signal and wait for sagas with a :class:`SagaClient` (from synchronous code, a
+:class:`SyncSagaClient`); start them on a calendar with a
 :class:`Schedule` and a :class:`ScheduleClient`. :mod:`saga.testing` runs sagas in-process
 without Redis and replays exported traces in CI. Versions of a definition run side by side;
 :class:`Versions` registers their shapes, drains and decommissions them,
@@ -37,11 +38,13 @@ __all__ = [
     "PermanentError",
     "Plan",
     "Registry",
+    "ResultTimeout",
     "Retry",
     "Role",
     "Saga",
     "SagaAdmin",
     "SagaClient",
+    "SagaEnded",
     "SagaError",
     "SagaExists",
     "SagaNotFound",
@@ -54,6 +57,7 @@ __all__ = [
     "StartPending",
     "StepContext",
     "StepStatus",
+    "SyncSagaClient",
     "TaskClient",
     "TaskError",
     "TransientError",
@@ -62,6 +66,7 @@ __all__ = [
     "WaitEnded",
     "command",
     "migration",
+    "role_table",
     "run_migration",
 ]
 

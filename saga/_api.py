@@ -30,6 +30,8 @@ from saga.definition.schedule import Schedule as Schedule
 from saga.errors import DefinitionError as DefinitionError
 from saga.errors import InvalidInput as InvalidInput
 from saga.errors import InvalidToken as InvalidToken
+from saga.errors import ResultTimeout as ResultTimeout
+from saga.errors import SagaEnded as SagaEnded
 from saga.errors import SagaError as SagaError
 from saga.errors import SagaExists as SagaExists
 from saga.errors import SagaNotFound as SagaNotFound
@@ -44,7 +46,9 @@ from saga.runtime.config import EngineConfig as EngineConfig
 from saga.runtime.participant import CommandContext as CommandContext
 from saga.runtime.participant import Participant as Participant
 from saga.runtime.schedule_runner import ScheduleClient as ScheduleClient
+from saga.runtime.sync_client import SyncSagaClient as SyncSagaClient
 from saga.runtime.tasks import TaskClient as TaskClient
+from saga.runtime.tasks import role_table as role_table
 from saga.runtime.worker import SagaWorker as SagaWorker
 from saga.versions.migrator import run_migration as run_migration
 from saga.versions.registry import Versions as Versions

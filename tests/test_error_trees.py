@@ -1,6 +1,6 @@
 """One error tree per package: every exception class a package defines is in it.
 
-The saga engine's errors are all defined in ``saga/errors.py`` and drawn in its docstring
+The saga engine's errors are all in ``saga.errors`` (``saga/errors/``) and drawn in its docstring
 (the drawing is checked against the classes, parent by parent); the bus's are under
 :class:`bus.BusError` and the relay's under :class:`relay.RelayError`. The errors that
 carry new fields are checked where they are raised.

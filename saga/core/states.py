@@ -56,6 +56,10 @@ REDRIVE: Final = "an operator redrove the saga from this step or an earlier one"
 TERMINAL: Final = frozenset(
     {SagaStatus.COMPLETED, SagaStatus.FAILED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED}
 )
+SETTLED: Final = TERMINAL | {SagaStatus.DEAD_LETTERED}
+"""Where a saga stops moving by itself: its ends, and dead-lettered (where only an operator
+moves it on). ``SagaClient.wait`` returns there; the transition that reaches one announces
+it on the partition's ``ends`` stream (``saga/store/lua/transition.lua``)."""
 
 SAGA_TRANSITIONS: Final[dict[SagaStatus, dict[SagaStatus, str]]] = {
     SagaStatus.RUNNING: {

@@ -36,6 +36,12 @@ SAGAS_DEAD_LETTERED = MetricSpec(
     "Sagas this worker parked for an operator (a step or a compensation ran out of retries).",
     _SAGA,
 )
+SAGA_DURATION = MetricSpec(
+    "redsaga_saga_duration_seconds",
+    "histogram",
+    "Sagas from start to end (end-to-end latency), by end status; dead_lettered: to being parked.",
+    (*_SAGA, "status"),
+)
 STEP_DURATION = MetricSpec(
     "redsaga_step_duration_seconds",
     "histogram",
@@ -79,6 +85,7 @@ SAGA_METRICS = (
     SAGAS_STARTED,
     SAGAS_ENDED,
     SAGAS_DEAD_LETTERED,
+    SAGA_DURATION,
     STEP_DURATION,
     STEP_ATTEMPTS,
     COMPENSATIONS,
@@ -127,6 +134,8 @@ class SagaMetrics(ScrapeCollector):
                 figures.set(spec, labels, count)
         for labels, buckets in tallies.durations.items():
             figures.set(STEP_DURATION, labels, buckets.copy())
+        for saga_labels, buckets in tallies.saga_durations.items():
+            figures.set(SAGA_DURATION, saga_labels, buckets.copy())
         figures.set(TIMER_LAG, (), tallies.timer_lag.copy())
 
     async def read(self, figures: Figures) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from bus.metrics import Buckets
 from saga.core.decider import Decision
 from saga.core.model import Attempt, SagaState, StepState
-from saga.core.states import SagaStatus, StepStatus
+from saga.core.states import SETTLED, SagaStatus, StepStatus
 from saga.runtime.timer_firing import Round
 
 
@@ -32,6 +32,9 @@ class SagaTallies:
         """(context, definition, version, status) -> sagas that reached an end."""
         self.dead_lettered: Counter[tuple[str, str, str]] = Counter()
         """(context, definition, version) -> sagas parked for an operator."""
+        self.saga_durations: dict[tuple[str, str, str, str], Buckets] = {}
+        """(context, definition, version, status) -> how long sagas took from their start to
+        their end, or to being parked for an operator (``dead_lettered``)."""
         self.attempts: Counter[tuple[str, str, str, str, str]] = Counter()
         """(context, definition, step, kind, outcome) -> attempts that ended."""
         self.durations: dict[tuple[str, str, str, str, str], Buckets] = {}
@@ -53,6 +56,8 @@ class SagaTallies:
                 self.ended[after.context, after.name, str(after.version), after.status.value] += 1
             elif after.status == SagaStatus.DEAD_LETTERED:
                 self.dead_lettered[after.context, after.name, str(after.version)] += 1
+            if after.status in SETTLED:
+                self._settled(after)
         steps = None if before is None else before.steps
         for name, step in after.steps.items():
             old = None if steps is None else steps.get(name)
@@ -65,6 +70,13 @@ class SagaTallies:
             if branch is not None:
                 old = None if before is None else before.branches.get(key)
                 self._step(after, key.rpartition("#")[0], old, branch)
+
+    def _settled(self, saga: SagaState) -> None:
+        labels = (saga.context, saga.name, str(saga.version), saga.status.value)
+        buckets = self.saga_durations.get(labels)
+        if buckets is None:
+            buckets = self.saga_durations[labels] = Buckets()
+        buckets.observe(max(0, saga.updated_ms - saga.created_ms) / 1000)
 
     def timers(self, fired: Round) -> None:
         """Record how late each timer of a scheduler round fired."""

@@ -18,9 +18,9 @@ same way, so neither needs to write a saga::
                                     rs:epoch and the registered shapes         participant's stream
     <prefix>.client                 add to the inboxes (start requests,        write or delete a saga,
                                     signals, cancels); read sagas, their       read the history, the
-                                    timers and indexes, the refusals of start  dead letters or the
-                                    requests, the token keys and the           human tasks
-                                    registered shapes
+                                    timers and indexes, the ends stream, the   dead letters or the
+                                    refusals of start requests, the token      human tasks
+                                    keys and the registered shapes
     <prefix>.tasks                  the task inbox of contexts with human      read or write a saga, its
       (task client)                 tasks: read and write (task_write) the     history or any stream;
                                     tasks, their indexes, timers and logs;     read the inbox; decide
@@ -90,8 +90,11 @@ _READ: Final = (
     "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream",
 )  # fmt: skip
 """What the read-only operator commands send (no ``MULTI``: a cluster has none; saga/store/branches.py)."""
-_CLIENT_READS: Final = ("exists", "get", "hget", "hgetall", "hmget", "zmscore", "zrange", "zscore", "time")
-"""What ``SagaClient`` reads: a saga and its branches, its timers, the indexes, token keys."""
+_CLIENT_READS: Final = (
+    "exists", "get", "hget", "hgetall", "hmget", "zmscore", "zrange", "zscore", "time", "xrevrange", "xread",
+)  # fmt: skip
+"""What ``SagaClient`` reads: a saga and its branches, its timers, the indexes, token keys, and
+the ends stream it waits on (``wait``, ``result``)."""
 _ORCHESTRATE: Final = ("sadd", "set", "hdel")
 """Plain writes of an orchestrator: the contexts set, the signal secret, ended waits."""
 _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
@@ -284,7 +287,7 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
     for context in contexts:
         added += _partition_keys(context, _INBOX, "%W")  # start requests, signals, cancels
         windows += _partition_keys(context, _WINDOW)
-        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS, _REFUSALS):
+        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS, _REFUSALS, _ENDS):
             read += _partition_keys(context, readable, "%R")
         own = ContextKeys(context.name)
         read += [
@@ -395,6 +398,7 @@ _REFUSALS: Final[Pattern] = methodcaller("refused_start", "*")
 _TIMERS: Final[Pattern] = attrgetter("timers")
 _STATUS_INDEXES: Final[Pattern] = methodcaller("by_status", "*")
 _COUNTS: Final[Pattern] = attrgetter("counts")
+_ENDS: Final[Pattern] = attrgetter("ends")
 _TASK: Final[Pattern] = methodcaller("task", "*")
 _TASK_INDEXES: Final[Pattern] = methodcaller("tasks_for", "*")
 _TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")

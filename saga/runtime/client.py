@@ -1,5 +1,6 @@
 """The client: start sagas, read and query them, signal them, cancel them, list them.
 
+Waiting for a saga's end (``wait``, ``result``) is ``saga/runtime/results.py``'s.
 Starting is one script call that creates the saga and dispatches its first step; it is
 idempotent by saga id (give an id derived from a business key, and a second start returns
 the existing saga). Reads and queries disturb nothing. Cancel and signals go through the
@@ -31,6 +32,7 @@ from saga.errors import (
 )
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
+from saga.runtime.results import SagaResults
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.start_verdict import check_existing, drained_error, request_start
 from saga.runtime.tracing import keep_trace, signal_span, start_span
@@ -44,8 +46,8 @@ from saga.versions.registry import Versions
 _json = msgspec.json.Encoder()
 
 
-class SagaClient:
-    """Starts and reads the sagas of the definitions in ``registry``.
+class SagaClient(SagaResults):
+    """Starts and reads the sagas of the definitions in ``registry``; waits for their ends.
 
     Raises :class:`bus.AuthError` when ``config.auth`` holds no keyring and signing was not
     turned off on purpose (``REDSAGA_VERIFY=off``; :meth:`~saga.EngineConfig.check_signing`).

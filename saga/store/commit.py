@@ -40,6 +40,7 @@ from saga.core.model import (
     WatchEvent,
     idempotency_key,
 )
+from saga.core.states import SETTLED
 from saga.definition.waits import WAITS
 from saga.store.codec import Loaded, expected, new_tag, state_write
 from saga.store.history import encode_entry
@@ -287,6 +288,7 @@ def commit_call(
         partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
     )
     terminal = state.status.terminal
+    announced = state.status.value != old_status and state.status in SETTLED
     keys = _touched_keys(
         partition,
         state.id,
@@ -297,6 +299,7 @@ def commit_call(
         changed=bool(changed),
         ends=terminal,
         expires=retention_s > 0,
+        announced=announced,
     )
     keys += streams
     args = [
@@ -306,7 +309,7 @@ def commit_call(
         delivery.consumer if delivery else "",
         delivery.entry_id if delivery else "",
         retention_s,
-        int(terminal) + 2 * bool(state.branches),
+        int(terminal) + 2 * bool(state.branches) + 4 * announced,
         encode_entry(entry, state),
         len(changed) // 2,
         *changed,
@@ -336,6 +339,7 @@ def _touched_keys(
     changed: bool,
     ends: bool,
     expires: bool,
+    announced: bool,
 ) -> list[str]:
     """The keys a transition touches, but its command streams, in the script's order.
 
@@ -361,6 +365,8 @@ def _touched_keys(
         keys.append(drained)
     if ends and expires:
         keys.append(ending)
+    if announced:  # the saga just ended or was dead-lettered: SagaClient.wait is told
+        keys.append(partition.ends)
     return keys
 
 

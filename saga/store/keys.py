@@ -36,6 +36,10 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      transition.lua, prune_ended.lua
     rs:{orders:0}:ending             zset: 'name@version|status|id' -> when the ended saga's hash
                                      expires; transition.lua, prune_ended.lua
+    rs:{orders:0}:ends               stream: one entry per saga that ended or was dead-lettered
+                                     ('saga' id, 'status'), the last 1,000 or more (~43 KB); the
+                                     transition that ends it adds it; SagaClient.wait blocks
+                                     on it (saga/runtime/results.py)
     rs:{orders:0}:drained            set: 'name@version' that new sagas may not start on (drain);
                                      the start transition checks it in the same script;
                                      versions drain (saga/versions/registry.py)
@@ -225,6 +229,11 @@ class PartitionKeys:
     def ending(self) -> str:
         """Ended sagas whose hash expires (member ``name@version|status|id``, score: when)."""
         return _key(self.tag, "ending")
+
+    @property
+    def ends(self) -> str:
+        """The stream announcing each saga that ends or is dead-lettered (``saga``, ``status``)."""
+        return _key(self.tag, "ends")
 
     @property
     def dead_letters(self) -> str:

@@ -90,3 +90,16 @@ def metrics_table(specs: tuple[MetricSpec, ...]) -> str:
 @pytest.mark.parametrize("specs", [METRICS, RELAY_METRICS], ids=["workers", "relays"])
 def test_the_operations_page_lists_every_metric_as_the_code_defines_it(specs: tuple[MetricSpec, ...]) -> None:
     assert metrics_table(specs) in (ROOT / "docs/operations.md").read_text()
+
+
+def test_the_dashboard_filters_by_context_definition_and_instance() -> None:
+    variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
+    assert sorted(variables) == ["context", "definition", "instance"]
+    for variable in variables.values():
+        check(variable["definition"])
+    for panel in DASHBOARD["panels"]:
+        for target in panel["targets"]:
+            for name, selector in NAME.findall(target["expr"]):
+                wanted = {"instance"} | ({"context", "definition"} & set(SAMPLES[name].labels))
+                for label in wanted:
+                    assert f'{label}=~"${label}"' in selector, (panel["title"], name, label)

@@ -7,6 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import bus
+from bus._metrics import stream_labels
 from bus.metrics import MetricsServer
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
@@ -36,9 +37,15 @@ async def test_a_host_registry_scraped_from_another_thread_reads_redis_on_the_wo
     assert value(samples, "redsaga_sagas_ended_total", status="completed") == 1
     assert value(samples, "redsaga_sagas_ended_total", status="compensated") == 1
     assert value(samples, "redsaga_sagas_in_flight") == 0
+    assert value(samples, "redsaga_saga_duration_seconds_count", status="completed") == 1
+    assert value(samples, "redsaga_saga_duration_seconds_count", status="compensated") == 1
     assert value(samples, "redsaga_step_attempts_total", step="charge_payment", outcome="permanent") == 1
-    inbox = {"stream": "rs:{orders:0}:inbox", "group": "orchestrator"}
+    inbox = {"stream": "orders/inbox", "partition": "0", "group": "orchestrator"}
     assert value(samples, "redsaga_stream_pending", **inbox) == 0
+    # every entry read was timed from when Redis added it to the read
+    delivered = value(samples, "redsaga_deliveries_total", **inbox)
+    assert delivered > 0
+    assert value(samples, "redsaga_queue_wait_seconds_count", **inbox) == delivered
     exported = {name for name, _ in samples}
     assert exported <= {sample for spec in METRICS for sample in spec.samples}
 
@@ -103,3 +110,18 @@ async def test_the_metrics_port_answers_get_and_head_and_refuses_the_rest() -> N
         assert (await raw(port, b"\x16\x03\x01 nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
         assert (await raw(port, b"GET /" + b"a" * 20_000)).startswith(b"HTTP/1.1 400 ")
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("key", "labels"),
+    [
+        ("rs:{orders:0}:inbox", ("orders/inbox", "0")),
+        ("rs:{orders:12}:cmd:payments", ("orders/cmd:payments", "12")),
+        ("rs:{orders:3}:dlq", ("orders/dlq", "3")),
+        ("rs:{payments.events}:stream", ("payments.events", "")),
+    ],
+)
+def test_a_stream_is_labelled_by_its_name_and_partition_never_its_key(
+    key: str, labels: tuple[str, str]
+) -> None:
+    assert stream_labels(key) == labels

@@ -134,7 +134,7 @@ async def test_the_metrics_of_the_example_system_match_what_happened(
             for n in range(3):
                 await client.start(order_fulfilment, order(f"later-{n}"), saga_id=f"later-{n}")
 
-            cmd = {"stream": CMD_INVENTORY, "group": "inventory"}
+            cmd = {"stream": "orders/cmd:inventory", "partition": "0", "group": "inventory"}
 
             async def lag_is_three() -> bool:
                 return value(await scrape(p_port), "redsaga_stream_lag", **cmd) == 3
@@ -206,6 +206,10 @@ async def phase_one(
         assert value(seen, "redsaga_sagas_ended_total", **SAGA, status="completed") == 3
         assert value(seen, "redsaga_sagas_ended_total", **SAGA, status="compensated") == 2
         assert value(seen, "redsaga_sagas_dead_lettered_total") == 0
+        # end to end, start to end: one observation per saga, by how it ended
+        assert value(seen, "redsaga_saga_duration_seconds_count", **SAGA, status="completed") == 3
+        assert value(seen, "redsaga_saga_duration_seconds_count", **SAGA, status="compensated") == 2
+        assert value(seen, "redsaga_saga_duration_seconds_sum", **SAGA, status="completed") > 0
         attempts = {
             (step, kind, outcome): value(
                 seen, "redsaga_step_attempts_total", step=step, kind=kind, outcome=outcome
@@ -245,10 +249,10 @@ async def phase_one(
         assert value(seen, "redsaga_compensations_total", step="reserve_stock", outcome="compensated") == 2
         assert value(seen, "redsaga_compensations_total", step="charge_payment", outcome="compensated") == 1
         assert value(seen, "redsaga_sagas_in_flight") == 0
-        assert value(seen, "redsaga_dead_letters", stream="rs:{orders:0}:dlq") == letters
+        assert value(seen, "redsaga_dead_letters", stream="orders/dlq", partition="0") == letters
         assert value(seen, "redsaga_redis_up") == 1
         # the orchestrator's inbox: every reply read once, all acknowledged
-        inbox = {"stream": "rs:{orders:0}:inbox", "group": "orchestrator"}
+        inbox = {"stream": "orders/inbox", "partition": "0", "group": "orchestrator"}
         assert value(seen, "redsaga_stream_pending", **inbox) == 0
         assert value(seen, "redsaga_stream_lag", **inbox) == 0
         assert value(seen, "redsaga_deliveries_total", **inbox) == int(
@@ -267,11 +271,14 @@ async def phase_one(
             ("payments", 4 + 2 + 1 + 1),
             ("shipping", 3 + 2 + 1 + 1),
         ):
-            cmd = {"stream": f"rs:{{orders:0}}:cmd:{name}", "group": name}
+            cmd = {"stream": f"orders/cmd:{name}", "partition": "0", "group": name}
             assert value(theirs, "redsaga_deliveries_total", **cmd) == sent, name  # shipping: + the junk
             assert value(theirs, "redsaga_redeliveries_total", **cmd) == 0, name
+            # each read timed from when the orchestrator's transition added it (schedule to start)
+            assert value(theirs, "redsaga_queue_wait_seconds_count", **cmd) == sent, name
         assert value(seen, "redsaga_timer_lag_seconds_count") == 6  # the six retries' back-off timers
         assert value(theirs, "redsaga_dead_letters") == 0  # a participant may not read them
         assert value(theirs, "redsaga_sagas_started_total") == 0  # it orchestrates nothing
+        assert value(theirs, "redsaga_build_info") == value(seen, "redsaga_build_info") == 1
 
         participants.stop()  # leaving the group waits until it stopped reading

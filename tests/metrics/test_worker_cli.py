@@ -59,7 +59,7 @@ async def test_a_worker_serves_metrics_health_and_readiness_on_its_port(
         await eventually(ready, 60, "saga health ready passes")
         assert await get(port, "/healthz") == (200, "ok\n")
         samples = await scrape(port)
-        shipping = {"stream": "rs:{orders:0}:cmd:shipping", "group": "shipping"}
+        shipping = {"stream": "orders/cmd:shipping", "partition": "0", "group": "shipping"}
         assert value(samples, "redsaga_stream_pending", **shipping) == 0
         assert value(samples, "redsaga_stream_lag", **shipping) == 0
         assert value(samples, "redsaga_handler_slots", state="free") == bus.BusConfig().concurrency

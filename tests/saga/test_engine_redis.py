@@ -382,6 +382,7 @@ async def test_each_transition_declares_the_keys_it_touches_and_no_other(redis: 
                 PARTITION.by_status("running"),
                 PARTITION.by_status("completed"),
                 PARTITION.ending,
+                PARTITION.ends,
             ),
         ),
     ]
@@ -405,6 +406,9 @@ async def test_each_transition_declares_the_keys_it_touches_and_no_other(redis: 
     assert await redis.zscore(PARTITION.by_status("running"), "s1") is None
     assert await redis.zscore(PARTITION.by_status("completed"), "s1") is not None
     assert await redis.zrange(PARTITION.ending, 0, -1) == [b"order_fulfilment@1|completed|s1"]
+    assert [fields for _, fields in await redis.xrange(PARTITION.ends)] == [
+        {b"saga": b"s1", b"status": b"completed"}
+    ]
     assert await redis.zcard(PARTITION.timers) == 0
 
 

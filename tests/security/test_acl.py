@@ -86,14 +86,16 @@ async def dead_lettered(users: Users) -> bool:
 
 
 async def ended(client: SagaClient, ids: list[str]) -> dict[str, SagaStatus]:
-    async def all_ended() -> bool:
+    """Wait for the sagas' ends as the client user does (``SagaClient.wait``, its ACL)."""
+
+    async def all_started() -> bool:
         try:
-            return all([(await client.get(i)).status.terminal for i in ids])
+            return all([await client.get(i) for i in ids])
         except SagaNotFound:  # started by request: the orchestrator has not taken it yet
             return False
 
-    await eventually(all_ended, 30, f"sagas {ids} ended")
-    return {i: (await client.get(i)).status for i in ids}
+    await eventually(all_started, 30, f"sagas {ids} started")
+    return {i: (await client.wait(i, timeout=30)).status for i in ids}
 
 
 async def start_all(tg: TaskGroup, workers: list[SagaWorker]) -> None:

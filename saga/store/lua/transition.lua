@@ -18,6 +18,9 @@
 --   drained set              for a new saga ('name@version' new sagas may not start on)
 --   ending zset              when the saga ends and expires (ended sagas' index entries, by
 --                            when their hash expires)
+--   ends stream              when the saga has just ended or been dead-lettered (ARGV[7] + 4):
+--                            one entry ('saga' id, 'status') for SagaClient.wait, trimmed to
+--                            about the last 1,000 (saga/runtime/results.py reads 100 at a time)
 -- then one command stream per command, in ARGV order; then the branch hash (see below)
 -- Every key touched is declared, though all share the saga's slot: during a reshard Redis
 -- checks the declared keys before the script runs (ASK, or TRYAGAIN when they are split),
@@ -31,7 +34,8 @@
 -- ARGV[3] inbox group ('' when the event did not come from the inbox)
 -- ARGV[4] consumer (the lease holder)      ARGV[5] inbox entry id
 -- ARGV[6] seconds to keep an ended saga (0: forever)
--- ARGV[7] 1 if the new status is terminal, + 2 if the last key is the saga's branch hash
+-- ARGV[7] 1 if the new status is terminal, + 2 if the last key is the saga's branch hash,
+--         + 4 if the status just became an end or dead_lettered (announce it on 'ends')
 -- ARGV[8] history entry (saga/store/history.py)
 -- then: n, n × (field, value)              the saga hash fields that changed, a new 'tag'
 --                                          among them (n > 0 whenever anything changed), in
@@ -58,7 +62,7 @@ if current ~= expected or (seen[2] or '') ~= expected_tag then
   return {'conflict', current}
 end
 local ttl, flags = tonumber(ARGV[6]), tonumber(ARGV[7])
-local terminal, branched = flags % 2 == 1, flags >= 2
+local terminal, branched, announced = flags % 2 == 1, flags % 4 >= 2, flags >= 4
 local group, consumer, entry = ARGV[3], ARGV[4], ARGV[5]
 local nfields = tonumber(ARGV[9])
 -- a changed status is the first changed field (with none, ARGV[10] counts the timers)
@@ -69,7 +73,7 @@ local ncancel = tonumber(ARGV[11 + nfields * 2 + nstart * 3])
 local ncommands = tonumber(ARGV[12 + nfields * 2 + nstart * 3 + ncancel])
 -- the keys this call touches, by the rules commit.py declares them with
 local n = 2
-local inbox, timers, timer_data, counts, old_index, new_index, drained, ending
+local inbox, timers, timer_data, counts, old_index, new_index, drained, ending, ends
 if group ~= '' then
   n = n + 1
   inbox = KEYS[n]
@@ -97,6 +101,10 @@ end
 if terminal and ttl > 0 then
   n = n + 1
   ending = KEYS[n]
+end
+if announced then
+  n = n + 1
+  ends = KEYS[n]
 end
 if #KEYS ~= n + ncommands + (branched and 1 or 0) then
   return redis.error_reply('ERR transition: the keys do not match the call (' .. #KEYS .. ' keys)')
@@ -145,6 +153,9 @@ if terminal and ttl > 0 then
   redis.call('EXPIRE', history, ttl)
   -- the indexes and counters outlive the hash unless saga/store/lua/prune_ended.lua removes them
   redis.call('ZADD', ending, now + ttl * 1000, definition .. '|' .. new_status .. '|' .. id)
+end
+if announced then
+  redis.call('XADD', ends, 'MAXLEN', '~', 1000, '*', 'saga', id, 'status', new_status)
 end
 
 for t = 1, nstart do

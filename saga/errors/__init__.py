@@ -20,6 +20,12 @@
     ├── ActionRefused          an operator action would not apply, or lost a race (says why)
     ├── InvalidToken           a resume token is malformed, forged, expired or not for this saga
     ├── WaitEnded              the wait a resume token names has ended: nothing was sent
+    ├── SagaEnded              a saga ``result()`` waited for ended without completing (``status``)
+    │   ├── SagaFailed         ... a step failed for good and nothing needed undoing
+    │   ├── SagaCompensated    ... a step failed for good and the completed steps were undone
+    │   ├── SagaCancelled      ... it was cancelled and the completed steps were undone
+    │   └── SagaDeadLettered   ... retries ran out: an operator must act
+    ├── ResultTimeout‡         a saga had not ended when ``wait()``'s or ``result()``'s timeout ran out
     ├── ScheduleNotFound       no schedule has this id (in this context)
     ├── ScheduleExists         a schedule with this id exists already
     ├── PartitionMismatch      a participant serves a context with another partition count
@@ -42,7 +48,8 @@
 
 ``*`` is also a :class:`ValueError` (what such a mistake was before, and what msgspec turns
 into a ``ValidationError`` when it decodes a schedule); ``†`` is also an
-:class:`AssertionError`, so a test that fails on one fails as an assertion does. Every error
+:class:`AssertionError`, so a test that fails on one fails as an assertion does; ``‡`` is
+also a :class:`TimeoutError`. Every error
 carries what it is about as attributes (the saga, step, schedule, expression, ...), and its
 message says what to do; code that needs to tell errors apart reads the class and the
 attributes, never the message.
@@ -56,15 +63,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from saga.errors._base import SagaError
+from saga.errors._ends import (
+    ResultTimeout,
+    SagaCancelled,
+    SagaCompensated,
+    SagaDeadLettered,
+    SagaEnded,
+    SagaFailed,
+)
+from saga.errors._tasks import (
+    InvalidAnswer,
+    NotAuthorized,
+    TaskAlreadyClaimed,
+    TaskClosed,
+    TaskError,
+    TaskNotFound,
+)
+
 if TYPE_CHECKING:  # the types of fields only: this module imports nothing of ours when it runs
     from saga.core.replay import Mismatch
     from saga.ops.trace import Trace
-
-
-class SagaError(Exception):
-    """Base class of the saga engine's errors."""
-
-    retryable: bool = False
 
 
 class DefinitionError(SagaError):
@@ -407,56 +426,6 @@ class ScheduleExists(SagaError):
     """A schedule with this id exists already (pass ``replace=True`` to replace it)."""
 
 
-class TaskError(SagaError):
-    """A human-task action was refused; ``task`` names the task. Nothing was written."""
-
-    def __init__(self, message: str, *, task: str) -> None:
-        super().__init__(message)
-        self.task = task
-
-
-class TaskNotFound(TaskError):
-    """No task has this id (in the contexts this client knows)."""
-
-    def __init__(self, task: str) -> None:
-        super().__init__(f"no task with id {task!r}", task=task)
-
-
-class TaskAlreadyClaimed(TaskError):
-    """Another person holds the task's claim until ``until_ms`` (Unix ms)."""
-
-    def __init__(self, task: str, *, holder: str, until_ms: int) -> None:
-        super().__init__(f"task {task!r} is claimed by {holder!r} until {until_ms} ms", task=task)
-        self.holder = holder
-        self.until_ms = until_ms
-
-
-class TaskClosed(TaskError):
-    """The task is no longer open: it was completed, withdrawn or failed (``state``)."""
-
-    def __init__(self, task: str, *, state: str) -> None:
-        super().__init__(f"task {task!r} is {state}", task=task)
-        self.state = state
-
-
-class NotAuthorized(TaskError):
-    """``by`` may not ``action`` the task (the application's authorizer said no)."""
-
-    def __init__(self, task: str, *, by: str, action: str) -> None:
-        super().__init__(f"{by!r} may not {action} task {task!r}", task=task)
-        self.by = by
-        self.action = action
-
-
-class InvalidAnswer(TaskError):
-    """The answer does not match the task's form ``form``; ``reason`` says where."""
-
-    def __init__(self, task: str, *, form: str, reason: str) -> None:
-        super().__init__(f"answer to task {task!r} is not a valid {form}: {reason}", task=task)
-        self.form = form
-        self.reason = reason
-
-
 __all__ = [
     "ActionRefused",
     "CalendarError",
@@ -476,9 +445,15 @@ __all__ = [
     "PartitionMismatch",
     "PartitionOutOfRange",
     "ReplayMismatch",
+    "ResultTimeout",
     "RunnerError",
+    "SagaCancelled",
+    "SagaCompensated",
+    "SagaDeadLettered",
+    "SagaEnded",
     "SagaError",
     "SagaExists",
+    "SagaFailed",
     "SagaNotFound",
     "ScheduleExists",
     "ScheduleNotFound",
@@ -496,3 +471,6 @@ __all__ = [
     "VersionInUse",
     "WaitEnded",
 ]
+
+for _name in __all__:  # as httpx does: each shows as saga.errors.<name>, whichever module defines it
+    globals()[_name].__module__ = __name__
