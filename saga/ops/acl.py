@@ -29,7 +29,8 @@ same way, so neither needs to write a saga::
     <prefix>.relay                  add outbox rows to the inboxes (and to     read them
                                     --relay-stream streams); read rs:epoch
     <prefix>.operator               read every key of the app's contexts but   write anything, read the
-                                    the context's secrets                      signal secret
+                                    the context's secrets                      signal secret or a human
+                                                                               task's resume token
 
 Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...)
 run as the context's orchestrator user, signed with an operator's keyring. The built-in
@@ -97,7 +98,7 @@ _ORCHESTRATE: Final = ("sadd", "set", "hdel")
 _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 """Plain writes of operator actions (drain, decommission, dlq purge)."""
 _TASK_READS: Final = ("time", "hget", "zrange", "lrange")
-"""What ``TaskClient`` reads: a task, an assignee's index, a saga's task log, Redis's clock."""
+"""What ``TaskClient`` reads: a task and its token, an assignee's index, a saga's task log, Redis's clock."""
 _CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys")
 """What ``TaskClient.from_redis`` reads: the contexts, their shapes and participants."""
 
@@ -214,8 +215,9 @@ def _orchestrator(
     ours = [d for d in definitions if d.context.name == name]
     own = ContextKeys(name)
     keys = [
-        *_partition_keys(context, _EVERYTHING), "~" + own.wait_indexes, "~" + own.schedules.everything,
-        "~" + own.meta, "~" + own.versions, "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
+        *_partition_keys(context, _EVERYTHING), *_partition_keys(context, _TASK_TOKENS),
+        "~" + own.wait_indexes, "~" + own.schedules.everything, "~" + own.meta, "~" + own.versions,
+        "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
     ]  # fmt: skip
     added: list[str] = []  # keys it may only add to, elsewhere
     windows: list[str] = []  # the publish windows of those streams
@@ -301,7 +303,7 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
     own: list[str] = []
     for context in with_tasks:
         inbox += _partition_keys(context, _INBOX, "%W")  # the answers' signals: it reads none
-        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS):
+        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS, _TASK_TOKENS):
             own += _partition_keys(context, key)
     registered = ["%R~" + CONTEXTS]
     for context in contexts:
@@ -399,6 +401,8 @@ _TASK: Final[Pattern] = methodcaller("task", "*")
 _TASK_INDEXES: Final[Pattern] = methodcaller("tasks_for", "*")
 _TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")
 _TASK_LOGS: Final[Pattern] = methodcaller("task_log", "*")
+_TASK_TOKENS: Final[Pattern] = attrgetter("task_tokens")
+"""Open tasks' resume tokens: outside ``_EVERYTHING``, so the operator's patterns miss them."""
 
 
 def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:

@@ -41,6 +41,10 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      versions drain (saga/versions/registry.py)
     rs:{orders:0}:task:<id>          hash: one human task ('rev', 'task' JSON: saga/core/task_rules.py);
                                      task_write.lua; prune_ended.lua deletes it with its saga
+    rs:private:{orders:0}:tokens     hash: task id -> an open human task's resume token ('' once
+                                     closed); task_write.lua, prune_ended.lua (HDEL with its
+                                     saga). Outside ``rs:{orders:0}:*``, so no pattern of the
+                                     operator's reaches it: the orchestrator and the task client only
     rs:{orders:0}:tasks:<assignee>   zset: open task id -> due (ms), per 'role:<r>' or 'user:<u>';
                                      task_write.lua, prune_ended.lua
     rs:{orders:0}:tasktimers         zset: '<task id>|<stage>' -> when (ms): reminders and
@@ -235,6 +239,11 @@ class PartitionKeys:
         """The hash holding one human task."""
         return tagged_key(self.tag, "task", task_id)
 
+    @property
+    def task_tokens(self) -> str:
+        """The hash of open tasks' resume tokens (the partition's slot, another prefix: see above)."""
+        return _private(self.tag, "tokens")
+
     def tasks_for(self, assignee: str) -> str:
         """The open tasks of ``assignee`` (``role:<r>`` or ``user:<u>``), scored by due time."""
         return tagged_key(self.tag, "tasks", assignee)
@@ -281,6 +290,11 @@ class Partition(PartitionKeys):
 
 _key = functools.lru_cache(maxsize=4096)(tagged_key)
 """``tagged_key`` for a partition's fixed keys, built on every transition (cached)."""
+
+
+def _private(tag: str, *parts: str) -> str:
+    """``rs:private:{tag}:…``: in ``tag``'s slot, but matched by no ``rs:{tag}:*`` pattern."""
+    return tagged_key(tag, *parts).replace("rs:{", "rs:private:{", 1)
 
 
 @functools.lru_cache(maxsize=4096)
