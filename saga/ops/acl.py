@@ -86,7 +86,7 @@ _CONSUME: Final = (
     "exists", "xinfo|groups",  # the worker's metrics and /readyz: its groups' pending and lag
 )  # fmt: skip
 _READ: Final = (
-    "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
+    "time", "exists", "type", "get", "mget", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
     "smembers", "sismember", "zrange", "zrangebyscore", "zscore", "zmscore", "zcount", "zcard",
     "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream",
 )  # fmt: skip
@@ -99,7 +99,7 @@ _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 """Plain writes of operator actions (drain, decommission, dlq purge)."""
 _TASK_READS: Final = ("time", "hget", "zrange", "lrange")
 """What ``TaskClient`` reads: a task and its token, an assignee's index, a saga's task log, Redis's clock."""
-_CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys")
+_CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys", "mget")
 """What ``TaskClient.from_redis`` reads: the contexts, their shapes and participants."""
 
 _CONSUMER_SCRIPTS: Final = (
@@ -264,14 +264,16 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
     added = [
         *_partition_keys(context, _INBOX, "%W"),  # its replies: it reads nobody's
         *_partition_keys(context, _DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
-        "%W~" + registry.participants,  # records that it runs, at start
     ]
     read = [
         "%R~" + EPOCH,  # it joins and checks the deployment's epoch, never writes it
         "%R~" + registry.shapes,  # its partition count, read at start
     ]
     grants = (
-        Grant((*_CONNECT, "xadd", "hset"), tuple(added)),  # adding only: no trim, delete or ack there
+        Grant((*_CONNECT, "xadd"), tuple(added)),  # adding only: no trim, delete or ack there
+        # it records that it runs, at start: its own record, and its name in the set (no other's)
+        Grant(("set",), ("%W~" + registry.participant(participant),)),
+        Grant(("sadd",), ("%W~" + registry.participants,)),
         _grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
         Grant(("get", "hgetall"), tuple(read)),
     )
@@ -310,6 +312,7 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
         registered += [
             "%R~" + ContextKeys(context.name).shapes,
             "%R~" + ContextKeys(context.name).participants,
+            "%R~" + ContextKeys(context.name).participant("*"),
         ]
     grants = (
         Grant(_CONNECT),

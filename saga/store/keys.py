@@ -68,8 +68,12 @@ A context's definition versions are registered under the context's own hash tag
     rs:{orders}:versions:workers     zset: worker id -> when its registration expires (ms);
                                      workers.lua
     rs:{orders}:versions:served      hash: worker id -> what the worker serves (JSON); workers.lua
-    rs:{orders}:versions:participants hash: participant -> the worker that last ran it (JSON):
-                                     which cmd:<participant> streams the context has; participants
+    rs:{orders}:versions:participant-names  set: the participants workers ran (which
+                                     cmd:<participant> streams the context has); each participant
+                                     adds its own name (SADD only)
+    rs:{orders}:versions:participant:<name>  string: the worker that last ran <name> (JSON);
+                                     written by that participant's user alone, so a name in the
+                                     set counts only with its record
     rs:{redsaga}:contexts            set: every context with a version registry; the registry
 
 A context's schedules (``saga/runtime/schedule_runner.py``; :class:`ScheduleKeys`), one
@@ -339,8 +343,12 @@ class ContextKeys:
 
     @property
     def participants(self) -> str:
-        """Hash: participant name -> the worker that last ran it."""
-        return tagged_key(self.context, "versions", "participants")
+        """Set: the names of the participants workers ran (each adds its own)."""
+        return tagged_key(self.context, "versions", "participant-names")
+
+    def participant(self, name: str) -> str:
+        """String: the worker that last ran participant ``name`` (only its user writes it)."""
+        return tagged_key(self.context, "versions", "participant", name)
 
     @property
     def versions(self) -> str:
