@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from bus import AuthError, Stream, principal
 from bus.lowlevel import encode_keyrings
 from redsaga.cli._common import Json, emit_json, emit_table, reporting_errors
 from redsaga.cli._load import load_object
@@ -103,6 +104,22 @@ def list_keys(master: MasterPath, json_output: Json = False) -> None:
     _summary(master, json_output, f"key ids in {master}:")
 
 
+def _publishes(given: list[str]) -> dict[str, list[str]]:
+    """``--publishes SERVICE=STREAM`` as service name -> stream keys (a usage error if malformed)."""
+    found: dict[str, list[str]] = {}
+    for item in given:
+        service, _, stream = item.partition("=")
+        if not stream:
+            raise typer.BadParameter(f"{item!r}: expected SERVICE=STREAM", param_hint="--publishes")
+        try:
+            key = Stream.named(stream).key
+            principal("service", service)
+        except (ValueError, AuthError) as error:
+            raise typer.BadParameter(f"{item!r}: {error}", param_hint="--publishes") from None
+        found.setdefault(service, []).append(key)
+    return found
+
+
 @keys_app.command("issue")
 @reporting_errors
 def issue(
@@ -125,6 +142,16 @@ def issue(
     ] = None,
     operator: Annotated[
         list[str] | None, typer.Option("--operator", help="An operator principal to issue for (repeatable).")
+    ] = None,
+    publishes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--publishes",
+            metavar="SERVICE=STREAM",
+            help="A stream whose domain events service:SERVICE publishes, through the outbox "
+            "(relay.outbox.add) or a Bus (repeatable), e.g. payments=payments.events: its keyring "
+            "gets the key for sending to it. The relay needs none: rows are signed as written.",
+        ),
     ] = None,
     out: Annotated[
         Path,
@@ -150,7 +177,7 @@ def issue(
     ]
     clients = [p.removeprefix("client:") for p in named if p.startswith("client:")]
     operators = [p.removeprefix("operator:") for p in named if p.startswith("operator:")]
-    reach = reach_of(app, clients=clients, operators=operators)
+    reach = reach_of(app, clients=clients, operators=operators, publishes=_publishes(publishes or []))
     secrets = read_master(master)
     written: list[tuple[str, list[str]]] = []
     if principal:

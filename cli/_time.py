@@ -61,7 +61,8 @@ def signal(
     The data is checked against the step's output type here (with --app, by its code; else
     by the type's schema its workers registered); the worker checks it again either way. A
     wait that has ended (resumed already, timed out, its saga ended) is an error (exit 1):
-    nothing is sent.
+    nothing is sent. So is a human task's wait: answer it with `saga tasks complete`, which
+    asks the authorizer.
     """
     registry = _registry(app_ref)
 

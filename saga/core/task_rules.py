@@ -20,6 +20,7 @@ from typing import Literal
 import msgspec
 
 from saga.core.times import utc_text
+from saga.core.tokens import peek
 from saga.definition.human_tasks import OpenTask
 from saga.errors import InvalidInput, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 
@@ -44,7 +45,11 @@ class Task(msgspec.Struct, kw_only=True):
     """``role:<name>`` or ``user:<name>``."""
     due_ms: int
     created_ms: int
-    token: str
+    token: str = ""
+    """The wait's resume token while the task is being opened or answered; the stores keep it
+    apart from the record (``saga/store/tasks.py``), so a task as loaded has ``""`` here."""
+    token_expires_ms: int = 0
+    """When the token stops resuming the wait (0: never); what operators see of it."""
     state: TaskState = "open"
     holder: str = ""
     claim_until_ms: int = 0
@@ -145,6 +150,7 @@ def opened(task_id: str, ref: tuple[str, int, str, int], command: OpenTask, now_
         id=task_id, context=context, partition=partition, saga_id=saga_id, saga=command.saga,
         step=command.step, n=n, title=command.title, details=command.details, form=command.form,
         assignee=command.assignee, due_ms=due, created_ms=now_ms, token=command.token,
+        token_expires_ms=peek(command.token).expires_ms,
         remind_ms=due - command.remind_before_ms if command.remind_before_ms else 0,
         notify=command.notify, escalate_to=command.escalate_to,
         escalate_notify=command.escalate_notify, extend_ms=command.extend_ms, then=command.then,

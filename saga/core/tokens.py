@@ -163,6 +163,24 @@ class Signer(TokenVerifier):
         signature = self._private[self._signing].sign(_LABEL + payload)
         return f"{_PREFIX}.{b64url(payload)}.{b64url(signature)}"
 
+    def complete(self, reference: str) -> str:
+        """The token whose :func:`unsigned` reference is ``reference``: signed again, the same token.
+
+        What the task inbox does with a human task's wait: the command that opens the task,
+        which the operator may read, carries the reference only, and the inbox (in the
+        orchestrator's worker) makes the token from it. :class:`InvalidToken` for a
+        reference of another context or of a key id this signer does not hold.
+        """
+        ref, payload, _ = _parse(f"{reference.strip()}.")  # a signed token has a part too many
+        key = self._private.get(ref.key_id)
+        if ref.context != self.context or key is None:
+            raise InvalidToken(
+                "resume token reference is not this context's (or its key was retired)",
+                saga=ref.saga_id,
+                step=ref.step,
+            )
+        return f"{_PREFIX}.{b64url(payload)}.{b64url(key.sign(_LABEL + payload))}"
+
     def verifier(self) -> TokenVerifier:
         """A verifier of this signer's tokens that cannot make any."""
         return TokenVerifier(self.context, {kid: key.public_key() for kid, key in self._private.items()})
@@ -198,9 +216,17 @@ def check_wait(
         )
 
 
+def unsigned(token: str) -> str:
+    """``token`` without its signature: it names the wait but resumes nothing (:meth:`Signer.complete`)."""
+    return token.rpartition(".")[0]
+
+
 def peek(token: str) -> WaitRef:
-    """Read a token's wait **without** checking it (to find the context whose keys check it)."""
-    return _parse(token)[0]
+    """Read a token's wait **without** checking it (to find the context whose keys check it).
+
+    An :func:`unsigned` reference is read too.
+    """
+    return _parse(token if token.count(".") == 2 else f"{token}.")[0]
 
 
 def _parse(token: str) -> tuple[WaitRef, bytes, bytes]:

@@ -6,7 +6,8 @@ adds three steps, made by the decorator core like any other:
 - ``<name>.open``: a command to the task inbox (the participant :data:`TASKS`, run by
   :func:`saga.runtime.tasks.task_participant`) carrying an :class:`OpenTask`: the title,
   the details a person needs, the form's type name, the assignee, the due time, the
-  reminder and the escalation policy, and the resume token of the wait. Its compensation
+  reminder and the escalation policy, and which wait the task answers (the reference of
+  its resume token, never the token: ``docs/security.md``). Its compensation
   withdraws the task (a cancel or a failure after it, a quorum reached elsewhere).
 - ``<name>.answer``: a signal wait (the saga is ``suspended``) for a :class:`TaskResult`,
   which ``TaskClient.complete`` sends once the answer has been checked against the form,
@@ -121,6 +122,9 @@ class OpenTask(msgspec.Struct, tag="OpenTask", kw_only=True, frozen=True):
     assignee: str
     due_in_ms: int
     token: str
+    """The wait's resume token without its signature (``saga.core.tokens.unsigned``): it names
+    the wait and resumes nothing; the task inbox, in the orchestrator's worker, signs it
+    again and keeps the token where only it and the task client read it."""
     remind_before_ms: int = 0
     notify: str = ""
     escalate_to: str = ""
@@ -321,7 +325,9 @@ def _declare(
                 form=form.__name__,
                 assignee=assignee,
                 due_in_ms=_ms(due),
-                token=ctx.resume_token(answer_name),
+                # the reference only: the command and the step's recorded input are in the
+                # operator's reach; the task inbox signs it again where only it keeps it
+                token=ctx.resume_token(answer_name).rpartition(".")[0],
                 remind_before_ms=_ms(reminder) if reminder else 0,
                 notify=spec.notify,
                 escalate_to=escalate_to.key if escalate_to else "",

@@ -29,7 +29,8 @@ same way, so neither needs to write a saga::
     <prefix>.relay                  add outbox rows to the inboxes (and to     read them
                                     --relay-stream streams); read rs:epoch
     <prefix>.operator               read every key of the app's contexts but   write anything, read the
-                                    the context's secrets                      signal secret
+                                    the context's secrets                      signal secret or a human
+                                                                               task's resume token
 
 Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...)
 run as the context's orchestrator user, signed with an operator's keyring. The built-in
@@ -85,7 +86,7 @@ _CONSUME: Final = (
     "exists", "xinfo|groups",  # the worker's metrics and /readyz: its groups' pending and lag
 )  # fmt: skip
 _READ: Final = (
-    "time", "exists", "type", "get", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
+    "time", "exists", "type", "get", "mget", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
     "smembers", "sismember", "zrange", "zrangebyscore", "zscore", "zmscore", "zcount", "zcard",
     "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream",
 )  # fmt: skip
@@ -100,8 +101,8 @@ _ORCHESTRATE: Final = ("sadd", "set", "hdel")
 _OPERATE: Final = ("hsetnx", "srem", "del", "xdel")
 """Plain writes of operator actions (drain, decommission, dlq purge)."""
 _TASK_READS: Final = ("time", "hget", "zrange", "lrange")
-"""What ``TaskClient`` reads: a task, an assignee's index, a saga's task log, Redis's clock."""
-_CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys")
+"""What ``TaskClient`` reads: a task and its token, an assignee's index, a saga's task log, Redis's clock."""
+_CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys", "mget")
 """What ``TaskClient.from_redis`` reads: the contexts, their shapes and participants."""
 
 _CONSUMER_SCRIPTS: Final = (
@@ -217,8 +218,9 @@ def _orchestrator(
     ours = [d for d in definitions if d.context.name == name]
     own = ContextKeys(name)
     keys = [
-        *_partition_keys(context, _EVERYTHING), "~" + own.wait_indexes, "~" + own.schedules.everything,
-        "~" + own.meta, "~" + own.versions, "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
+        *_partition_keys(context, _EVERYTHING), *_partition_keys(context, _TASK_TOKENS),
+        "~" + own.wait_indexes, "~" + own.schedules.everything, "~" + own.meta, "~" + own.versions,
+        "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
     ]  # fmt: skip
     added: list[str] = []  # keys it may only add to, elsewhere
     windows: list[str] = []  # the publish windows of those streams
@@ -265,14 +267,16 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
     added = [
         *_partition_keys(context, _INBOX, "%W"),  # its replies: it reads nobody's
         *_partition_keys(context, _DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
-        "%W~" + registry.participants,  # records that it runs, at start
     ]
     read = [
         "%R~" + EPOCH,  # it joins and checks the deployment's epoch, never writes it
         "%R~" + registry.shapes,  # its partition count, read at start
     ]
     grants = (
-        Grant((*_CONNECT, "xadd", "hset"), tuple(added)),  # adding only: no trim, delete or ack there
+        Grant((*_CONNECT, "xadd"), tuple(added)),  # adding only: no trim, delete or ack there
+        # it records that it runs, at start: its own record, and its name in the set (no other's)
+        Grant(("set",), ("%W~" + registry.participant(participant),)),
+        Grant(("sadd",), ("%W~" + registry.participants,)),
         _grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
         Grant(("get", "hgetall"), tuple(read)),
     )
@@ -304,13 +308,14 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
     own: list[str] = []
     for context in with_tasks:
         inbox += _partition_keys(context, _INBOX, "%W")  # the answers' signals: it reads none
-        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS):
+        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS, _TASK_TOKENS):
             own += _partition_keys(context, key)
     registered = ["%R~" + CONTEXTS]
     for context in contexts:
         registered += [
             "%R~" + ContextKeys(context.name).shapes,
             "%R~" + ContextKeys(context.name).participants,
+            "%R~" + ContextKeys(context.name).participant("*"),
         ]
     grants = (
         Grant(_CONNECT),
@@ -403,6 +408,8 @@ _TASK: Final[Pattern] = methodcaller("task", "*")
 _TASK_INDEXES: Final[Pattern] = methodcaller("tasks_for", "*")
 _TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")
 _TASK_LOGS: Final[Pattern] = methodcaller("task_log", "*")
+_TASK_TOKENS: Final[Pattern] = attrgetter("task_tokens")
+"""Open tasks' resume tokens: outside ``_EVERYTHING``, so the operator's patterns miss them."""
 
 
 def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:

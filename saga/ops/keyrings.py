@@ -12,8 +12,10 @@ principals it runs, with only what those send and read (``bus/_auth.py``):
   serves (its replies);
 - ``client:<name>`` and ``operator:<name>``: a sending key to every orchestrator of the app
   (start, signal, cancel; an operator's retry, force-complete, redrive);
-- ``service:<bus>``: the roots of the streams its subscriptions read, and sending keys for
-  the streams it publishes to (``publishes``).
+- ``service:<name>``: the roots of the streams its subscriptions read (a ``Bus`` of the app),
+  and sending keys for the streams it publishes domain events to (``publishes``: through the
+  outbox, whose rows it signs as it writes them, or a ``Bus``). The relay needs no keyring:
+  it publishes rows as their writers signed them.
 
 Rotation: :func:`rotate` adds a key id (the newest signs), :func:`retire` removes one; issue
 the keyrings again after each and roll them out (docs/security.md has the runbook).
@@ -144,7 +146,9 @@ def reach_of(
 ) -> dict[str, Reach]:
     """Every principal of ``app`` (and the named clients and operators) with what it reaches.
 
-    ``publishes`` maps a bus name to the stream keys its handlers publish domain events to.
+    ``publishes`` maps a service name (a bus of the app, or a service that only writes outbox
+    rows) to the stream keys it publishes domain events to: ``service:<name>`` gets the key
+    for sending to each.
     A context with human tasks has the ``participant:tasks`` principal too: the task inbox
     its orchestrator's worker runs, so that worker holds both keyrings.
     """
@@ -176,7 +180,9 @@ def reach_of(
     for bus in app.buses:
         found = reach.setdefault(bus.principal, Reach())
         found.streams.update(s.stream.key for s in bus.subscriptions if s.audience.startswith("stream:"))
-        found.sends_to.update(stream_audience(key) for key in (publishes or {}).get(bus.name, ()))
+    for name, keys in (publishes or {}).items():
+        found = reach.setdefault(principal("service", name), Reach())
+        found.sends_to.update(stream_audience(key) for key in keys)
     return reach
 
 

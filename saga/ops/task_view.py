@@ -1,8 +1,9 @@
 """A human task as ``saga inspect`` shows it: who holds it, when it is due, what escalates.
 
 A saga waiting on a human task is suspended on the task's ``<name>.answer`` signal wait; the
-operator needs the task, not the wait's mechanics. The view leaves out the task's resume
-token (a secret) and its answer form's details.
+operator needs the task, not the wait's mechanics. The view says that the task's resume
+token exists and when it expires, never the token (the operator cannot read it: it is kept
+apart from the task, ``saga/store/tasks.py``), and leaves out its answer form's details.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class TaskView(msgspec.Struct, kw_only=True):
         claim_until_ms: Until when (0: no claim holds).
         escalated: Whether its escalation ran already.
         at_due: What happens at the due time, in words.
+        token: Whether the task inbox holds the wait's resume token (while the task is open).
+        token_expires_ms: When that token expires (0: never).
 
     """
 
@@ -40,6 +43,8 @@ class TaskView(msgspec.Struct, kw_only=True):
     claim_until_ms: int
     escalated: bool
     at_due: str
+    token: bool = False
+    token_expires_ms: int = 0
 
 
 def task_view(task: Task, now_ms: int) -> TaskView:
@@ -56,6 +61,8 @@ def task_view(task: Task, now_ms: int) -> TaskView:
         claim_until_ms=task.claim_until_ms if holder else 0,
         escalated=task.escalated,
         at_due=_at_due(task),
+        token=task.state == "open",
+        token_expires_ms=task.token_expires_ms,
     )
 
 
@@ -63,7 +70,10 @@ def task_waiting(view: TaskView, now_ms: int) -> str:
     """What the saga waits for, in one sentence: a person's answer to the task."""
     due = f"due {utc_text(view.due_ms)}" + (" (overdue)" if view.due_ms <= now_ms else "")
     claim = f"claimed by {view.holder} until {utc_text(view.claim_until_ms)}" if view.holder else "unclaimed"
-    return f"a person: task {view.step!r} for {view.assignee}, {due}, {claim}; at the due time {view.at_due}"
+    ends = f"expires {utc_text(view.token_expires_ms)}" if view.token_expires_ms else "never expires"
+    token = f"; its resume token is held by the task inbox and {ends}" if view.token else ""
+    task = f"task {view.step!r} for {view.assignee}, {due}, {claim}"
+    return f"a person: {task}; at the due time {view.at_due}{token}"
 
 
 def _at_due(task: Task) -> str:

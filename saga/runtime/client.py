@@ -28,12 +28,12 @@ from saga.errors import (
     InvalidInput,
     SagaNotFound,
     UnknownDefinition,
-    WaitEnded,
 )
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
 from saga.runtime.results import SagaResults
 from saga.runtime.saga_cache import SagaCache
+from saga.runtime.signal_checks import check_wait_open, refuse_task_wait
 from saga.runtime.start_verdict import check_existing, drained_error, request_start
 from saga.runtime.tracing import keep_trace, signal_span, start_span
 from saga.store.branches import load_saga
@@ -324,6 +324,7 @@ class SagaClient(SagaResults):
             incarnation=state.created_ms,
         )
         check_wait_open(state, ref.step, ref.n)
+        refuse_task_wait(state, ref.step, ref.n, by=by or self.source)
         encoded = await self._signal_data(state, ref.step, data)
         delivery = SignalDelivery(
             step=ref.step, n=ref.n, data=msgspec.Raw(encoded), by=by or self.source, token=token
@@ -419,21 +420,6 @@ class SagaClient(SagaResults):
     def _partition(self, context: str, saga_id: str) -> Partition:
         ctx = self.registry.context(context)
         return Partition(ctx.name, partition_of(saga_id, ctx.partitions))
-
-
-def check_wait_open(state: SagaState, step: str, n: int) -> None:
-    """Raise :class:`WaitEnded` when wait ``n`` of ``step`` can no longer be resumed.
-
-    A wait not begun yet (the signal comes early) is open: the saga keeps the signal for it.
-    """
-    record = state.steps.get(step)
-    current = state.wait is not None and (state.wait.step, state.wait.n) == (step, n)
-    if record is None or current:
-        return
-    attempt = next((a for a in record.attempts if a.kind == "do" and a.n == n), None)
-    if state.status.terminal or attempt is not None:
-        how = state.status.value if attempt is None or attempt.outcome is None else attempt.outcome
-        raise WaitEnded(state.id, step, n, "resumed" if how == "ok" else how)
 
 
 def _decoded(data: object) -> bytes:

@@ -8,9 +8,13 @@ People act through :class:`TaskClient`: it checks who may act with the applicati
 completes the task and sends the saga its signal in one atomic write.
 
 Who may send that signal: signals are accepted from any principal that signs (the resume
-token stored in the task is the capability, ``saga/store/trust.py``); the task inbox keeps
-the token, so only principals that may read ``rs:{<context>:*}:task:*`` -- the
-orchestrator's worker and the application's task client -- can complete a task.
+token is the capability, ``saga/store/trust.py``). The command that opens a task carries
+only the token's unsigned reference (the command stream and the saga's recorded input are
+in the read-only operator's reach); the inbox signs it again in the orchestrator's worker
+and the store keeps the token apart from the task (``saga/store/tasks.py``), so only the
+orchestrator's worker and the application's task client ever hold it, and ``SagaClient.signal``
+refuses a task's wait (``saga/runtime/client.py``): an answer goes through :class:`TaskClient`,
+its authorizer and the task log.
 
 Reminders and escalation steps are timers in the partition's task-timer set;
 :meth:`TaskClient.fire_due` fires those due (each once: the write is revision-checked).
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import builtins
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -30,7 +34,7 @@ from bus.lowlevel import RideThrough, rides_through
 from redsaga.ids import derived_id
 from saga.core import task_rules as rules
 from saga.core.task_rules import Task, TaskChange, TaskLog
-from saga.core.tokens import peek
+from saga.core.tokens import Signer, peek
 from saga.definition.human_tasks import (
     TASKS,
     Assignee,
@@ -110,8 +114,19 @@ def partition_of_task(task_id: str) -> Partition:
 class TaskEngine:
     """The writes every task action shares: decide on the current task, apply, retry on a race."""
 
-    def __init__(self, store: TaskStore, clock: Clock, publisher: Publisher, *, source: str) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        clock: Clock,
+        publisher: Publisher,
+        *,
+        source: str,
+        signer: Callable[[str], Awaitable[Signer]] | None = None,
+    ) -> None:
         self.store, self.clock, self.publisher, self.source = store, clock, publisher, source
+        self.signer = signer
+        """The signer of a context's resume tokens: the task inbox's, in the orchestrator's worker
+        (it signs the reference an :class:`OpenTask` carries); a task client has none."""
 
     async def task(self, task_id: str) -> Task:
         """The task ``task_id`` (:class:`TaskNotFound`)."""
@@ -136,6 +151,8 @@ class TaskEngine:
             task = await self.task(task_id)
             now = await self.now_ms()
             change = decide(task, now)
+            if not change.task.token and any(out.kind == "signal" for out in change.outgoing):
+                change.task.token = await self.store.token(partition_of_task(task_id), task_id)
             if await self.store.write(partition_of_task(task_id), change, self.messages(change, now)):
                 return change.task
         raise TaskNotFound(task_id)  # pragma: no cover - only under a storm of writers
@@ -178,6 +195,7 @@ class TaskEngine:
         partition = Partition(ref.context, ref.partition)
         existing = await self.store.load(partition, task_id)
         if existing is None:
+            command = msgspec.structs.replace(command, token=await self._token(ref.context, command.token))
             for assignee in command.voters or [command.assignee]:
                 check_actor(assignee.partition(":")[2], "assignee")
             refs = (ref.context, ref.partition, ref.saga_id, ref.n)
@@ -187,6 +205,14 @@ class TaskEngine:
                 return TaskOpened(task_id=task_id, due_ms=change.task.due_ms)
             existing = await self.task(task_id)
         return TaskOpened(task_id=task_id, due_ms=existing.due_ms)
+
+    async def _token(self, context: str, token: str) -> str:
+        """The resume token of an :class:`OpenTask`'s reference (a token already, from an earlier release)."""
+        if token.count(".") == 2:
+            return token
+        if self.signer is None:
+            raise InvalidInput("this task engine opens no task: it holds no context's token key")
+        return (await self.signer(context)).complete(token)
 
     async def withdraw(self, command: WithdrawTask, _ctx: CommandContext) -> TaskWithdrawn:
         """Withdraw ``command``'s task if it is still open (a repeat finds it closed: ``withdrawn=False``)."""

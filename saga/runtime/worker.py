@@ -79,7 +79,10 @@ class SagaWorker:
         self.has_tasks = bool(task_contexts(app.registry))
         principal = auth.signer_for("orchestrator") if self.has_tasks else ""  # a participant holds none
         publisher = Publisher(redis, source=app.name, config=self.config.bus, auth=auth, principal=principal)
-        self.tasks = TaskEngine(RedisTaskStore(redis), self.clock, publisher, source=app.name)
+        signers = {o.context.name: o.signer for o in self.orchestrators}
+        self.tasks = TaskEngine(
+            RedisTaskStore(redis), self.clock, publisher, source=app.name, signer=lambda c: signers[c]()
+        )
         """The task inbox: the ``tasks`` participant and the firing of task timers."""
         install_tasks(bus, self.tasks, app.registry)
         self.bus_worker = Worker(

@@ -45,6 +45,10 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      versions drain (saga/versions/registry.py)
     rs:{orders:0}:task:<id>          hash: one human task ('rev', 'task' JSON: saga/core/task_rules.py);
                                      task_write.lua; prune_ended.lua deletes it with its saga
+    rs:private:{orders:0}:tokens     hash: task id -> an open human task's resume token ('' once
+                                     closed); task_write.lua, prune_ended.lua (HDEL with its
+                                     saga). Outside ``rs:{orders:0}:*``, so no pattern of the
+                                     operator's reaches it: the orchestrator and the task client only
     rs:{orders:0}:tasks:<assignee>   zset: open task id -> due (ms), per 'role:<r>' or 'user:<u>';
                                      task_write.lua, prune_ended.lua
     rs:{orders:0}:tasktimers         zset: '<task id>|<stage>' -> when (ms): reminders and
@@ -68,8 +72,12 @@ A context's definition versions are registered under the context's own hash tag
     rs:{orders}:versions:workers     zset: worker id -> when its registration expires (ms);
                                      workers.lua
     rs:{orders}:versions:served      hash: worker id -> what the worker serves (JSON); workers.lua
-    rs:{orders}:versions:participants hash: participant -> the worker that last ran it (JSON):
-                                     which cmd:<participant> streams the context has; participants
+    rs:{orders}:versions:participant-names  set: the participants workers ran (which
+                                     cmd:<participant> streams the context has); each participant
+                                     adds its own name (SADD only)
+    rs:{orders}:versions:participant:<name>  string: the worker that last ran <name> (JSON);
+                                     written by that participant's user alone, so a name in the
+                                     set counts only with its record
     rs:{redsaga}:contexts            set: every context with a version registry; the registry
 
 A context's schedules (``saga/runtime/schedule_runner.py``; :class:`ScheduleKeys`), one
@@ -244,6 +252,11 @@ class PartitionKeys:
         """The hash holding one human task."""
         return tagged_key(self.tag, "task", task_id)
 
+    @property
+    def task_tokens(self) -> str:
+        """The hash of open tasks' resume tokens (the partition's slot, another prefix: see above)."""
+        return _private(self.tag, "tokens")
+
     def tasks_for(self, assignee: str) -> str:
         """The open tasks of ``assignee`` (``role:<r>`` or ``user:<u>``), scored by due time."""
         return tagged_key(self.tag, "tasks", assignee)
@@ -292,6 +305,11 @@ _key = functools.lru_cache(maxsize=4096)(tagged_key)
 """``tagged_key`` for a partition's fixed keys, built on every transition (cached)."""
 
 
+def _private(tag: str, *parts: str) -> str:
+    """``rs:private:{tag}:…``: in ``tag``'s slot, but matched by no ``rs:{tag}:*`` pattern."""
+    return tagged_key(tag, *parts).replace("rs:{", "rs:private:{", 1)
+
+
 @functools.lru_cache(maxsize=4096)
 def _stream(tag: str, name: str) -> Stream:
     """Streams are built on every transition; a process uses few distinct ones."""
@@ -334,8 +352,12 @@ class ContextKeys:
 
     @property
     def participants(self) -> str:
-        """Hash: participant name -> the worker that last ran it."""
-        return tagged_key(self.context, "versions", "participants")
+        """Set: the names of the participants workers ran (each adds its own)."""
+        return tagged_key(self.context, "versions", "participant-names")
+
+    def participant(self, name: str) -> str:
+        """String: the worker that last ran participant ``name`` (only its user writes it)."""
+        return tagged_key(self.context, "versions", "participant", name)
 
     @property
     def versions(self) -> str:

@@ -31,7 +31,7 @@ async def prune_ended(redis: Any, partitions: Sequence[Partition], clock: Clock,
         now = clock.script_now_ms()
         calls = [
             PRUNE_ENDED.call(
-                [p.ending, p.counts, p.task_timers],
+                [p.ending, p.counts, p.task_timers, p.task_tokens],
                 [now, batch, p.saga_prefix, p.status_prefix, *p.task_prefixes, *_STAGES],
             )
             for p in pending

@@ -9,6 +9,10 @@ the Redis one.
 
 The messages a change sends (the signal that resumes the saga, notifications) are written
 in the same script as the change: a completed task and the saga's signal cannot part.
+
+A task's resume token is not in its record: the stores keep it apart (in Redis under a key
+no pattern of the read-only operator reaches, ``saga/store/keys.py``) from the write that
+opens the task until the one that closes it, and only :meth:`TaskStore.token` reads it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ class TaskStore(Protocol):
         """Apply ``change`` and add ``messages``; ``False`` (nothing written) if the task moved."""
         ...
 
+    async def token(self, partition: Partition, task_id: str) -> str:
+        """The open task's resume token (``""``: closed, or never opened)."""
+        ...
+
     async def open_for(self, partition: Partition, assignee: str, limit: int) -> list[Task]:
         """The open tasks of ``assignee`` in the partition, soonest due first."""
         ...
@@ -74,6 +82,11 @@ class TaskStore(Protocol):
         ...
 
 
+def kept_token(task: Task) -> str:
+    """What a write does with the token: ``-`` forget it (closed), keep ``task.token``, ``""`` leave it."""
+    return task.token if task.state == "open" else "-"
+
+
 class RedisTaskStore:
     """Tasks in Redis (the layout is in ``saga/store/keys.py``)."""
 
@@ -88,10 +101,13 @@ class RedisTaskStore:
     async def write(self, partition: Partition, change: TaskChange, messages: Sequence[Message]) -> bool:  # noqa: D102
         task = change.task
         keys = [partition.task(task.id), partition.task_timers, partition.task_log(task.saga_id)]
+        keys += [partition.task_tokens]
         keys += [partition.tasks_for(a) for a in change.unindex]
         keys += [partition.tasks_for(a) for a in change.index]
-        args: list[Any] = [change.before_rev, task.rev, _json.encode(task), task.id, task.due_ms]
-        args += [len(change.unindex), len(change.index), len(messages), len(change.timers)]
+        record = _json.encode(msgspec.structs.replace(task, token=""))
+        args: list[Any] = [change.before_rev, task.rev, record, task.id, task.due_ms]
+        args += [len(change.unindex), len(change.index), len(messages), kept_token(task)]
+        args += [len(change.timers)]
         for member, at in change.timers.items():
             args += [member, at]
         args += [
@@ -106,6 +122,11 @@ class RedisTaskStore:
         with redis_errors():
             reply = await TASK_WRITE.call(keys, args).run(self.redis)
         return bool(reply[0] in (b"ok", "ok"))
+
+    async def token(self, partition: Partition, task_id: str) -> str:  # noqa: D102
+        with redis_errors():
+            kept = await self.redis.hget(partition.task_tokens, task_id)
+        return "" if kept is None else kept.decode()
 
     async def open_for(self, partition: Partition, assignee: str, limit: int) -> list[Task]:  # noqa: D102
         with redis_errors():
@@ -165,17 +186,26 @@ class MemoryTaskStore:
     timers: dict[str, dict[str, int]] = field(default_factory=dict)
     logs: dict[tuple[str, str], list[TaskLog]] = field(default_factory=dict)
     sent: list[Message] = field(default_factory=list)
+    tokens: dict[tuple[str, str], str] = field(default_factory=dict)
 
     async def load(self, partition: Partition, task_id: str) -> Task | None:  # noqa: D102
         task = self.tasks.get((partition.tag, task_id))
         return None if task is None else msgspec.structs.replace(task)
+
+    async def token(self, partition: Partition, task_id: str) -> str:  # noqa: D102
+        return self.tokens.get((partition.tag, task_id), "")
 
     async def write(self, partition: Partition, change: TaskChange, messages: Sequence[Message]) -> bool:  # noqa: D102
         task, tag = change.task, partition.tag
         current = self.tasks.get((tag, task.id))
         if (current.rev if current else 0) != change.before_rev:
             return False
-        self.tasks[tag, task.id] = msgspec.structs.replace(task)
+        self.tasks[tag, task.id] = msgspec.structs.replace(task, token="")
+        kept = kept_token(task)
+        if kept == "-":
+            self.tokens.pop((tag, task.id), None)
+        elif kept:
+            self.tokens[tag, task.id] = kept
         for assignee in change.unindex:
             self.indexes.get((tag, assignee), {}).pop(task.id, None)
         for assignee in change.index:

@@ -79,6 +79,11 @@ class RunnerTasks:
             store=self.store,
             claim_ttl_ms=claim_ttl_ms,
         )
+
+        async def signer_of(context: str) -> Signer:
+            return signer(context)
+
+        self.client.engine.signer = signer_of  # its inbox opens tasks, as the worker's does
         self.notices: list[Notice] = []
         """Every reminder, escalation and overdue notice sent, in order."""
         self.contexts = task_contexts(registry)

@@ -3,8 +3,9 @@
 An operator on call has a Redis URL, not the services' code. Everything reading sagas needs
 is in Redis already: the contexts (``rs:{redsaga}:contexts``), each context's registered
 definition shapes (``rs:{<context>}:versions:shapes``, which carry its partition count) and
-the participants its workers run (``rs:{<context>}:versions:participants``). Workers write
-them when they start (``saga/versions/registry.py``); :meth:`Catalogue.load` reads them back.
+the participants its workers run (``rs:{<context>}:versions:participant-names`` and each
+one's record). Workers write them when they start (``saga/versions/registry.py``);
+:meth:`Catalogue.load` reads them back.
 
 A :class:`Catalogue` answers what :class:`~saga.SagaAdmin` asks of a registry when it only
 reads or sends an operator request: which contexts and partitions to look in, a version's

@@ -127,9 +127,23 @@ class Versions:
 
     async def participants(self, context: str) -> list[str]:
         """The participants workers ran for ``context`` (whose ``cmd:<name>`` streams exist)."""
+        return sorted(await self.participant_records(context))
+
+    async def participant_records(self, context: str) -> dict[str, ParticipantRecord]:
+        """Each participant workers ran for ``context``, with the worker that last ran it.
+
+        A name in the set without its record (which only that participant's user may write)
+        was not registered by it and is left out.
+        """
+        keys = ContextKeys(context)
         with redis_errors():
-            names = await self.redis.hkeys(ContextKeys(context).participants)
-        return sorted(n.decode() for n in names)
+            names = sorted(n.decode() for n in await self.redis.smembers(keys.participants))
+            records = await self.redis.mget([keys.participant(n) for n in names]) if names else []
+        return {
+            name: msgspec.json.decode(raw, type=ParticipantRecord)
+            for name, raw in zip(names, records, strict=True)
+            if raw is not None
+        }
 
     async def drained(self, context: str) -> dict[str, DrainNote]:
         """The drained versions of ``context`` with their notes."""
@@ -305,8 +319,10 @@ class Versions:
         Operators' tools read it to know the context's command streams without the code.
         """
         record = _json_encode(ParticipantRecord(by=by, at_ms=self.clock.now_ms()))
-        with redis_errors():
-            await self.redis.hset(ContextKeys(context).participants, participant, record)
+        keys = ContextKeys(context)
+        with redis_errors():  # the record first: a name counts only with its record
+            await self.redis.set(keys.participant(participant), record)
+            await self.redis.sadd(keys.participants, participant)
 
     async def heartbeat(self, context: str, worker: WorkerInfo, ttl_ms: int) -> list[WorkerInfo]:
         """Register (or renew) ``worker`` in ``context`` for ``ttl_ms``; return the live workers."""

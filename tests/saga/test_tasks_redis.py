@@ -16,6 +16,7 @@ from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskCl
 from saga.ops.admin import SagaAdmin
 from saga.runtime.tasks import CLAIM_TTL_MS, TaskClient, role_table
 from saga.store.keys import Partition, partition_of
+from saga.store.tasks import RedisTaskStore
 from tests.helpers import while_deciding
 from tests.saga.task_sagas import Approval, Refund, lenient, refund
 from tests.saga.test_time_faults import SkewedClock
@@ -238,9 +239,13 @@ async def test_inspect_shows_the_task_a_saga_waits_for_not_its_signal_wait(real_
     assert (found.task.id, found.task.assignee, found.task.due_ms) == (task.id, "role:managers", task.due_ms)
     assert found.waiting_for == (
         f"a person: task 'approve' for role:managers, due {utc_text(task.due_ms)}, unclaimed; at the due "
-        "time it goes to user:boss, notices is notified, its due time moves 7200 s later, then it fails"
+        "time it goes to user:boss, notices is notified, its due time moves 7200 s later, then it fails; "
+        "its resume token is held by the task inbox and never expires"
     )
-    assert b"token" not in msgspec.json.encode(found.task)  # the resume token is a secret
+    assert (found.task.token, found.task.token_expires_ms) == (True, 0)
+    token = await RedisTaskStore(real_redis).token(Partition(task.context, task.partition), task.id)
+    assert token.startswith("rs2.")
+    assert token.encode() not in msgspec.json.encode(found)  # the resume token is a secret
     await world.tasks.claim(task.id, by="ann")
     claimed = await admin.inspect(saga_id)
     until = utc_text(world.clock.now_ms() + CLAIM_TTL_MS)

@@ -9,7 +9,7 @@ import pytest
 from bus import Authenticator
 from bus._auth import issue
 from saga import InvalidToken
-from saga.core.tokens import Signer, TokenVerifier, check_wait, peek
+from saga.core.tokens import Signer, TokenVerifier, check_wait, peek, unsigned
 
 SECRET = "a-master-secret-of-32-characters"
 
@@ -100,3 +100,18 @@ def test_only_the_orchestrators_keyring_makes_tokens() -> None:
 def test_malformed_tokens_are_refused_before_any_check(token: str) -> None:
     with pytest.raises(InvalidToken, match="resume token is malformed"):
         _signer().verify(token)
+
+
+def test_an_unsigned_reference_names_the_wait_and_only_its_context_signs_it_again() -> None:
+    """A human task's command carries the reference; the task inbox makes the token from it."""
+    signer = Signer.from_secret(SECRET, "orders")
+    token = signer.token(0, "o-1", "approve.answer", 1, incarnation=5, now_ms=1000)
+    reference = unsigned(token)
+    assert peek(reference) == peek(token)
+    with pytest.raises(InvalidToken, match="forged or tampered"):
+        signer.verify(reference + ".")
+    assert signer.complete(reference) == token
+    with pytest.raises(InvalidToken, match="not this context's"):
+        Signer.from_secret(SECRET, "billing").complete(reference)
+    with pytest.raises(InvalidToken, match="malformed"):
+        signer.complete(token)  # a token already: not a reference

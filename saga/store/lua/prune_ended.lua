@@ -5,6 +5,7 @@
 --
 -- KEYS[1] ending zset (member 'name@version|status|id', score: when the hash expires)
 -- KEYS[2] counts hash    KEYS[3] the partition's task timers zset
+-- KEYS[4] the partition's hash of task resume tokens (saga/store/keys.py: 'rs:private:{…}:tokens')
 -- ARGV[1] now in ms, or -1 for the Redis clock    ARGV[2] most members to look at
 -- ARGV[3] the prefix of the partition's saga hashes ('rs:{<context>:<index>}:saga:')
 -- ARGV[4] the prefix of the partition's status indexes ('rs:{<context>:<index>}:idx:')
@@ -43,6 +44,7 @@ local function forget_tasks(id)
         redis.call('ZREM', KEYS[3], task_id .. '|' .. ARGV[i])
       end
       redis.call('DEL', task_prefix .. task_id)
+      redis.call('HDEL', KEYS[4], task_id)
     end
   end
   redis.call('DEL', log_prefix .. id)

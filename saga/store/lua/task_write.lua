@@ -5,13 +5,16 @@
 -- matches, so a repeat, or a second writer that read the same revision, changes nothing.
 --
 -- KEYS[1] task hash ('rev', 'task' JSON)     KEYS[2] the partition's task timers zset
--- KEYS[3] the saga's task log list
+-- KEYS[3] the saga's task log list    KEYS[4] the partition's hash of task resume tokens
+--         (outside the operator's key patterns: saga/store/keys.py)
 -- then: the index zsets to remove the task from, those to add it to (score: due), in the
 --       counts ARGV gives
 --
 -- ARGV[1] expected revision (0: the task must not exist)   ARGV[2] new revision
 -- ARGV[3] task JSON   ARGV[4] task id   ARGV[5] due (ms, the index score)
 -- ARGV[6] n removed indexes   ARGV[7] n added indexes   ARGV[8] n messages
+-- ARGV[9] the task's resume token to keep ('': leave it as it is; '-': forget it, the task
+--         closed: the field is emptied, not deleted, so the task client needs no HDEL)
 -- then: n, n × (member, when)      timers to start
 -- then: n, n × member              timers to remove
 -- then: n, n × entry (JSON)        task log entries
@@ -19,15 +22,20 @@
 --       task client's ACL user may hold the inbox write-only: %W~) and the entry's fields
 --
 -- Returns {'ok', revision} or {'conflict', current revision}.
-local task, timers, log = KEYS[1], KEYS[2], KEYS[3]
+local task, timers, log, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id, due = ARGV[4], ARGV[5]
 local current = tonumber(redis.call('HGET', task, 'rev') or '0')
 if current ~= tonumber(ARGV[1]) then
   return {'conflict', current}
 end
 redis.call('HSET', task, 'rev', ARGV[2], 'task', ARGV[3])
-local id, due = ARGV[4], ARGV[5]
 local nremove, nadd, nmessages = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local k = 4
+if ARGV[9] == '-' then
+  redis.call('HSET', token, id, '')
+elseif ARGV[9] ~= '' then
+  redis.call('HSET', token, id, ARGV[9])
+end
+local k = 5
 for _ = 1, nremove do
   redis.call('ZREM', KEYS[k], id)
   k = k + 1
@@ -36,7 +44,7 @@ for _ = 1, nadd do
   redis.call('ZADD', KEYS[k], due, id)
   k = k + 1
 end
-local i = 9
+local i = 10
 local n = tonumber(ARGV[i])
 for j = 1, n do
   redis.call('ZADD', timers, ARGV[i + 2 * j], ARGV[i + 2 * j - 1])
