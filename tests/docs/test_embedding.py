@@ -13,12 +13,14 @@ from types import ModuleType
 
 import pytest
 import redis as sync_redis
-from starlette.exceptions import StarletteDeprecationWarning
+from starlette import exceptions as starlette_exceptions
 
 from tests.conftest import REDIS_URL, require_server
 
-with warnings.catch_warnings():  # Starlette 1.10 would have httpx2 send its test requests; httpx still does
-    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+# Starlette 1.10 would have httpx2 send its test requests (httpx still does); older ones say nothing
+NEWER_TRANSPORT_WARNING = getattr(starlette_exceptions, "StarletteDeprecationWarning", DeprecationWarning)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", NEWER_TRANSPORT_WARNING)
     from fastapi.testclient import TestClient
 
 ROOT = Path(__file__).parents[2]
