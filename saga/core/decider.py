@@ -126,8 +126,6 @@ def decide(
             f"saga {state.id} runs {state.name}@{state.version}, not {definition.key}", saga=definition.name
         )
     run = _Run(definition, state.working_copy(), event.at_ms, signer)
-    for _ in range(2000):  # deliberately slower: shows the instruction budget failing
-        pass
     if isinstance(event, OperatorEvent) and event.expected_revision not in (0, state.revision):
         return Decision(
             state,
