@@ -11,9 +11,10 @@ with the shape's ``budget``: the count measured when the budget was last set, pl
 Prints one JSON line per shape: ``name``, ``instructions_per_saga``, ``budget`` and
 ``over`` (how far above the budget, as a fraction; negative when under). Exits 0 when every
 shape is within its budget, 1 with a one-line message on stderr naming each shape over it
-and by how much, 2 when the budget file or the count cannot be read. Without
-``--redis-url`` it starts a private ``redis-server`` without persistence (the benchmark
-flushes its database). The count depends on the machine's load (see
+and by how much (a shape over it is counted a second time and judged by the lower count: on a
+loaded machine a count is now and then far above the others), 2 when the budget file or the
+count cannot be read. Without ``--redis-url`` it starts a private ``redis-server`` without
+persistence (the benchmark flushes its database). The count depends on the machine's load (see
 ``bench/instructions.py``): count one tree at a time, not beside another benchmark.
 
 A change that lowers the count lowers the budget in the same commit (``--write`` measures
@@ -70,21 +71,21 @@ def check(counted: int, budget: int) -> float:
 def overrun_message(shape: str, counted: int, budget: int) -> str:
     """The one line that says which shape went over its budget and by how much."""
     return (
-        f"instruction budget exceeded: a signed {shape} saga costs {counted:,} instructions, "
+        f"instruction budget exceeded: a signed {shape} saga costs {counted:,} instructions (counted twice), "
         f"{counted - budget:,} ({check(counted, budget):.1%}) over its budget of {budget:,} "
         "(bench/budget.json)"
     )
 
 
-def measure(data: dict[str, Any], url: str) -> dict[str, int]:
-    """Each shape's count per saga, measured as the budget file says."""
+def measure(data: dict[str, Any], url: str, shapes: list[str] | None = None) -> dict[str, int]:
+    """Each shape's count per saga (of ``shapes``, default all), measured as the budget file says."""
     return {
         shape: round(
             instructions.per_saga(
                 "redsaga", shape, url, small=data["small"], large=data["large"], features=data["features"]
             )
         )
-        for shape in data["shapes"]
+        for shape in (data["shapes"] if shapes is None else shapes)
     }
 
 
@@ -128,6 +129,12 @@ def main() -> int:
                 return 2
         try:
             counted = measure(data, url)
+            # a count now and then comes out far above the others on a loaded machine: a shape
+            # over its budget is counted once more and judged by the lower of its two counts
+            over = [shape for shape, count in counted.items() if count > data["shapes"][shape]["budget"]]
+            if over and not args.write:
+                for shape, count in measure(data, url, over).items():
+                    counted[shape] = min(counted[shape], count)
         except (RuntimeError, OSError) as error:
             print(f"budget: the count failed: {str(error).splitlines()[0]}", file=sys.stderr)
             return 2

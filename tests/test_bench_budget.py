@@ -28,16 +28,18 @@ BUDGET = {
 
 
 def run(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, counts: dict[str, float], *options: str
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, counts: dict[str, float | list[float]], *options: str
 ) -> tuple[int, Path, list[tuple[str, str, dict[str, object]]]]:
-    """Run the script's main on a copy of :data:`BUDGET` with the counts given per shape."""
+    """Run the script's main on a copy of :data:`BUDGET` with the counts given per shape (a
+    list: the first count, then the recount)."""
     path = tmp_path / "budget.json"
     path.write_text(json.dumps(BUDGET))
     calls: list[tuple[str, str, dict[str, object]]] = []
 
     def per_saga(kind: str, shape: str, url: str, **how: object) -> float:
         calls.append((kind, shape, how))
-        return counts[shape]
+        count = counts[shape]
+        return count.pop(0) if isinstance(count, list) else count
 
     monkeypatch.setattr(instructions, "per_saga", per_saga)
     monkeypatch.setattr(sys, "argv", argv(path, *options))
@@ -68,7 +70,10 @@ def test_over_budget_exits_1_with_one_line_naming_the_shape_and_the_overrun(
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 2  # both shapes printed, the one within too
     assert captured.err.count("\n") == 1
-    assert "signed serial saga costs 2,163 instructions, 103 (5.0%) over its budget of 2,060" in captured.err
+    assert (
+        "signed serial saga costs 2,163 instructions (counted twice), 103 (5.0%) over its budget of 2,060"
+        in captured.err
+    )
     assert "burst" not in captured.err
 
 
@@ -145,3 +150,20 @@ def test_the_checked_in_budget_is_readable_and_says_how_it_was_measured() -> Non
 def test_a_count_needs_fewer_sagas_in_the_small_run() -> None:
     with pytest.raises(ValueError, match="small < large"):
         instructions.per_saga("redsaga", "burst", "redis://unused:1/0", small=150, large=50)
+
+
+def test_a_shape_over_its_budget_is_counted_again_and_judged_by_the_lower_count(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, calls = run(monkeypatch, tmp_path, {"burst": [3600, 1010], "serial": 2000})
+    assert code == 0
+    assert [shape for _, shape, _ in calls] == ["burst", "serial", "burst"]  # only the shape over
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["instructions_per_saga"] == 1010
+
+
+def test_a_shape_over_its_budget_twice_fails_on_the_lower_count(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, _ = run(monkeypatch, tmp_path, {"burst": [1100, 1200], "serial": 2000})
+    assert code == 1
+    assert "burst saga costs 1,100 instructions (counted twice), 70 (6.8%) over" in capsys.readouterr().err
