@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-lowest lint bench
+.PHONY: demo test test-lowest lint bench budget
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV) && $(VENV)/bin/pip install -q -e '.[dev]' && touch $@
 
@@ -27,3 +27,8 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/bus_throughput.py
+
+# Client instructions per signed saga (burst and one at a time) under valgrind against the
+# budget in bench/budget.json; fails when either is over it (as CI runs it, ~2-3 minutes).
+budget: $(VENV)/.installed
+	$(PY) bench/budget.py

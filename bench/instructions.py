@@ -22,8 +22,15 @@ count over redsaga's: the share of the floor's rate redsaga would reach if instr
 were all the same price), and ``rate_per_s``, ``p50_ms``, ``p99_ms`` and ``cpu_us_per_unit``
 of one run of ``--large`` sagas without valgrind (timed, so as noisy as the throughput
 benchmark). ``--signing`` runs redsaga with every entry signed and checked, as the
-throughput benchmark's ``--signing on`` does (the floor signs nothing). Needs ``valgrind``
-on the ``PATH``; takes a few minutes.
+throughput benchmark's ``--signing on`` does (the floor signs nothing). ``--metrics`` installs
+the worker's Prometheus metrics (``saga.metrics.WorkerMetrics``) and ``--tracing`` an
+OpenTelemetry SDK tracer provider with a span processor, as the throughput benchmark's
+``--metrics on`` and ``--tracing on`` do; a ``redis+cluster://`` URL runs redsaga through the
+cluster client (a one-node cluster prices the routing alone). ``--redsaga-only`` counts
+redsaga alone, without the floor and the timed run (what ``bench/budget.py`` and a price per
+feature need): each line then has ``instructions_per_saga`` and the flags it ran with. Needs
+``valgrind`` on the ``PATH``; takes a few minutes (``--redsaga-only --small 50 --large 150``:
+about a minute a shape on 2 cores).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -44,7 +52,11 @@ HERE = Path(__file__).resolve().parent
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def child_command(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) -> list[str]:
+#: the child's flags for each feature a count can turn on (redsaga's side only: the floor has none)
+FEATURES = ("signing", "metrics", "tracing")
+
+
+def child_command(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] = ()) -> list[str]:
     """The command that runs one side once in a process of its own (see :func:`child`)."""
     return [
         sys.executable,
@@ -57,15 +69,15 @@ def child_command(kind: str, shape: str, sagas: int, url: str, *, signed: bool =
         str(sagas),
         "--redis-url",
         url,
-        *(["--signing"] if signed else []),
+        *(f"--{feature}" for feature in features),
     ]
 
 
-def count(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) -> int:
+def count(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] = ()) -> int:
     """Instructions valgrind counted for one run of ``sagas`` sagas (start-up included)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     run = subprocess.run(
-        [*command, *child_command(kind, shape, sagas, url, signed=signed)],
+        [*command, *child_command(kind, shape, sagas, url, features)],
         capture_output=True,
         text=True,
         check=False,
@@ -76,11 +88,23 @@ def count(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) 
     return int(found.group(1))
 
 
-def timed(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) -> dict[str, float]:
+def per_saga(
+    kind: str, shape: str, url: str, *, small: int, large: int, features: Sequence[str] = ()
+) -> float:
+    """Instructions per saga: the difference between a run of ``large`` and one of ``small``
+    sagas over the sagas between them, which leaves out start-up and imports."""
+    if not 0 < small < large:
+        raise ValueError(f"need 0 < small < large, got small={small} large={large}")
+    return (count(kind, shape, large, url, features) - count(kind, shape, small, url, features)) / (
+        large - small
+    )
+
+
+def timed(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] = ()) -> dict[str, float]:
     """The same run without valgrind: its rate, latencies and CPU, as the throughput benchmark
     measures them (one run, so as noisy as that benchmark's)."""
     run = subprocess.run(
-        child_command(kind, shape, sagas, url, signed=signed), capture_output=True, text=True, check=False
+        child_command(kind, shape, sagas, url, features), capture_output=True, text=True, check=False
     )
     if run.returncode:
         raise RuntimeError(f"the {kind} run failed:\n{run.stderr[-3000:]}")
@@ -88,7 +112,7 @@ def timed(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) 
     return {key: result[key] for key in ("rate_per_s", "p50_ms", "p99_ms", "cpu_us_per_unit")}
 
 
-def child(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) -> None:
+def child(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] = ()) -> None:
     """Run one side once, as the throughput benchmark does; print its result as one JSON line."""
     sys.path.insert(0, str(HERE))
     import saga_throughput  # noqa: PLC0415 - only the child runs it (it patches redis-py)
@@ -99,9 +123,13 @@ def child(kind: str, shape: str, sagas: int, url: str, *, signed: bool = False) 
     if kind == "floor":
         result = anyio.run(saga_throughput.run_floor, url, shape, sagas, 1, f"{shape}-")
     else:
-        result = anyio.run(
-            functools.partial(saga_throughput.run_redsaga, signed=signed), url, shape, sagas, 1, f"{shape}-"
+        run = functools.partial(
+            saga_throughput.run_redsaga,
+            signed="signing" in features,
+            metrics="metrics" in features,
+            traced="tracing" in features,
         )
+        result = anyio.run(run, url, shape, sagas, 1, f"{shape}-")
     print(json.dumps(result), flush=True)
 
 
@@ -114,25 +142,44 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=100, help="sagas in the shorter run")
     parser.add_argument("--large", type=int, default=400, help="sagas in the longer run")
     parser.add_argument("--signing", action="store_true", help="sign and check every entry (redsaga's side)")
+    parser.add_argument("--metrics", action="store_true", help="install the worker's Prometheus metrics")
+    parser.add_argument("--tracing", action="store_true", help="install an OpenTelemetry SDK tracer provider")
+    parser.add_argument(
+        "--redsaga-only", action="store_true", help="count redsaga alone (no floor, no timed run)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    features = [feature for feature in FEATURES if getattr(args, feature)]
     if args.child:
-        child(args.child, args.shapes, args.small, args.redis_url, signed=args.signing)
+        child(
+            args.child, args.shapes, args.small, args.redis_url, features if args.child == "redsaga" else ()
+        )
         return
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (apt install valgrind)")
+    if not 0 < args.small < args.large:
+        parser.error("need 0 < --small < --large")
     for shape in args.shapes.split(","):
-        per_saga, timings = {}, {}
-        for kind in ("redsaga", "floor"):
-            signed = args.signing and kind == "redsaga"
-            small = count(kind, shape, args.small, args.redis_url, signed=signed)
-            large = count(kind, shape, args.large, args.redis_url, signed=signed)
-            per_saga[kind] = (large - small) / (args.large - args.small)
-            timings[kind] = timed(kind, shape, args.large, args.redis_url, signed=signed)
         name = f"saga.{shape}.1proc.instructions"
-        ratio = {"ratio_to_floor": round(per_saga["floor"] / per_saga["redsaga"], 3)}
+        if args.redsaga_only:
+            count_ = per_saga(
+                "redsaga", shape, args.redis_url, small=args.small, large=args.large, features=features
+            )
+            print(
+                json.dumps({"name": name, "instructions_per_saga": round(count_), "features": features}),
+                flush=True,
+            )
+            continue
+        counted, timings = {}, {}
+        for kind in ("redsaga", "floor"):
+            on = features if kind == "redsaga" else []
+            counted[kind] = per_saga(
+                kind, shape, args.redis_url, small=args.small, large=args.large, features=on
+            )
+            timings[kind] = timed(kind, shape, args.large, args.redis_url, on)
+        ratio = {"ratio_to_floor": round(counted["floor"] / counted["redsaga"], 3)}
         for kind, line_name, extra in (("redsaga", name, ratio), ("floor", f"{name}.floor", {})):
-            line = {"name": line_name, "instructions_per_saga": round(per_saga[kind]), **extra}
+            line = {"name": line_name, "instructions_per_saga": round(counted[kind]), **extra}
             print(json.dumps({**line, **timings[kind]}), flush=True)
 
 
