@@ -127,7 +127,7 @@ class Orchestrator:
         )
         self._locks = SagaLocks()
         self._by_tag = {partition.tag: partition for partition in self.partitions}
-        self._starts = StartPlanner(registry, context.name, clock=clock, config=config, seal=self._seal)
+        self._starts = StartPlanner(registry, context.name, config=config, transition=self._transition)
 
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once).
@@ -368,7 +368,13 @@ class Orchestrator:
         event = accepted(definition, event, envelope)
         signer = await self.signer() if definition.takes_signals else None
         decision = decide(definition, loaded.state, event, signer=signer)
-        call, after = commit_call(
+        return decision, *self._transition(partition, loaded, decision, event, delivery)
+
+    def _transition(
+        self, partition: Partition, loaded: Loaded | None, decision: Decision, event: Any, delivery: Delivery
+    ) -> tuple[ScriptCall, Loaded]:
+        """The transition call committing ``decision`` for ``event``, and the saga as it will be."""
+        return commit_call(
             partition,
             loaded,
             decision,
@@ -379,7 +385,6 @@ class Orchestrator:
             retention_s=self.config.retention_s,
             seal=self._seal,
         )
-        return decision, call, after
 
     async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
         """Refuse a signal whose resume token this context did not make for this very wait."""

@@ -10,11 +10,12 @@ refuses it: the refusal is kept for the client under the request's id
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from bus import Clock, Delivery, Envelope, PermanentError, TransientError
+from bus import Delivery, Envelope, PermanentError, TransientError
 from bus.lowlevel import ScriptCall
 from saga.core.decider import Decision
 from saga.core.decider import start as decide_start
@@ -27,22 +28,24 @@ from saga.runtime.protocol import to_event
 from saga.runtime.start_verdict import Refusal, record_refusal
 from saga.runtime.tracing import keep_trace, trace_of
 from saga.store.codec import Loaded
-from saga.store.commit import commit_call
 from saga.store.keys import Partition, check_saga_id
-from saga.store.trust import Seal, authorize, credited
+from saga.store.trust import authorize, credited
+
+Transition = Callable[[Partition, Loaded | None, Decision, Any, Delivery], tuple[ScriptCall, Loaded]]
+"""Builds the transition call committing a decision, and the saga as it will be after it."""
 
 
 class StartPlanner:
     """Decides the start requests of one context's inbox."""
 
     def __init__(
-        self, registry: Registry, context: str, *, clock: Clock, config: EngineConfig, seal: Seal
+        self, registry: Registry, context: str, *, config: EngineConfig, transition: Transition
     ) -> None:
         self.registry = registry
         self.context = context
-        self.clock = clock
         self.config = config
-        self.seal = seal
+        self.transition = transition
+        """The orchestrator's transition call builder (the same for starts as for any decision)."""
 
     def plan(
         self,
@@ -100,18 +103,7 @@ class StartPlanner:
             signer=signer if definition.takes_signals else None,
         )
         keep_trace(decision, trace_of(envelope))  # the client's start span, from the request
-        call, after = commit_call(
-            partition,
-            None,
-            decision,
-            event,
-            delivery=delivery,
-            now_ms=self.clock.now_ms(),
-            timer_now_ms=self.clock.script_now_ms(),
-            retention_s=self.config.retention_s,
-            seal=self.seal,
-        )
-        return decision, call, after
+        return decision, *self.transition(partition, None, decision, event, delivery)
 
 
 async def refuse_start(
