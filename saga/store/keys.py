@@ -103,6 +103,19 @@ A context's resume-token keys (``saga/store/token_keys.py``; :class:`ContextKeys
                                      configured); the first process that needs it (SET NX)
     rs:{orders:meta}:token-keys      hash: key id -> public key (base64url); the orchestrator
 
+A rate limit's bucket (``saga/store/rates.py``; :class:`LimitKeys`), one slot per limit, so a
+limit shared by every context and partition is one single-slot script on a Redis Cluster::
+
+    rs:{limit:payments}:bucket       hash: 'tokens', 'at' (ms of the last refill), and the
+                                     operator's 'rate' and 'burst' when set; rate_take.lua,
+                                     rate_set.lua
+    rs:{limit:payments}:grants       zset: command id -> when its token is due (ms), for the
+                                     last minute (a repeated take changes nothing); rate_take.lua
+    rs:{limit:payments}:log          list: the operator's changes (JSON: who, when, old, new),
+                                     the last 100; rate_set.lua
+    rs:{limits}:names                set: every limit a worker declared or an operator set
+                                     (``saga limits list`` starts here)
+
 The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 
     rs:epoch                         string: the deployment's epoch; epoch.lua (orchestrators)
@@ -396,6 +409,44 @@ class ContextKeys:
     def wait_indexes(self) -> str:
         """A pattern matching every key of every index of waits of the context."""
         return tagged_key(f"{self.context}:w:*", "*")
+
+
+LIMIT_NAMES: Final = tagged_key("limits", "names")
+"""The set of every rate limit declared or set (``saga limits list`` starts here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitKeys:
+    """The keys of one rate limit, under its own hash tag ``{limit:<name>}``.
+
+    Built with ``*`` for the name, they give the ACL pattern of every limit.
+    """
+
+    name: str
+
+    @property
+    def bucket(self) -> str:
+        """The bucket: its tokens, last refill and the operator's rate and burst."""
+        return tagged_key(f"limit:{self.name}", "bucket")
+
+    @property
+    def grants(self) -> str:
+        """Command id -> when its token is due, for the last minute."""
+        return tagged_key(f"limit:{self.name}", "grants")
+
+    @property
+    def log(self) -> str:
+        """The operator's changes, newest first."""
+        return tagged_key(f"limit:{self.name}", "log")
+
+    @property
+    def everything(self) -> str:
+        """A glob of every key of the limit (for ACL patterns)."""
+        return tagged_key(f"limit:{self.name}", "*")
+
+    def all(self) -> list[str]:
+        """The keys a take, a release or a change touches, in the scripts' order."""
+        return [self.bucket, self.grants, self.log]
 
 
 @dataclass(frozen=True, slots=True)
