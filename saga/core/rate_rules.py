@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from saga.core.child_messages import CHILD
 from saga.core.model import Attempt, Dispatch, Effect, SagaState, StartTimer, StepState
 from saga.core.timer_ids import attempt_timer_id
+from saga.definition.rate import Limits, RateLimit
 
 
 def held(saga_id: str, key: str, record: StepState) -> Attempt | None:
@@ -89,4 +91,30 @@ def released(
         record = after.branches.get(key) if "#" in key else after.steps.get(key)
         if attempt.command_id not in sent and (record is None or held(after.id, key, record) is None):
             found.append((key, attempt))
+    return found
+
+
+def takes(limits: Limits, state: SagaState, effects: Iterable[Effect]) -> list[tuple[Dispatch, RateLimit]]:
+    """The commands of a decision a limit applies to, each with its limit.
+
+    A child saga's start is never limited (the child's own commands are).
+    """
+    found = []
+    for effect in effects:
+        if isinstance(effect, Dispatch) and effect.participant != CHILD:
+            limit = limits.applying(state.name, effect.step, effect.participant)
+            if limit is not None:
+                found.append((effect, limit))
+    return found
+
+
+def gives_back(
+    limits: Limits, before: SagaState | None, after: SagaState, effects: Iterable[Effect]
+) -> list[tuple[Attempt, RateLimit]]:
+    """The held attempts a decision gave up (:func:`released`), each with its limit."""
+    found = []
+    for key, attempt in released(before, after, effects):
+        limit = limits.applying(after.name, key, attempt.participant)
+        if limit is not None:
+            found.append((attempt, limit))
     return found

@@ -21,10 +21,9 @@ from typing import Any
 
 from bus import Clock
 from bus.lowlevel import ScriptCall, get_logger
-from saga.core.child_messages import CHILD
 from saga.core.decision import Decision
 from saga.core.model import Dispatch, SagaState
-from saga.core.rate_rules import hold, released
+from saga.core.rate_rules import gives_back, hold, takes
 from saga.definition.rate import Limits, RateLimit
 from saga.store.codec import Loaded
 from saga.store.rates import run_calls, take_call
@@ -74,12 +73,6 @@ class RateGate:
         """Drop what :meth:`remember` kept (after a round)."""
         self._rebuild.clear()
 
-    def applying(self, state: SagaState, dispatch: Dispatch) -> RateLimit | None:
-        """The limit on ``dispatch`` (child sagas' starts are never limited)."""
-        if dispatch.participant == CHILD:
-            return None
-        return self.limits.applying(state.name, dispatch.step, dispatch.participant)
-
     async def gate(self, decisions: Sequence[tuple[Decision, SagaState | None]]) -> set[int]:
         """Take the tokens of ``decisions`` (each with the saga before it); hold what must wait.
 
@@ -88,22 +81,16 @@ class RateGate:
         raises: the round is left for redelivery, as a failed commit would be.
         """
         now = self.clock.script_now_ms()
-        takes: list[tuple[int, Dispatch, RateLimit]] = []
+        requests: list[tuple[int, Dispatch, RateLimit]] = []
         calls: list[ScriptCall] = []
         releases: list[ScriptCall] = []
         for index, (decision, before) in enumerate(decisions):
-            for effect in decision.effects:
-                if not isinstance(effect, Dispatch):
-                    continue
-                limit = self.applying(decision.state, effect)
-                if limit is not None:
-                    takes.append((index, effect, limit))
-                    calls.append(take_call(limit, effect.command_id, now_ms=now))
-            for key, attempt in released(before, decision.state, decision.effects):
-                limit = self.limits.applying(decision.state.name, key, attempt.participant)
-                if limit is not None:
-                    releases.append(take_call(limit, attempt.command_id, now_ms=now, release=True))
-                    self.tallies.released[limit.name] += 1
+            for dispatch, limit in takes(self.limits, decision.state, decision.effects):
+                requests.append((index, dispatch, limit))
+                calls.append(take_call(limit, dispatch.command_id, now_ms=now))
+            for attempt, limit in gives_back(self.limits, before, decision.state, decision.effects):
+                releases.append(take_call(limit, attempt.command_id, now_ms=now, release=True))
+                self.tallies.released[limit.name] += 1
         if not calls and not releases:
             return set()
         results = await run_calls(self.redis, [*calls, *releases])
@@ -111,7 +98,7 @@ class RateGate:
             if isinstance(result, BaseException):
                 raise result
         changed: set[int] = set()
-        for (index, dispatch, limit), reply in zip(takes, results, strict=False):
+        for (index, dispatch, limit), reply in zip(requests, results, strict=False):
             when, at = int(reply[0]), int(reply[1])
             if when <= at:
                 self.tallies.sent[limit.name] += 1
