@@ -6,12 +6,27 @@ import pytest
 
 import bus
 from bus import FakeClock
+from bus.lowlevel import slot_of
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import app as stateless
-from saga import App, EngineConfig, RateLimit, SagaClient, SagaStatus, SagaWorker
+from saga import (
+    App,
+    Command,
+    CommandContext,
+    Context,
+    EngineConfig,
+    Participant,
+    RateLimit,
+    Saga,
+    SagaClient,
+    SagaStatus,
+    SagaWorker,
+    command,
+)
 from saga.core.rate_rules import held
-from saga.store.keys import LimitKeys, Partition
+from saga.store.keys import LimitKeys, Partition, partition_of
+from tests.flow.rate_app import Call, Called, Job
 
 pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
@@ -97,3 +112,38 @@ async def test_a_saga_cancelled_while_its_command_waits_sends_nothing_and_gives_
     await worker.run_until_idle()
     assert await sent(redis, "inventory") == 2  # s0 and s1: s2's command never went
     assert [(await client.get(i)).status for i in ids[:2]] == [SagaStatus.COMPLETED] * 2
+
+
+SPREAD = Context("spread", partitions=4)
+spread = Saga("spread", version=1, context=SPREAD, data=Job)
+spread_api = Participant("api", serves=[SPREAD])
+
+
+@spread.step(reply=Called)
+def call_api(_job: Job) -> Command:
+    return command("api", Call())
+
+
+@spread_api.handles(Call)
+async def answer(_message: Call, _ctx: CommandContext) -> Called:
+    return Called()
+
+
+async def test_one_bucket_limits_sagas_of_every_partition_each_in_its_own_slot(redis: bus.Redis) -> None:
+    """The limit's keys share a hash tag of their own: on a cluster, a slot apart from every
+    partition's, so the take is its own single-slot script beside each transition."""
+    clock = FakeClock()
+    app = App("spread", sagas=[spread], participants=[spread_api], limits=[RateLimit("api", "2/s", burst=2)])
+    worker = SagaWorker(redis, app, config=CONFIG, clock=clock)
+    client = SagaClient(redis, app.registry, clock=clock)
+    ids = [await client.start(spread, Job(id=f"j{n}"), saga_id=f"j{n}") for n in range(12)]
+    partitions = {Partition("spread", partition_of(i, 4)) for i in ids}
+    assert len(partitions) == 4
+    limit_slot = slot_of(LimitKeys("api").bucket)
+    assert limit_slot not in {slot_of(p.inbox.key) for p in partitions}
+    for seconds in range(6):
+        await worker.run_until_idle()
+        sent = sum([int(await redis.xlen(p.commands("api").key)) for p in partitions])
+        assert sent == 2 + 2 * seconds  # every partition draws on the same bucket
+        clock.advance(1.0)
+    assert {(await client.get(i)).status for i in ids} == {SagaStatus.COMPLETED}
