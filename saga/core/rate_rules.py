@@ -38,8 +38,12 @@ def held_attempts(state: SagaState) -> Iterable[tuple[str, Attempt]]:
                 yield key, attempt
 
 
-def hold(state: SagaState, effects: list[Effect], dispatch: Dispatch, due_ms: int) -> list[Effect]:
+def hold(
+    state: SagaState, effects: list[Effect], dispatch: Dispatch, due_ms: int, delay_ms: int = 0
+) -> list[Effect]:
     """Hold ``dispatch`` until ``due_ms`` (Unix ms): the effects with a ``rate`` timer instead.
+
+    ``delay_ms`` (how far off that is) is for people reading the history; ``due_ms`` decides.
 
     The attempt's timeout timer, started with the command, is left out too: an attempt's
     timeout counts from when its command is sent. ``state`` is the decision's (its record of
@@ -54,7 +58,9 @@ def hold(state: SagaState, effects: list[Effect], dispatch: Dispatch, due_ms: in
         e for e in effects if e is not dispatch and not (isinstance(e, StartTimer) and e.timer_id == timeout)
     ]
     kept.append(
-        StartTimer(timer_id=timer, delay_ms=0, purpose="rate", step=key, kind=kind, attempt=n, at_ms=due_ms)
+        StartTimer(
+            timer_id=timer, delay_ms=delay_ms, purpose="rate", step=key, kind=kind, attempt=n, at_ms=due_ms
+        )
     )
     return kept
 
@@ -69,7 +75,7 @@ def hold_recorded(state: SagaState, effects: list[Effect], recorded: Iterable[Ef
                     candidate.kind,
                     candidate.attempt,
                 ) == (effect.step, effect.kind, effect.attempt):
-                    effects = hold(state, effects, candidate, effect.at_ms)
+                    effects = hold(state, effects, candidate, effect.at_ms, effect.delay_ms)
                     break
     return effects
 

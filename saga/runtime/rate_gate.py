@@ -104,7 +104,7 @@ class RateGate:
                 self.tallies.sent[limit.name] += 1
                 continue
             decision = decisions[index][0]
-            decision.effects = hold(decision.state, decision.effects, dispatch, when)
+            decision.effects = hold(decision.state, decision.effects, dispatch, when, when - at)
             self.tallies.delayed[limit.name] += 1
             self.tallies.delay_ms[limit.name] += when - at
             changed.add(index)

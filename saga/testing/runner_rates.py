@@ -88,6 +88,6 @@ class MemoryBuckets:
         for dispatch, limit in takes(self.limits, decision.state, decision.effects):
             when = self.take(limit, dispatch.command_id)
             if when > now:
-                decision.effects = hold(decision.state, decision.effects, dispatch, when)
+                decision.effects = hold(decision.state, decision.effects, dispatch, when, when - now)
         for attempt, limit in gives_back(self.limits, before, decision.state, decision.effects):
             self.release(limit, attempt.command_id)

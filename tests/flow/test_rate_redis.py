@@ -19,6 +19,7 @@ from saga import (
     Participant,
     RateLimit,
     Saga,
+    SagaAdmin,
     SagaClient,
     SagaStatus,
     SagaWorker,
@@ -64,6 +65,8 @@ async def test_commands_over_the_limit_wait_as_timers_and_go_when_their_tokens_a
     await worker.run_until_idle()
     assert await sent(redis, "inventory") == 2  # the burst
     assert await held_steps(client, ids) == [f"s{n}/reserve_stock" for n in range(2, 5)]
+    view = await SagaAdmin(redis, worker.app, clock=clock).inspect("s4")
+    assert view.waiting_for == "a rate limit's token for its command to inventory (due in 3.0s)"
     assert [(await client.get(i)).status for i in ids[:2]] == [SagaStatus.COMPLETED] * 2
     for second in range(1, 4):
         clock.advance(1.0)
