@@ -228,7 +228,7 @@ class SagaClient(SagaResults):
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         keep_trace(decision, trace)
-        if self._rates:  # its first command may be over a rate limit: then it waits as a timer
+        if self._rates.active:  # its first command may be over a rate limit: then it waits as a timer
             await self._rates.gate([(decision, None)])
         call, written = commit_call(
             partition,

@@ -277,8 +277,8 @@ class Orchestrator:
             crash_point(BEFORE_COMMIT)
             commits.append((item, decision, after, loaded.state if isinstance(loaded, Loaded) else None))
             calls.append(call)
-        if self.rates and commits:
-            await self._gate(commits, calls)
+        if self.rates.active and commits and not await self._gate(commits, calls, outcomes):
+            return []
         results = await items[0][2].call_many(calls) if calls else []
         again: list[_Item] = []
         for (item, decision, after, before), raw in zip(commits, results, strict=True):
@@ -306,15 +306,26 @@ class Orchestrator:
                 again.append(item)
         return again
 
-    async def _gate(self, commits: list[_Commit], calls: list[ScriptCall]) -> None:
-        """Take the rate limits' tokens of a round; its held commands' transitions are rebuilt."""
+    async def _gate(
+        self, commits: list[_Commit], calls: list[ScriptCall], outcomes: list[BaseException | None]
+    ) -> bool:
+        """Take the rate limits' tokens of a round; its held commands' transitions are rebuilt.
+
+        ``False`` when the tokens could not be taken: every entry of the round fails with the
+        error (left for redelivery) and nothing is committed.
+        """
         try:
             for k in await self.rates.gate([(decision, before) for _, decision, _, before in commits]):
                 item, decision, _, before = commits[k]
                 calls[k], after = self.rates.rebuild(decision)
                 commits[k] = (item, decision, after, before)
+        except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
+            for (index, _, _), *_ in commits:
+                outcomes[index] = error
+            return False
         finally:
             self.rates.forget()
+        return True
 
     async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
         """Each item's saga: cached, else read in one pipelined batch (errors as values).
@@ -391,7 +402,7 @@ class Orchestrator:
         self, partition: Partition, loaded: Loaded | None, decision: Decision, event: Any, delivery: Delivery
     ) -> tuple[ScriptCall, Loaded]:
         """The transition call committing ``decision`` for ``event``, and the saga as it will be."""
-        if self.rates:
+        if self.rates.active:
             self.rates.remember(
                 decision, lambda held: self._transition(partition, loaded, held, event, delivery)
             )

@@ -56,10 +56,9 @@ class RateGate:
         self.limits = limits
         self.clock = clock
         self.tallies = RateTallies()
+        self.active = bool(limits)
+        """Whether any limit is declared (a truth test per round: what a worker without limits pays)."""
         self._rebuild: dict[int, Rebuild] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self.limits)
 
     def remember(self, decision: Decision, rebuild: Rebuild) -> None:
         """Keep how to build ``decision``'s transition call, for :meth:`rebuild` after a :meth:`gate`."""

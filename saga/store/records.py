@@ -196,6 +196,7 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         for i, purpose in enumerate(_TIMERS, 1):
             if step.timer == attempt_timer_id(saga_id, key, last.kind, last.n, purpose):
                 timer = i
+                break
     status = _STATUS_CODES[step.status]
     if step.group is None and not (step.generation or step.seq or step.rewait):  # the most records
         if timer is not None:

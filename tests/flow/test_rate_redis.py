@@ -28,6 +28,7 @@ from saga import (
 from saga.core.rate_rules import held
 from saga.store.keys import LimitKeys, Partition, partition_of
 from tests.flow.rate_app import Call, Called, Job
+from tests.helpers import age_pending, pending
 
 pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
@@ -150,3 +151,27 @@ async def test_one_bucket_limits_sagas_of_every_partition_each_in_its_own_slot(r
         assert sent == 2 + 2 * seconds  # every partition draws on the same bucket
         clock.advance(1.0)
     assert {(await client.get(i)).status for i in ids} == {SagaStatus.COMPLETED}
+
+
+async def test_a_take_that_fails_leaves_the_round_for_redelivery_and_commits_nothing(
+    redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    worker = SagaWorker(
+        redis, limited(RateLimit("order_fulfilment.charge_payment", "1/s")), config=CONFIG, clock=clock
+    )
+    client = SagaClient(redis, worker.app.registry, clock=clock)
+    await client.start(order_fulfilment, order(1), saga_id="s1")
+
+    async def unreachable(*_: object) -> list[object]:
+        raise bus.RedisUnavailable("connection refused")
+
+    monkeypatch.setattr("saga.runtime.rate_gate.run_calls", unreachable)
+    await worker.run_until_idle()
+    assert (await client.get("s1")).revision == 1  # the stock reply is not committed
+    assert await sent(redis, "payments") == 0
+    [entry] = await pending(redis, PARTITION.inbox, "orchestrator")  # left for redelivery
+    monkeypatch.undo()
+    await age_pending(redis, PARTITION.inbox, "orchestrator", str(entry["id"]), CONFIG.bus.lease_ms * 10)
+    await worker.run_until_idle()
+    assert (await client.get("s1")).status == SagaStatus.COMPLETED
