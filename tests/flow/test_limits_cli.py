@@ -11,11 +11,13 @@ from typer.testing import CliRunner
 
 import bus
 from redsaga.examples.all import app as demo
-from saga import RateLimit
+from redsaga.examples.orders import order_fulfilment
+from saga import App, RateLimit, SagaStatus
 from saga.store.keys import LimitKeys
 from saga.store.rates import read_limits, set_limit
 from tests.faults.servers import PrivateRedis
 from tests.security.acl_users import Users, applied
+from tests.security.test_acl import STATELESS, order, run_orders
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 runner = CliRunner()
@@ -130,3 +132,14 @@ async def test_only_the_orchestrator_user_may_change_a_limit_and_the_operator_ma
     [view] = await read_limits(users.client("redsaga.operator"), list(demo.limits))
     assert (view.rate, view.burst, [c.by for c in view.changes]) == (5.0, 2, ["ops"])
     assert len(await users.denials()) == users_denied  # the change and the list: nothing refused
+
+
+async def test_signed_workers_take_tokens_as_their_own_users_and_redis_refuses_nothing(users: Users) -> None:
+    """The orchestrator holds and sends the limited charges as its own ACL user, signing as
+    itself; the rate timers it signs fire and are accepted; nothing is refused."""
+    limited = App("orders", sagas=[order_fulfilment], limits=[RateLimit("payments", "20/s")])
+    roles = {**STATELESS, "redsaga.orders": limited}
+    states = await run_orders(users, roles, {f"o{n}": order(n) for n in range(4)})
+    assert set(states.values()) == {SagaStatus.COMPLETED}
+    assert await users.admin.zcard(LimitKeys("payments").grants) == 4  # every charge took its token
+    assert await users.denials() == []
