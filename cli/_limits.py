@@ -24,6 +24,7 @@ from typing import Annotated
 
 import typer
 
+import bus
 from redsaga.cli._common import (
     Json,
     RedisUrl,
@@ -36,7 +37,6 @@ from redsaga.cli._common import (
     with_redis,
 )
 from redsaga.cli._load import load_app
-from redsaga.ids import uuid7
 from saga.definition.rate import RateLimit, check_burst, check_limit_name, parse_rate
 from saga.store.rates import LimitChange, read_limits, set_limit
 
@@ -94,7 +94,7 @@ def set_command(
     change: LimitChange = with_redis(
         redis_url,
         lambda redis: set_limit(
-            redis, name, rate=per_second, burst=burst, declared=declared, by=who, change_id=uuid7()
+            redis, name, rate=per_second, burst=burst, declared=declared, by=who, change_id=bus.uuid7()
         ),
     )
     if json_output:
