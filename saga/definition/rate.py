@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from saga.definition.step import NAME
@@ -21,12 +21,15 @@ _RATE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*/\s*(ms|s|sec|m|min|h|hour)")
 _PER_S: Final = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
 
 
-def parse_rate(text: str) -> float:
-    """Commands per second from ``"50/s"``, ``"3000/min"``, ``"2/h"`` (``ValueError`` otherwise)."""
-    found = _RATE.fullmatch(text.strip())
-    if found is None:
-        raise ValueError(f"rate {text!r}: write it as <number>/<s|min|h>, e.g. 50/s")
-    rate = float(found[1]) / _PER_S[found[2]]
+def parse_rate(text: str | float) -> float:
+    """Commands per second from ``"50/s"``, ``"3000/min"``, ``"2/h"`` or a number (else ``ValueError``)."""
+    if isinstance(text, str):
+        found = _RATE.fullmatch(text.strip())
+        if found is None:
+            raise ValueError(f"rate {text!r}: write it as <number>/<s|min|h>, e.g. 50/s")
+        rate = float(found[1]) / _PER_S[found[2]]
+    else:
+        rate = float(text)
     if not 0 < rate <= 1_000_000:
         raise ValueError(f"rate {text!r}: must be above 0 and at most 1,000,000/s")
     return rate
@@ -65,19 +68,17 @@ class RateLimit:
     name: str
     rate: str | float
     burst: int = 1
+    per_second: float = field(init=False, repr=False, compare=False)
+    """The rate in commands per second (from ``rate``)."""
 
     def __post_init__(self) -> None:
         try:
             check_limit_name(self.name)
             check_burst(self.burst, self.name)
-            parse_rate(self.rate if isinstance(self.rate, str) else f"{float(self.rate)}/s")
+            per_second = parse_rate(self.rate)
         except ValueError as error:
             raise DefinitionError(str(error)) from error
-
-    @property
-    def per_second(self) -> float:
-        """The rate in commands per second."""
-        return parse_rate(self.rate) if isinstance(self.rate, str) else float(self.rate)
+        object.__setattr__(self, "per_second", per_second)
 
 
 class Limits:
