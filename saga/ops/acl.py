@@ -88,7 +88,8 @@ _CONSUME: Final = (
 )  # fmt: skip
 _READ: Final = (
     "time", "exists", "type", "get", "mget", "hget", "hgetall", "hmget", "hkeys", "hlen", "lrange", "llen",
-    "smembers", "sismember", "zrange", "zrangebyscore", "zscore", "zmscore", "zcount", "zcard",
+    "smembers", "sismember", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zmscore", "zcount",
+    "zcard",
     "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream",
 )  # fmt: skip
 """What the read-only operator commands send (no ``MULTI``: a cluster has none; saga/store/branches.py)."""

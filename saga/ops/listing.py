@@ -2,9 +2,10 @@
 
 Sources are the per-partition sorted sets the transition script maintains (``idx:<status>``
 scored by when the saga last moved, or ended; the unfinished statuses' indexes for stuck
-sagas), read in windows and merged across partitions in score order: stalest first.
-Filters on definition and version read two hash fields per candidate, in pipelined batches.
-Nothing scans the keyspace.
+sagas), read in windows and merged across partitions in score order: stalest first, or
+newest first. A time range bounds the scores read. Filters on definition, version and a
+part of the id read a few hash fields per candidate, in pipelined batches. Nothing scans
+the keyspace; a search for part of an id walks the status indexes it reads.
 
 *Stuck* means not moved for a while and not waiting as designed: a saga suspended on a
 sleep, signal or event whose own deadline (the wait's timer) is still ahead, or that waits
@@ -30,7 +31,7 @@ from saga.store.records import decode_timer
 _WINDOW: Final = 200
 _MOVING: Final = tuple(s for s in SagaStatus if not s.terminal and s != SagaStatus.SUSPENDED)
 """The unfinished statuses but suspended: a saga in them that has not moved is stuck."""
-_FIELDS: Final = ("name", "version", "status", "updated", "rev")
+_FIELDS: Final = ("name", "version", "status", "updated", "rev", "created")
 
 
 class SagaRow(msgspec.Struct, kw_only=True):
@@ -51,6 +52,12 @@ class SagaRow(msgspec.Struct, kw_only=True):
     updated_ms: int
     idle_ms: int
     revision: int
+    created_ms: int = 0
+
+    def duration_ms(self, now_ms: int) -> int:
+        """How long it ran: start to end when ended, else start to ``now_ms``."""
+        end = self.updated_ms if self.status.terminal else now_ms
+        return max(0, end - self.created_ms)
 
 
 class SagaPage(msgspec.Struct, kw_only=True):
@@ -77,6 +84,10 @@ class Query:
         definition: Only this definition name.
         version: Only this definition version.
         stuck_for_ms: Only sagas that have not moved for this long (not ended ones), stalest first.
+        moved_after_ms: Only sagas that last moved (or ended) at or after this time.
+        moved_before_ms: Only sagas that last moved (or ended) at or before this time.
+        newest_first: Most recently moved first (default: stalest first).
+        id_contains: Only sagas whose id holds this text.
 
     """
 
@@ -84,6 +95,20 @@ class Query:
     definition: str | None = None
     version: int | None = None
     stuck_for_ms: int | None = None
+    moved_after_ms: int | None = None
+    moved_before_ms: int | None = None
+    newest_first: bool = False
+    id_contains: str = ""
+
+    @property
+    def counted(self) -> bool:
+        """Whether the counters give this query's total (no time, stuck or id filter)."""
+        return (
+            self.stuck_for_ms is None
+            and self.moved_after_ms is None
+            and self.moved_before_ms is None
+            and not self.id_contains
+        )
 
     @classmethod
     def parse(
@@ -92,6 +117,11 @@ class Query:
         definition: str | None,
         version: int | None,
         stuck_for_ms: int | None,
+        *,
+        moved_after_ms: int | None = None,
+        moved_before_ms: int | None = None,
+        newest_first: bool = False,
+        id_contains: str = "",
     ) -> Query:
         """The query the arguments of a listing call ask for (:class:`InvalidInput` if they cannot)."""
         statuses = [status] if isinstance(status, str) else list(status)
@@ -102,7 +132,18 @@ class Query:
             raise InvalidInput(f"unknown status in {statuses} (known: {known})") from None
         if stuck_for_ms is not None and stuck_for_ms < 0:
             raise InvalidInput("stuck_for_ms must not be negative")
-        return cls(statuses=parsed, definition=definition, version=version, stuck_for_ms=stuck_for_ms)
+        if moved_after_ms is not None and moved_before_ms is not None and moved_after_ms > moved_before_ms:
+            raise InvalidInput("the time range ends before it begins")
+        return cls(
+            statuses=parsed,
+            definition=definition,
+            version=version,
+            stuck_for_ms=stuck_for_ms,
+            moved_after_ms=moved_after_ms,
+            moved_before_ms=moved_before_ms,
+            newest_first=newest_first,
+            id_contains=id_contains,
+        )
 
     def keys(self, partition: Partition) -> list[str]:
         """The index keys of ``partition`` this query reads."""
@@ -113,7 +154,15 @@ class Query:
 
     def accepts(self, row: SagaRow) -> bool:
         """Whether a candidate from the indexes matches every filter."""
-        return self.accepts_count(row.definition, row.version, row.status)
+        return self.id_contains in row.id and self.accepts_count(row.definition, row.version, row.status)
+
+    def score_range(self, now_ms: int) -> tuple[float, float]:
+        """The index scores this query reads: its time range, and the stuck cutoff."""
+        low = float("-inf") if self.moved_after_ms is None else float(self.moved_after_ms)
+        high = float("inf") if self.moved_before_ms is None else float(self.moved_before_ms)
+        if self.stuck_for_ms is not None:
+            high = min(high, now_ms - self.stuck_for_ms)
+        return low, high
 
     def accepts_count(self, definition: str, version: int, status: SagaStatus) -> bool:
         """Whether sagas of ``definition@version`` in ``status`` match every filter."""
@@ -130,7 +179,9 @@ class _Index:
 
     key: str
     partition: Partition
+    min_score: float
     max_score: float
+    newest_first: bool = False
     read: int = 0
     done: bool = False
     buffer: list[tuple[float, str]] = field(default_factory=list)
@@ -138,11 +189,17 @@ class _Index:
     async def fill(self, redis: Any) -> None:
         if self.buffer or self.done:
             return
+        low = "-inf" if self.min_score == float("-inf") else int(self.min_score)
+        high = "+inf" if self.max_score == float("inf") else int(self.max_score)
         with redis_errors():
-            top = "+inf" if self.max_score == float("inf") else int(self.max_score)
-            rows = await redis.zrangebyscore(
-                self.key, "-inf", top, start=self.read, num=_WINDOW, withscores=True
-            )
+            if self.newest_first:
+                rows = await redis.zrevrangebyscore(
+                    self.key, high, low, start=self.read, num=_WINDOW, withscores=True
+                )
+            else:
+                rows = await redis.zrangebyscore(
+                    self.key, low, high, start=self.read, num=_WINDOW, withscores=True
+                )
         self.read += len(rows)
         self.done = len(rows) < _WINDOW
         self.buffer = [(float(score), member.decode()) for member, score in reversed(rows)]
@@ -164,7 +221,7 @@ async def list_sagas(
     listing stuck sagas always walks them all (only the walk can tell waiting ones apart).
     """
     walk = Walk(query)
-    walk_all = total is None or query.stuck_for_ms is not None
+    walk_all = total is None or not query.counted
     rows: list[SagaRow] = []
     matched = 0
     async for row in walk.rows(redis, partitions, now_ms):
@@ -271,14 +328,15 @@ class Walk:
 
 
 async def _batches(redis: Any, partitions: Sequence[Partition], query: Query, now_ms: int) -> Any:
-    cutoff = float("inf") if query.stuck_for_ms is None else now_ms - query.stuck_for_ms
-    indexes = [_Index(key, p, cutoff) for p in partitions for key in query.keys(p)]
+    low, high = query.score_range(now_ms)
+    indexes = [_Index(key, p, low, high, query.newest_first) for p in partitions for key in query.keys(p)]
+    sign = -1.0 if query.newest_first else 1.0  # the heap pops the smallest: newest first negates
     heap: list[tuple[float, str, int]] = []
     for n, index in enumerate(indexes):
         await index.fill(redis)
         if index.buffer:
             score, member = index.buffer.pop()
-            heapq.heappush(heap, (score, member, n))
+            heapq.heappush(heap, (sign * score, member, n))
     while heap:
         batch: list[tuple[float, str, int]] = []
         while heap and len(batch) < _WINDOW:
@@ -288,8 +346,8 @@ async def _batches(redis: Any, partitions: Sequence[Partition], query: Query, no
             await index.fill(redis)
             if index.buffer:
                 next_score, next_member = index.buffer.pop()
-                heapq.heappush(heap, (next_score, next_member, n))
-        yield await _rows(redis, [(s, m, indexes[n].partition) for s, m, n in batch], now_ms)
+                heapq.heappush(heap, (sign * next_score, next_member, n))
+        yield await _rows(redis, [(sign * s, m, indexes[n].partition) for s, m, n in batch], now_ms)
 
 
 async def _rows(redis: Any, batch: list[tuple[float, str, Partition]], now_ms: int) -> list[SagaRow]:
@@ -315,6 +373,7 @@ async def _rows(redis: Any, batch: list[tuple[float, str, Partition]], now_ms: i
                 updated_ms=updated,
                 idle_ms=max(0, now_ms - updated),
                 revision=int(values[4] or 0),
+                created_ms=int(values[5] or 0),
             )
         )
     return rows

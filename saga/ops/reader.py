@@ -163,19 +163,36 @@ class SagaReader:
         stuck_for_ms: int | None = None,
         offset: int = 0,
         limit: int = 50,
+        moved_after_ms: int | None = None,
+        moved_before_ms: int | None = None,
+        newest_first: bool = False,
+        id_contains: str = "",
     ) -> SagaPage:
         """A page of sagas by status, definition and version; or those stuck for a while.
 
         With ``stuck_for_ms``, only sagas that have not moved for that long are listed,
         stalest first (from the ``active`` index), leaving out those waiting within their
-        wait's deadline (counted in ``waiting``); otherwise oldest in their status first.
+        wait's deadline (counted in ``waiting``); otherwise oldest in their status first
+        (``newest_first``: most recently moved first). ``moved_after_ms`` and
+        ``moved_before_ms`` bound when they last moved (an ended saga: when it ended);
+        ``id_contains`` keeps sagas whose id holds that text (a walk of the indexes read).
         ``total`` counts every page. An unknown ``definition`` raises
         :class:`UnknownDefinition`.
         """
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be positive and offset not negative")
-        query, partitions, counts = await self._counted(status, definition, version, context, stuck_for_ms)
-        total = None if stuck_for_ms is not None else _total(counts, query)
+        query, partitions, counts = await self._counted(
+            status,
+            definition,
+            version,
+            context,
+            stuck_for_ms,
+            moved_after_ms=moved_after_ms,
+            moved_before_ms=moved_before_ms,
+            newest_first=newest_first,
+            id_contains=id_contains,
+        )
+        total = _total(counts, query) if query.counted else None
         return await list_sagas(
             self.redis, partitions, query, now_ms=await self.now_ms(), offset=offset, limit=limit, total=total
         )
@@ -457,9 +474,13 @@ class SagaReader:
         version: int | None,
         context: str | None,
         stuck_for_ms: int | None,
+        **narrower: Any,
     ) -> tuple[Query, builtins.list[Partition], builtins.list[SagaCount]]:
-        """The query, its partitions and their counters, an unknown ``definition`` refused."""
-        query = Query.parse(status, definition, version, stuck_for_ms)
+        """The query, its partitions and their counters, an unknown ``definition`` refused.
+
+        ``narrower``: :meth:`Query.parse`'s keyword filters (time range, order, id text).
+        """
+        query = Query.parse(status, definition, version, stuck_for_ms, **narrower)
         partitions = self._partitions(context)
         counts = await saga_counts(self.redis, partitions)
         self._check_named(definition, counts)

@@ -182,9 +182,19 @@ async def _every_ui_page_reads_as(redis: bus.Redis, saga_id: str) -> None:
     """The web UI needs no more than the read-only operator may do."""
     ui = httpx.AsyncClient(transport=httpx.ASGITransport(create_app(redis)), base_url="http://127.0.0.1")
     async with ui:
-        pages = ("/", "/?stuck_for=1s", saga_href(saga_id), "/dead-letters", "/stats", "/tasks?name=managers")
+        pages = (
+            "/",
+            "/?stuck_for=1s",
+            saga_href(saga_id),
+            "/dead-letters",
+            "/stats",
+            "/tasks?name=managers",
+            "/workers",
+            "/?q=o&sort=newest&within=1h",
+            f"/?q={saga_id}",
+        )
         for path in pages:
-            assert (await ui.get(path)).status_code == 200, path
+            assert (await ui.get(path, follow_redirects=True)).status_code == 200, path
 
 
 async def test_the_outbox_demo_replies_through_relays_running_as_the_relay_user(

@@ -319,4 +319,7 @@ def test_the_readme_screenshot_script_photographs_a_sagas_page(tmp_path: Path) -
     header = shot.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", header[16:24]) == (1280, 1000)  # the viewport, as docs/ui-saga.png
+    for beside in ("ui-attempts.png", "ui-search.png", "ui-workers.png"):
+        assert (tmp_path / beside).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", beside
+        assert (REPO / "docs" / beside).exists(), beside  # shown in docs/operations.md
     assert struct.unpack(">II", (REPO / "docs" / "ui-saga.png").read_bytes()[16:24]) == (1280, 1000)

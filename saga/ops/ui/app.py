@@ -1,7 +1,9 @@
-"""The UI's ASGI app: five read-only pages over one Redis connection.
+"""The UI's ASGI app: six read-only pages over one Redis connection.
 
-``/`` lists sagas (filters: status, definition, version, stuck for), ``/sagas/<id>`` shows
-one saga (its path over its diagram, timeline, attempts, timers and waits, compensations),
+``/`` lists sagas (search by id or business key; filters: status, definition, version,
+moved within, stuck for; sorted stalest or newest first), ``/sagas/<id>`` shows one saga
+(its path over its diagram, its attempts on a time axis, timeline, attempts, timers and
+waits, compensations), ``/workers`` the live workers and who runs each participant,
 ``/dead-letters`` the dead letters with their reasons, ``/stats`` queues, lag, in-flight
 and stuck sagas, and ``/tasks`` the open human tasks of a role or a person, soonest due
 first (read only: people act through the application's own task inbox). Each request
@@ -25,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -38,15 +40,16 @@ from saga.ops.admin import SagaAdmin
 from saga.ops.inspect import parse_duration
 from saga.ops.ui import formatting
 from saga.ops.ui.auth import Authenticate, UiAuth
-from saga.ops.ui.pages import Filters, compensations, status_counts
+from saga.ops.ui.pages import SORTS, Filters, compensations, status_counts, step_bars
 from saga.runtime.tasks import TaskClient, nobody
+from saga.versions.registry import Versions
 
 _HERE = Path(__file__).parent
 _HEADERS = {
     # mermaid writes a <style> into each diagram it draws: inline styles, never inline scripts
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
@@ -66,6 +69,7 @@ def _templates() -> Jinja2Templates:
         "ago": formatting.ago,
         "pretty": formatting.pretty,
         "saga_href": formatting.saga_href,
+        "at": formatting.at,
     }
     return Jinja2Templates(env=env)
 
@@ -88,6 +92,7 @@ def create_app(redis: Any, *, allowed_hosts: Sequence[str] = ("*",), auth: UiAut
             Route("/dead-letters", _dead_letters, name="dead_letters"),
             Route("/stats", _stats, name="stats"),
             Route("/tasks", _tasks, name="tasks"),
+            Route("/workers", _workers, name="workers"),
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
         ],
         middleware=[
@@ -132,7 +137,10 @@ async def _admin(request: Request) -> SagaAdmin:
 async def _sagas(request: Request) -> Response:
     filters = Filters.of(request.query_params)
     admin = await _admin(request)
-    arguments = filters.arguments()
+    if filters.search and not filters.offset and (found := await _exactly(admin, filters)):
+        return RedirectResponse(formatting.saga_href(found), status_code=303)
+    now_ms = await admin.now_ms()
+    arguments = filters.arguments(now_ms)
     page = await admin.list(**arguments, offset=filters.offset, limit=filters.limit)
     tally = await admin.tally(context=arguments["context"])
     return _pages.TemplateResponse(
@@ -146,8 +154,19 @@ async def _sagas(request: Request) -> Response:
             "contexts": sorted(admin.catalogue.contexts),
             "by_status": status_counts(tally.counts),
             "total": tally.total,
+            "sorts": SORTS,
+            "now_ms": now_ms,
         },
     )
+
+
+async def _exactly(admin: SagaAdmin, filters: Filters) -> str | None:
+    """The saga whose id is the search text, when one exists (one ``EXISTS`` per context)."""
+    try:
+        await admin.get(filters.search, context=filters.context or None)
+    except (SagaNotFound, InvalidInput, UnknownDefinition):
+        return None
+    return filters.search
 
 
 async def _saga(request: Request) -> Response:
@@ -159,7 +178,13 @@ async def _saga(request: Request) -> Response:
     except CodeRequired:  # neither code nor a registered shape: no diagram to draw
         found = await admin.inspect(saga_id, context=context)
     return _pages.TemplateResponse(
-        request, "saga.html", {"saga": found, "compensations": compensations(found)}
+        request,
+        "saga.html",
+        {
+            "saga": found,
+            "compensations": compensations(found),
+            "bars": step_bars(found, await admin.now_ms()),
+        },
     )
 
 
@@ -216,6 +241,21 @@ async def _tasks(request: Request) -> Response:
             "contexts": sorted(client.catalogue.contexts),
             "tasks": found,
             "now_ms": await client.engine.now_ms(),
+        },
+    )
+
+
+async def _workers(request: Request) -> Response:
+    admin = await _admin(request)
+    versions = Versions(request.app.state.redis, clock=admin.clock)
+    contexts = sorted(admin.catalogue.contexts)
+    return _pages.TemplateResponse(
+        request,
+        "workers.html",
+        {
+            "workers": {c: await versions.workers(c) for c in contexts},
+            "participants": {c: await versions.participant_records(c) for c in contexts},
+            "now_ms": await admin.now_ms(),
         },
     )
 

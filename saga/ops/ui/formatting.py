@@ -1,6 +1,7 @@
 """How values read on the UI's pages: times, durations, JSON, links (the templates' filters).
 
-Jinja2 escapes whatever these return; none of them marks text as safe.
+Jinja2 escapes whatever these return; only :func:`at` returns markup, built with
+``Markup.format``, which escapes every value it is given.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 import msgspec
+from markupsafe import Markup
 
 from saga.ops.inspect import human_ms
 
@@ -18,6 +20,18 @@ def when(ms: int | None) -> str:
     if not ms:
         return "-"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def at(ms: int | None) -> Markup | str:
+    """A time as a ``<time>`` element, or ``-``.
+
+    Its text is UTC as :func:`when` writes it; its ``datetime`` attribute holds the instant,
+    for the page's script to show the reader's local time beside it.
+    """
+    if not ms:
+        return "-"
+    iso = datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    return Markup('<time datetime="{}">{}</time>').format(iso, when(ms))
 
 
 def ago(ms: int | None) -> str:

@@ -20,6 +20,8 @@ PAGE = 50
 """Sagas on one page of the list, unless ``limit`` says otherwise."""
 MAX_LIMIT = 500
 """The most sagas one page of the list shows."""
+SORTS = {"stalest": "least recently moved first", "newest": "most recently moved first"}
+"""The list's orders, by the ``sort`` parameter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,9 @@ class Filters:
         version: Only this version (empty: any).
         stuck_for: Only sagas not moved for this long (``10m``, ``2h``; empty: any).
         context: Only this bounded context (empty: every registered one).
+        search: Only sagas whose id (the business key it was started under) holds this text.
+        within: Only sagas that moved (or ended) within this long (``15m``, ``1d``; empty: any).
+        sort: ``stalest`` (least recently moved first) or ``newest``.
         offset: Sagas to skip (the page).
         limit: Sagas per page.
 
@@ -42,6 +47,9 @@ class Filters:
     version: str = ""
     stuck_for: str = ""
     context: str = ""
+    search: str = ""
+    within: str = ""
+    sort: str = "stalest"
     offset: int = 0
     limit: int = PAGE
 
@@ -54,24 +62,30 @@ class Filters:
             version=params.get("version", "").strip(),
             stuck_for=params.get("stuck_for", "").strip(),
             context=params.get("context", "").strip(),
+            search=params.get("q", "").strip(),
+            within=params.get("within", "").strip(),
+            sort=params.get("sort", "stalest").strip() or "stalest",
             offset=_whole(params.get("offset", "0"), "offset", 0, None),
             limit=_whole(params.get("limit", str(PAGE)), "limit", 1, MAX_LIMIT),
         )
         filters.arguments()  # every value checked before any Redis read
         return filters
 
-    def arguments(self) -> dict[str, Any]:
-        """The filters as :meth:`saga.SagaAdmin.list` takes them (paging left out)."""
-        try:
-            stuck_for_ms = parse_duration(self.stuck_for) if self.stuck_for else None
-        except ValueError as error:
-            raise InvalidInput(f"stuck for: {error}") from None
+    def arguments(self, now_ms: int = 0) -> dict[str, Any]:
+        """The filters as :meth:`saga.SagaAdmin.list` takes them at ``now_ms`` (paging left out)."""
+        if self.sort not in SORTS:
+            raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, not {self.sort!r}")
         return {
             "status": list(self.statuses),
             "definition": self.definition or None,
             "version": _whole(self.version, "version", 1, None) if self.version else None,
             "context": self.context or None,
-            "stuck_for_ms": stuck_for_ms,
+            "stuck_for_ms": _duration(self.stuck_for, "stuck for"),
+            "moved_after_ms": None
+            if not self.within
+            else now_ms - (_duration(self.within, "moved within") or 0),
+            "newest_first": self.sort == "newest",
+            "id_contains": self.search,
         }
 
     def link(self, **changes: Any) -> str:
@@ -85,6 +99,9 @@ class Filters:
                 ("version", changed.version),
                 ("stuck_for", changed.stuck_for),
                 ("context", changed.context),
+                ("q", changed.search),
+                ("within", changed.within),
+                ("sort", "" if changed.sort == "stalest" else changed.sort),
             )
             if value
         ]
@@ -93,6 +110,13 @@ class Filters:
         if changed.limit != PAGE:
             pairs.append(("limit", changed.limit))
         return "?" + urlencode(pairs)
+
+
+def _duration(text: str, name: str) -> int | None:
+    try:
+        return parse_duration(text) if text else None
+    except ValueError as error:
+        raise InvalidInput(f"{name}: {error}") from None
 
 
 def _whole(text: str, name: str, least: int, most: int | None) -> int:
@@ -150,3 +174,45 @@ def status_counts(counts: Sequence[Any]) -> Mapping[str, int]:
     for count in counts:
         totals[str(count.status)] = totals.get(str(count.status), 0) + count.count
     return totals
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One attempt on the saga's time axis: where it begins and how wide it is, in percent."""
+
+    label: str
+    kind: str
+    outcome: str
+    began_ms: int
+    took_ms: int | None
+    left: float
+    width: float
+
+
+def step_bars(found: Inspection, now_ms: int) -> list[Bar]:
+    """Every attempt of the saga's steps and branches on one time axis, in the order sent.
+
+    The axis runs from the saga's start to its end (or ``now_ms`` while it runs); an
+    attempt still running reaches the axis's end.
+    """
+    start = found.created_ms
+    end = found.updated_ms if found.status.terminal else max(now_ms, found.updated_ms)
+    span = max(1, end - start)
+    labelled = [(s.name, a) for s in found.steps for a in s.attempts]
+    labelled += [(b.key, a) for b in found.branches for a in b.attempts]
+    bars = []
+    for name, attempt in sorted(labelled, key=lambda pair: (pair[1].dispatched_ms, pair[0])):
+        finished = attempt.ended_ms if attempt.ended_ms is not None else end
+        left = 100 * max(0, attempt.dispatched_ms - start) / span
+        bars.append(
+            Bar(
+                label=f"{name} #{attempt.n}",
+                kind=attempt.kind,
+                outcome=str(attempt.outcome or "running"),
+                began_ms=attempt.dispatched_ms,
+                took_ms=None if attempt.ended_ms is None else attempt.ended_ms - attempt.dispatched_ms,
+                left=round(left, 2),
+                width=round(max(0.5, min(100 - left, 100 * (finished - attempt.dispatched_ms) / span)), 2),
+            )
+        )
+    return bars
