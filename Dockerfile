@@ -8,7 +8,8 @@ COPY relay relay
 COPY cli cli
 COPY services_example services_example
 COPY redsaga redsaga
-RUN pip install --no-cache-dir .
+# the `ui` extra: the compose file's `ui` service runs `saga ui` from this image
+RUN pip install --no-cache-dir '.[ui]'
 USER nobody
 ENTRYPOINT []
 CMD ["saga", "--help"]

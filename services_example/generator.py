@@ -1,8 +1,9 @@
-"""The order generator: starts one order-fulfilment saga every few seconds, until stopped.
+"""The order generator: starts one order saga every few seconds, until stopped.
 
 ``python -m redsaga.examples.generator --every 2`` keeps the example system busy (the
 compose file's ``generator`` service). Orders are drawn like the demo's (declined cards,
-unserved regions, flaky participants), each with a new id. SIGTERM or SIGINT stops it
+unserved regions, flaky participants, orders above the approval limit that run
+``large_order`` and wait for a manager), each with a new id. SIGTERM or SIGINT stops it
 cleanly: a start in flight finishes, no new one begins, and it exits 0 after logging how
 many orders it started. While Redis is unreachable it logs each failed start and tries the
 same order again at the next tick (a start with the same saga id is idempotent).
@@ -23,7 +24,7 @@ from bus import BusError, Clock, SystemClock, uuid7
 from redsaga.examples.contracts import Order
 from redsaga.examples.demo import draw_order
 from redsaga.examples.orders import app as orders_app
-from redsaga.examples.orders import order_fulfilment
+from redsaga.examples.orders import saga_for
 from saga import SagaClient, SagaError
 
 _log = structlog.get_logger("redsaga.generator")
@@ -63,7 +64,7 @@ class OrderGenerator:
         order = self._next()
         while not self._stopping.is_set() and (self.limit is None or self.started < self.limit):
             try:
-                saga_id = await self.client.start(order_fulfilment, order, saga_id=order.id)
+                saga_id = await self.client.start(saga_for(order), order, saga_id=order.id)
             except BusError as error:
                 if not error.retryable:
                     raise

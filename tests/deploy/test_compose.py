@@ -240,7 +240,7 @@ def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path
     local = script.replace("/keys", str(tmp_path)).replace("saga ", f"{sys.executable} -m redsaga.cli ")
     subprocess.run(["sh", "-c", local], check=True, capture_output=True, timeout=120, cwd=ROOT)
     first = {p.name: p.read_bytes() for p in tmp_path.glob("*.keyring.json")}
-    signing = {name: s for name, s in APP_IMAGE.items() if name not in RELAYS}
+    signing = {name: s for name, s in APP_IMAGE.items() if name not in RELAYS and name != "ui"}
     for name, service in signing.items():
         path = env(service)["REDSAGA_KEYRING"].replace("/keys", str(tmp_path))
         held = sorted(k.principal for k in load_keyrings(path))
@@ -248,10 +248,27 @@ def test_the_keys_service_issues_the_keyring_each_container_reads(tmp_path: Path
         assert held == expected, name
         assert "keys:/keys:ro" in service["volumes"], name
         assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully", name
-    for name in RELAYS:  # a relay publishes rows as their writers signed them: it holds no key
+    for name in [*RELAYS, "ui"]:  # a relay forwards rows as their writers signed them; the UI reads
         assert "REDSAGA_KEYRING" not in env(SERVICES[name]), name
+    login = (tmp_path / "ui-login").read_text().strip()
+    user, password = login.split(":")  # what `saga ui --basic-auth-file` reads
+    assert user == "oncall"
+    assert len(password) >= 32
     subprocess.run(["sh", "-c", local], check=True, capture_output=True, timeout=120, cwd=ROOT)
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.keyring.json")} == first
+    assert (tmp_path / "ui-login").read_text().strip() == login  # kept, as the master is
+
+
+def test_the_ui_serves_beyond_its_container_only_behind_a_login_on_the_loopback_port() -> None:
+    ui = SERVICES["ui"]
+    arguments = command(ui)
+    assert arguments[:2] == ["saga", "ui"]
+    assert arguments[arguments.index("--host") + 1] == "0.0.0.0"  # noqa: S104 - inside its container
+    assert arguments[arguments.index("--basic-auth-file") + 1] == "/keys/ui-login"
+    assert "--no-auth" not in arguments
+    assert ui["ports"] == ["127.0.0.1:8080:8080"]
+    assert "'.[ui]'" in (ROOT / "Dockerfile").read_text()  # the image has Starlette and uvicorn
+    assert ui["depends_on"]["orders"]["condition"] == "service_healthy"
 
 
 def app_principals(service: dict[str, Any]) -> list[str]:

@@ -146,3 +146,19 @@ def test_without_a_redis_url_it_refuses_with_one_line() -> None:
     assert done.stderr.strip().splitlines() == [
         f"error: the generator starts orders on a real Redis: pass --redis-url or set {bus.URL_ENV}"
     ]
+
+
+async def test_orders_above_the_approval_limit_wait_for_a_manager(redis: bus.Redis) -> None:
+    """Some generated orders run large_order, so the system shows human tasks too."""
+    client = SagaClient(redis, orders_app.registry)
+    clock = ParkingClock()
+    generator = OrderGenerator(client, every_s=1, seed=7, limit=30, clock=clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(generator.run)
+        for started in range(1, 30):
+            await eventually(lambda n=started: generator.started == n, 5, f"order {started} starts")
+            await eventually(lambda: clock.parked == 1, 5, "the generator waits for its next tick")
+            clock.advance(1)
+    assert generator.started == 30
+    definitions = {(await client.get(i)).name for i in await saga_ids(redis)}
+    assert definitions == {"order_fulfilment", "large_order"}
