@@ -26,7 +26,11 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      cmd:_waits: event-wait registrations, cmd:_child: child
                                      sagas to start or cancel); transition.lua
     rs:{orders:0}:timers             zset: timer id -> due time (ms); transition.lua, fire_timers.lua
-    rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'; same
+    rs:private:{orders:0}:timerdata  hash: timer id -> '<len>:<saga id><event JSON>', with the
+                                     orchestrator's MAC of the firing; same. Outside
+                                     ``rs:{orders:0}:*`` like the tokens below: only the
+                                     orchestrator, which fires timers, reads it (fire_timers.lua
+                                     moves what an earlier release left in rs:{orders:0}:timerdata)
     rs:{orders:0}:idx:<status>       zset: saga id -> when it last moved (an ended saga: when it
                                      ended); the unfinished statuses' indexes together are the
                                      sagas in flight, by staleness (``saga list --stuck-for``);
@@ -211,7 +215,12 @@ class PartitionKeys:
 
     @property
     def timer_data(self) -> str:
-        """The hash of pending timers' events."""
+        """The hash of pending timers' signed events (another prefix, as :attr:`task_tokens`)."""
+        return _private(self.tag, "timerdata")
+
+    @property
+    def legacy_timer_data(self) -> str:
+        """Where releases before the private prefix kept :attr:`timer_data` (moved as timers fire)."""
         return _key(self.tag, "timerdata")
 
     def by_status(self, status: str) -> str:
@@ -305,6 +314,7 @@ _key = functools.lru_cache(maxsize=4096)(tagged_key)
 """``tagged_key`` for a partition's fixed keys, built on every transition (cached)."""
 
 
+@functools.lru_cache(maxsize=4096)
 def _private(tag: str, *parts: str) -> str:
     """``rs:private:{tag}:…``: in ``tag``'s slot, but matched by no ``rs:{tag}:*`` pattern."""
     return tagged_key(tag, *parts).replace("rs:{", "rs:private:{", 1)
