@@ -159,7 +159,13 @@ class Orchestrator:
         me, only_me = self.principal, [self.principal]
         for partition in self.partitions:
             inbox = bus.handler(
-                partition.inbox, None, group=GROUP, idempotent=False, batch=True, principal=me
+                partition.inbox,
+                None,
+                group=GROUP,
+                idempotent=False,
+                batch=True,
+                principal=me,
+                bounded_letters=True,  # every principal writes it: a flood is bounded, not stored
             )
             inbox(self.on_inbox_batch)
             local = bus.handler(
