@@ -21,16 +21,17 @@ with ``.floor``), ``instructions_per_saga``, for redsaga ``ratio_to_floor`` (the
 count over redsaga's: the share of the floor's rate redsaga would reach if instructions
 were all the same price), and ``rate_per_s``, ``p50_ms``, ``p99_ms`` and ``cpu_us_per_unit``
 of one run of ``--large`` sagas without valgrind (timed, so as noisy as the throughput
-benchmark). ``--signing`` runs redsaga with every entry signed and checked, as the
-throughput benchmark's ``--signing on`` does (the floor signs nothing). ``--metrics`` installs
-the worker's Prometheus metrics (``saga.metrics.WorkerMetrics``) and ``--tracing`` an
+benchmark). ``--signing`` runs redsaga with every entry signed and checked, as the throughput
+benchmark's ``--signing on`` does (the floor signs nothing). ``--metrics`` installs the
+worker's Prometheus metrics (``saga.metrics.WorkerMetrics``) and ``--tracing`` an
 OpenTelemetry SDK tracer provider with a span processor, as the throughput benchmark's
-``--metrics on`` and ``--tracing on`` do; a ``redis+cluster://`` URL runs redsaga through the
-cluster client (a one-node cluster prices the routing alone). ``--redsaga-only`` counts
-redsaga alone, without the floor and the timed run (what ``bench/budget.py`` and a price per
-feature need): each line then has ``instructions_per_saga`` and the flags it ran with. Needs
-``valgrind`` on the ``PATH``; takes a few minutes (``--redsaga-only --small 50 --large 150``:
-about a minute a shape on 2 cores).
+``--metrics on`` and ``--tracing on`` do; ``--limits`` declares a rate limit on ``payments``
+that every charge finds a token in (the rate gate's own price: one take per saga); a
+``redis+cluster://`` URL runs redsaga through the cluster client (a one-node cluster prices
+the routing alone). ``--redsaga-only`` counts redsaga alone, without the floor and the timed
+run (what ``bench/budget.py`` and a price per feature need): each line then has
+``instructions_per_saga`` and the flags it ran with. Needs ``valgrind`` on the ``PATH``; takes
+a few minutes (``--redsaga-only --small 50 --large 150``: about a minute a shape on 2 cores).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 #: the child's flags for each feature a count can turn on (redsaga's side only: the floor has none)
-FEATURES = ("signing", "metrics", "tracing")
+FEATURES = ("signing", "metrics", "tracing", "limits")
 
 
 def child_command(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] = ()) -> list[str]:
@@ -128,6 +129,7 @@ def child(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] =
             signed="signing" in features,
             metrics="metrics" in features,
             traced="tracing" in features,
+            limited="limits" in features,
         )
         result = anyio.run(run, url, shape, sagas, 1, f"{shape}-")
     print(json.dumps(result), flush=True)
@@ -144,6 +146,9 @@ def main() -> None:
     parser.add_argument("--signing", action="store_true", help="sign and check every entry (redsaga's side)")
     parser.add_argument("--metrics", action="store_true", help="install the worker's Prometheus metrics")
     parser.add_argument("--tracing", action="store_true", help="install an OpenTelemetry SDK tracer provider")
+    parser.add_argument(
+        "--limits", action="store_true", help="a rate limit on payments that never holds a command back"
+    )
     parser.add_argument(
         "--redsaga-only", action="store_true", help="count redsaga alone (no floor, no timed run)"
     )

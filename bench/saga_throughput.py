@@ -88,6 +88,7 @@ from saga import (
     CommandContext,
     EngineConfig,
     Participant,
+    RateLimit,
     Saga,
     SagaClient,
     SagaState,
@@ -120,6 +121,12 @@ CONFIG = EngineConfig(retention_s=0, auth=bus.SIGNING_OFF)  # the defaults; rete
 ORCHESTRATOR_APP = App("bench-orders", sagas=[order_fulfilment])
 PARTICIPANTS_APP = App("bench-participants", participants=[inventory, payments, shipping])
 ALL_APP = App("bench-all", sagas=[order_fulfilment], participants=[inventory, payments, shipping])
+LIMITED_APP = App(
+    "bench-limited",
+    sagas=[order_fulfilment],
+    participants=[inventory, payments, shipping],
+    limits=[RateLimit("payments", 1_000_000.0, burst=1_000_000)],  # a token for every charge
+)
 
 
 def signing_keys(principals: list[str]) -> str:
@@ -233,10 +240,13 @@ async def run_redsaga(
     metrics: bool = False,
     traced: bool = False,
     acks: int = 0,
+    limited: bool = False,
 ) -> dict[str, object]:
     tracing = tracing_on() if traced else None
     try:
-        result = await _run_redsaga(url, shape, count, procs, tag, signed=signed, metrics=metrics, acks=acks)
+        result = await _run_redsaga(
+            url, shape, count, procs, tag, signed=signed, metrics=metrics, acks=acks, limited=limited
+        )
     finally:
         use_tracer_provider(None)
     if tracing is not None:
@@ -254,13 +264,15 @@ async def _run_redsaga(
     signed: bool = False,
     metrics: bool = False,
     acks: int = 0,
+    limited: bool = False,
 ) -> dict[str, object]:
     redis = bus.connect(url)
     await redis.flushdb()
     tracker = Tracker()
     here = ["orchestrator:orders"] + (PARTICIPANT_PRINCIPALS if procs == 1 else [])
     config = config_for(signing_keys(here) if signed else None, acks)
-    worker = SagaWorker(redis, ALL_APP if procs == 1 else ORCHESTRATOR_APP, config=config)
+    app = (LIMITED_APP if limited else ALL_APP) if procs == 1 else ORCHESTRATOR_APP
+    worker = SagaWorker(redis, app, config=config)
 
     def observe(state: SagaState) -> None:
         if state.status.terminal or state.status == SagaStatus.DEAD_LETTERED:

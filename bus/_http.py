@@ -1,10 +1,12 @@
-"""The metrics port: ``/metrics``, ``/healthz`` and ``/readyz`` over plain HTTP/1.1.
+"""The metrics port: ``/metrics``, ``/healthz`` and ``/readyz`` over HTTP/1.1.
 
 It runs on the worker's own event loop, so ``/metrics`` awaits the scrape-time Redis reads
 like any other task, and a loop blocked by a handler shows as a ``/healthz`` that does not
-answer (what a liveness probe should see). It answers ``GET`` and ``HEAD`` only, one request
-per connection, with a request head of at most 8 KiB read within a few seconds: enough for
-Prometheus and container health checks, and nothing an attacker on the port can grow.
+answer (what a liveness probe should see). The requests, untrusted input on an open port,
+are parsed by h11 (the HTTP/1.1 protocol library under uvicorn and httpx); this module only
+routes them. It answers ``GET`` and ``HEAD`` only, one request per connection, with a request
+head of at most 8 KiB read within a few seconds: enough for Prometheus and container health
+checks, and nothing an attacker on the port can grow.
 
 - ``/healthz``: 200 while the process's loop runs;
 - ``/readyz``: 200 when the ``ready`` callable finds no problem, else 503 with one problem
@@ -15,10 +17,12 @@ Prometheus and container health checks, and nothing an attacker on the port can 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Final
 
 import anyio
 import anyio.abc
+import h11
 from anyio.abc import SocketAttribute
 
 from bus._log import get_logger
@@ -29,8 +33,8 @@ TEXT: Final = "text/plain; charset=utf-8"
 PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
 MAX_HEAD: Final = 8192
 HEAD_TIMEOUT_S: Final = 5.0
-_REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Error"}
-_REASONS_503: Final = "Service Unavailable"
+
+_Answer = tuple[int, str, bytes]
 
 
 class MetricsServer:
@@ -64,59 +68,81 @@ class MetricsServer:
             await listener.serve(self._answer)
 
     async def _answer(self, stream: anyio.abc.SocketStream) -> None:
+        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         async with stream:
+            head_only = False
             try:
-                status, kind, body, head_only = await self._respond(stream)
+                request = await _read_request(connection, stream)
+                if request is None:
+                    return  # the client left before a whole request head
+                if isinstance(request, int):
+                    status, kind, body = request, TEXT, f"{HTTPStatus(request).phrase.lower()}\n".encode()
+                else:
+                    head_only = request.method == b"HEAD"
+                    status, kind, body = await self._respond(request)
             except Exception:  # noqa: BLE001 - one failed scrape must not close the port
                 _log.exception("metrics port: request failed")
-                status, kind, body, head_only = 500, TEXT, b"internal error\n", False
-            reason = _REASONS_503 if status == 503 else _REASONS.get(status, "Error")
-            header = (
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            ).encode()
+                status, kind, body = 500, TEXT, b"internal error\n"
+            answer = connection.send(
+                h11.Response(
+                    status_code=status,
+                    reason=HTTPStatus(status).phrase,
+                    headers=[
+                        ("Content-Type", kind),
+                        ("Content-Length", str(len(body))),
+                        ("Connection", "close"),
+                    ],
+                )
+            )
+            if not head_only:
+                answer += connection.send(h11.Data(data=body)) or b""
+            answer += connection.send(h11.EndOfMessage()) or b""
             try:
-                await stream.send(header if head_only else header + body)
+                await stream.send(answer)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return  # the client left
 
-    async def _respond(self, stream: anyio.abc.SocketStream) -> tuple[int, str, bytes, bool]:
-        request = await _read_head(stream)
-        if request is None:
-            return 400, TEXT, b"bad request\n", False
-        method, path = request
-        if method not in ("GET", "HEAD"):
-            return 405, TEXT, b"only GET and HEAD\n", False
-        route = {"/healthz": self._healthz, "/readyz": self._readyz, "/metrics": self._metrics}.get(path)
+    async def _respond(self, request: h11.Request) -> _Answer:
+        if request.method not in (b"GET", b"HEAD"):
+            return 405, TEXT, b"only GET and HEAD\n"
+        path = request.target.split(b"?", 1)[0]
+        route = {b"/healthz": self._healthz, b"/readyz": self._readyz, b"/metrics": self._metrics}.get(path)
         if route is None:
-            return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n", method == "HEAD"
-        return (*await route(), method == "HEAD")
+            return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
+        return await route()
 
-    async def _healthz(self) -> tuple[int, str, bytes]:
+    async def _healthz(self) -> _Answer:
         return 200, TEXT, b"ok\n"
 
-    async def _readyz(self) -> tuple[int, str, bytes]:
+    async def _readyz(self) -> _Answer:
         problems = await self.ready()
         if problems:
             return 503, TEXT, "".join(f"{p}\n" for p in problems).encode()
         return 200, TEXT, b"ready\n"
 
-    async def _metrics(self) -> tuple[int, str, bytes]:
+    async def _metrics(self) -> _Answer:
         return 200, PROMETHEUS_TEXT, await self.metrics()
 
 
-async def _read_head(stream: anyio.abc.SocketStream) -> tuple[str, str] | None:
-    """The method and path of the request on ``stream`` (``None``: not a usable request)."""
-    data = b""
+async def _read_request(
+    connection: h11.Connection, stream: anyio.abc.SocketStream
+) -> h11.Request | int | None:
+    """The request on ``stream``, or the status to refuse it with (400, 408 or 431).
+
+    ``None``: the client closed before sending a whole request head.
+    """
     with anyio.move_on_after(HEAD_TIMEOUT_S):
-        while b"\r\n\r\n" not in data and len(data) <= MAX_HEAD:
+        while True:
             try:
-                data += await stream.receive(4096)
+                event = connection.next_event()
+            except h11.RemoteProtocolError as error:
+                return error.error_status_hint
+            if isinstance(event, h11.Request):
+                return event
+            if isinstance(event, h11.ConnectionClosed):
+                return None
+            try:
+                connection.receive_data(await stream.receive(4096))
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                break
-    line = data.split(b"\r\n", 1)[0]
-    parts = line.split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-        return None
-    method, target = parts[0].decode("ascii", "replace"), parts[1].decode("ascii", "replace")
-    return method, target.split("?", 1)[0]
+                connection.receive_data(b"")
+    return 408

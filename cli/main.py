@@ -15,6 +15,7 @@ from redsaga.cli._epoch import epoch_app
 from redsaga.cli._functions import functions_app
 from redsaga.cli._health import health_app
 from redsaga.cli._keys import keys_app
+from redsaga.cli._limits import limits_app
 from redsaga.cli._relay import relay_app
 from redsaga.cli._tasks import tasks_app
 from redsaga.cli._versions import versions_app
@@ -72,6 +73,7 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(epoch_app, name="epoch")
 app.add_typer(health_app, name="health")
 app.add_typer(keys_app, name="keys")
+app.add_typer(limits_app, name="limits")
 app.add_typer(functions_app, name="functions")
 app.add_typer(relay_app, name="relay")
 app.add_typer(tasks_app, name="tasks")

@@ -37,6 +37,7 @@ __all__ = [
     "Participant",
     "PermanentError",
     "Plan",
+    "RateLimit",
     "Registry",
     "ResultTimeout",
     "Retry",

@@ -19,6 +19,7 @@ from saga.definition.composition import Group as Group
 from saga.definition.human_tasks import Escalation as Escalation
 from saga.definition.human_tasks import Role as Role
 from saga.definition.human_tasks import User as User
+from saga.definition.rate import RateLimit as RateLimit
 from saga.definition.registry import Registry as Registry
 from saga.definition.retry import Retry as Retry
 from saga.definition.saga import Command as Command

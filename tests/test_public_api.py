@@ -29,6 +29,7 @@ EXPORTS: dict[str, list[str]] = {
         "Participant",
         "PermanentError",
         "Plan",
+        "RateLimit",
         "Registry",
         "ResultTimeout",
         "Retry",

@@ -19,7 +19,7 @@ import msgspec
 from redsaga.ids import derived_id, message_type
 from saga.core.child_messages import CHILD, StartChild, child_saga_id
 from saga.core.group_rules import completed_output
-from saga.core.model import NULL, Attempt, Dispatch, Kind, ParentLink, StartTimer
+from saga.core.model import NULL, Attempt, Dispatch, Kind, ParentLink, StartTimer, StepState
 from saga.core.rules import Run
 from saga.core.states import StepStatus, move_step
 from saga.core.timer_ids import attempt_timer_id
@@ -88,27 +88,31 @@ class Commands:
                 step, step_state, attempt, f"builder raised {type(error).__name__}: {error}", "permanent"
             )
             return
-        step_state.attempts.append(
-            Attempt(
-                n=n,
-                kind=kind,
-                command_id=command_id,
-                participant=participant,
-                input_type=type_name,
-                input=msgspec.Raw(payload),
-                dispatched_ms=self.run.now_ms,
-            )
+        attempt = Attempt(
+            n=n,
+            kind=kind,
+            command_id=command_id,
+            participant=participant,
+            input_type=type_name,
+            input=msgspec.Raw(payload),
+            dispatched_ms=self.run.now_ms,
         )
+        step_state.attempts.append(attempt)
+        self.send(step, step_state, attempt)
+
+    def send(self, step: Step[Any, Any], step_state: StepState, attempt: Attempt) -> None:
+        """Send ``attempt``'s command (made, or held for a rate limit), with its timeout timer."""
+        kind, n = attempt.kind, attempt.n
         timeout = self.timeout(step, kind)
         self.run.effects.append(
             Dispatch(
                 step=step.name,
                 kind=kind,
                 attempt=n,
-                participant=participant,
-                command_id=command_id,
-                message_type=type_name,
-                payload=msgspec.Raw(payload),
+                participant=attempt.participant,
+                command_id=attempt.command_id,
+                message_type=attempt.input_type,
+                payload=attempt.input,
                 timeout_ms=int(timeout * 1000) if timeout else None,
             )
         )

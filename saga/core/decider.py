@@ -22,13 +22,13 @@ the wait, so replay with the same key decides the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from saga.core.commands import Commands
 from saga.core.compensation_rules import CompensationRules
+from saga.core.decision import Decision
 from saga.core.group_rules import GroupRules, renamed
 from saga.core.model import (
     Attempt,
@@ -53,6 +53,7 @@ from saga.core.model import (
     TimerFired,
 )
 from saga.core.operator_rules import OperatorRules
+from saga.core.rate_rules import held
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.core.tcc_rules import TccRules
 from saga.core.timer_ids import attempt_timer_id
@@ -61,24 +62,7 @@ from saga.core.wait_rules import WaitRules
 from saga.definition.saga import Saga, Step
 from saga.errors import DefinitionError
 
-
-@dataclass(slots=True)
-class Decision:
-    """The result of deciding one event.
-
-    ``touched`` names the branch records the decision may have changed (it copied them), so
-    a commit writes those and looks at no other branch.
-    """
-
-    state: SagaState
-    effects: list[Effect] = field(default_factory=list)
-    ignored: str = ""
-    touched: frozenset[str] = frozenset()
-
-    @property
-    def changed(self) -> bool:
-        """Whether the state must be written (an ignored event is only recorded)."""
-        return not self.ignored
+__all__ = ["Decision", "decide", "start"]  # Decision lives in saga/core/decision.py
 
 
 def start(
@@ -269,9 +253,11 @@ class _Run:
                 return
             self.tcc.on_expiry(step)
             return
-        if event.purpose == "retry":
+        if event.purpose in ("retry", "rate"):  # a back-off elapsed, or a rate limit's token is due
             cancelling = self.stopping or self.groups.branch_cancelling(step)
             if cancelling and event.kind == "do" and attempt.outcome != "timeout":
+                if event.purpose == "rate":  # never sent: it ends here, and uses no token
+                    attempt.outcome, attempt.ended_ms = "cancelled", event.at_ms
                 step_state.status = move_step(step_state.status, StepStatus.FAILED)
                 if step.within:
                     self.groups.branch_failed(step, exhausted=False, unknown=False)
@@ -280,6 +266,9 @@ class _Run:
                 return
             # After a timeout the step may have taken effect: even when cancelling, try again,
             # so the participant's dedupe answers with the recorded result (then it is undone).
+            if event.purpose == "rate":
+                self.commands.send(step, step_state, attempt)
+                return
             self.dispatch(step, event.kind)
             return
         attempt.ended_ms = event.at_ms
@@ -331,7 +320,10 @@ class _Run:
             reason = "cancel requested" if self.state.cancel is not None else "deadline exceeded"
             self.waits.wait_failed(step, step_state, last, "cancelled", reason, note=False)
             return
-        if step_state.status == StepStatus.RETRYING and not (last and last.outcome == "timeout"):
+        unsent = held(self.state.id, step.name, step_state)  # waiting for a rate limit's token
+        if unsent or (step_state.status == StepStatus.RETRYING and not (last and last.outcome == "timeout")):
+            if unsent:  # never sent: nothing to undo, and no token used
+                unsent.outcome, unsent.ended_ms = "cancelled", self.now_ms
             self.cancel_timer(step_state)
             step_state.status = move_step(step_state.status, StepStatus.FAILED)
             self.begin_compensation()

@@ -33,6 +33,7 @@ from saga.core.model import (
     Started,
     StartTimer,
 )
+from saga.core.rate_rules import hold_recorded
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
@@ -140,6 +141,7 @@ def replay_history(
                 decision = _migrate(migrating, current, state, entry.event)
             else:
                 decision = _decide(current, state, entry.event, saga_id, partition=partition, signer=signer)
+                decision.effects = hold_recorded(decision.state, decision.effects, entry.effects)
         except Exception as error:  # noqa: BLE001 - whatever today's code raises is the finding
             failure = ("error", "a decision", f"{type(error).__name__}: {error}", "")
             report.mismatch = _mismatch(index, entry, failure, state)

@@ -5,14 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from saga.definition.rate import Limits, RateLimit
 from saga.definition.saga import Context, Saga
 from saga.errors import DefinitionError, UnknownDefinition
 
 
 class Registry:
-    """Validated saga definitions, several versions of one name side by side."""
+    """Validated saga definitions, several versions of one name side by side.
 
-    def __init__(self, sagas: Iterable[Saga[Any]]) -> None:
+    ``limits`` are the rate limits on the commands these sagas send (every process that
+    decides for them applies them: orchestrators, and clients that start sagas themselves).
+    """
+
+    def __init__(self, sagas: Iterable[Saga[Any]], *, limits: Iterable[RateLimit] = ()) -> None:
+        self.limits = Limits(limits)
         self._by_key: dict[tuple[str, int], Saga[Any]] = {}
         self.contexts: dict[str, Context] = {}
         for definition in sagas:

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from bus.metrics import BusMetrics, Exporter, readiness
 from saga.metrics._collector import SagaMetrics
+from saga.metrics._rates import RateMetrics
 from saga.runtime.worker import SagaWorker
 
 DEFAULT_STUCK_FOR_MS: Final = 10 * 60_000
@@ -51,6 +52,9 @@ class WorkerMetrics(Exporter):
                 orchestrator.transitions.append(self.sagas.tallies.transition)
             worker.timer_observers.append(self.sagas.tallies.timers)
             self.add(self.sagas)
+        if orchestrates and worker.app.limits:
+            tallies = [orchestrator.rates.tallies for orchestrator in worker.orchestrators]
+            self.add(RateMetrics(worker.redis, tallies, list(worker.app.limits), timeout_s=timeout_s))
 
     async def ready(self) -> list[str]:
         """Why the worker is not ready (empty: ready); ``/readyz`` (``bus/_metrics.py``)."""

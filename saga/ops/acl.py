@@ -29,13 +29,13 @@ same way, so neither needs to write a saga::
     <prefix>.relay                  add outbox rows to the inboxes (and to     read them
                                     --relay-stream streams); read rs:epoch
     <prefix>.operator               read every key of the app's contexts but   write anything, read the
-                                    the context's secrets                      signal secret, a human
-                                                                               task's resume token or a
+                                    the context's secrets, and its rate        signal secret, a human
+                                    limits' buckets and changes                task's resume token or a
                                                                                pending timer's signed
-                                                                               firing
+                                                                               firing, change a rate limit
 
-Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...)
-run as the context's orchestrator user, signed with an operator's keyring. The built-in
+Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...,
+limits set) run as the context's orchestrator user, signed with an operator's keyring. The built-in
 ``tasks`` participant (it opens and withdraws tasks, and fires their reminders and escalation
 steps) runs inside the orchestrator's worker, as its user; the read-only operator reads the
 task inbox with the rest of the partition.
@@ -73,7 +73,7 @@ from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
 from saga.runtime.tasks import task_contexts
 from saga.store import scripts
-from saga.store.keys import CONTEXTS, EPOCH, EPOCH_COPIES, ContextKeys, PartitionKeys
+from saga.store.keys import CONTEXTS, EPOCH, EPOCH_COPIES, LIMIT_NAMES, ContextKeys, LimitKeys, PartitionKeys
 
 Role = Literal["orchestrator", "participant", "client", "tasks", "relay", "operator"]
 
@@ -115,7 +115,12 @@ _CONSUMER_SCRIPTS: Final = (
 _PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus", "epoch"))
 """A participant reads ``rs:epoch`` (``GET``) and never runs the function that writes it."""
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
-_SAGA_SCRIPTS: Final = (*((scripts.PACKAGE, s.name) for s in scripts.SCRIPTS), ("bus", "requeue"))
+_LIMIT_SCRIPTS: Final = ((scripts.PACKAGE, scripts.RATE_TAKE.name), (scripts.PACKAGE, scripts.RATE_SET.name))
+"""Run on a rate limit's keys only (``_limit_grants``), never on a partition's."""
+_SAGA_SCRIPTS: Final = (
+    *((scripts.PACKAGE, s.name) for s in scripts.SCRIPTS if (scripts.PACKAGE, s.name) not in _LIMIT_SCRIPTS),
+    ("bus", "requeue"),
+)
 _RELAY_SCRIPTS: Final = (("relay", "publish_rows"),)
 
 _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
@@ -195,7 +200,8 @@ def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str]
     """
     definitions = list(app.registry)
     contexts = app.registry.contexts
-    users = [_orchestrator(prefix, context, definitions, contexts) for context in contexts.values()]
+    limits = _limit_grants(app)  # every orchestrator takes tokens of every limit its app declares
+    users = [_orchestrator(prefix, context, definitions, contexts, limits) for context in contexts.values()]
     users += [
         _participant(prefix, context, participant.name)
         for participant in app.participants
@@ -209,12 +215,28 @@ def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str]
     relayed = [c for p in app.participants if p.uses_outbox for c in p.serves]
     users.append(_relay(prefix, _unique(relayed), [Stream.from_key(k) for k in relay_streams]))
     streams = [s.stream for bus in app.buses for s in bus.subscriptions]
-    users.append(_operator(prefix, contexts.values(), streams))
+    users.append(_operator(prefix, contexts.values(), streams, app))
     return users
 
 
+def _limit_grants(app: App) -> tuple[Grant, ...]:
+    """An orchestrator's rate limits: take and give back tokens, record their names.
+
+    The same user runs ``saga limits set`` (an operator write, as the others are); no other
+    principal may change a limit.
+    """
+    if not app.limits:
+        return ()
+    keys = ["~" + LimitKeys(limit.name).everything for limit in app.limits]
+    return (_grant(_SCRIPTS, _LIMIT_SCRIPTS, keys), Grant(("sadd",), ("~" + LIMIT_NAMES,)))
+
+
 def _orchestrator(
-    prefix: str, context: Context, definitions: list[Saga[Any]], contexts: Mapping[str, Context]
+    prefix: str,
+    context: Context,
+    definitions: list[Saga[Any]],
+    contexts: Mapping[str, Context],
+    limits: tuple[Grant, ...],
 ) -> AclUser:
     name = context.name
     ours = [d for d in definitions if d.context.name == name]
@@ -246,9 +268,11 @@ def _orchestrator(
     plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
     grants = [_grant(plain, scripts, keys)]
     grants += _elsewhere(added, windows, read)
+    grants += limits
     note = (
         f"orchestrator of context {name!r} ({context.partitions} partition(s)); also the user for "
-        "operator writes: force-complete, cancel, retry, dlq requeue|purge, versions drain|migrate"
+        "operator writes: force-complete, cancel, retry, dlq requeue|purge, versions drain|migrate, "
+        "limits set"
     )
     return AclUser(f"{prefix}.{name}", "orchestrator", name, tuple(grants), note)
 
@@ -344,8 +368,10 @@ def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) 
     return AclUser(f"{prefix}.relay", "relay", None, grants, note)
 
 
-def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
+def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream], app: App) -> AclUser:
     keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH]
+    if app.limits:  # saga limits list: the buckets and their changes, never a change
+        keys += ["%R~" + LIMIT_NAMES, *("%R~" + LimitKeys(limit.name).everything for limit in app.limits)]
     for context in contexts:
         own = ContextKeys(context.name)
         keys += _partition_keys(context, _EVERYTHING, "%R")

@@ -43,6 +43,7 @@ from saga.core.model import (
     Wait,
     WatchEvent,
 )
+from saga.core.rate_rules import held
 from saga.core.states import SagaStatus, StepStatus
 from saga.core.task_rules import TaskLog
 from saga.definition.shape import Shape, StepShape
@@ -266,9 +267,11 @@ def waiting_for(  # noqa: PLR0911 - one answer per kind of wait
     )
     attempt = step.current(kind)
     timer = next((t for t in timers if t.timer_id == step.timer), None)
+    due = f"due in {human_ms(timer.due_in_ms)}" if timer and timer.due_in_ms is not None else "pending"
     if step.status in (StepStatus.RETRYING, StepStatus.COMPENSATION_RETRYING):
-        due = f"due in {human_ms(timer.due_in_ms)}" if timer and timer.due_in_ms is not None else "pending"
         return step_name, f"the retry back-off of {step_name}/{kind} (attempt {step.count(kind) + 1} {due})"
+    if attempt is not None and held(state.id, step_name, step) is attempt:
+        return step_name, f"a rate limit's token for its command to {attempt.participant} ({due})"
     if attempt is None or attempt.outcome is not None:
         return step_name, f"{step_name} to be dispatched"
     sent = human_ms(max(0, now_ms - attempt.dispatched_ms))

@@ -8,6 +8,7 @@ from typing import Any
 from bus import Bus
 from saga.core.migration import Migration
 from saga.definition.context import Context
+from saga.definition.rate import RateLimit
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
 from saga.runtime.participant import Participant
@@ -24,6 +25,8 @@ class App:
     Several versions of one saga may be served side by side; ``migrations`` are the
     :func:`~saga.migration` functions ``saga versions migrate --app`` can run.
     ``on_start`` and ``on_stop`` run around the worker (open and close databases, …).
+    ``limits`` are the rate limits its orchestrators apply to the commands they send
+    (:class:`~saga.RateLimit`, docs/flow-control.md).
     """
 
     def __init__(
@@ -36,9 +39,11 @@ class App:
         migrations: Iterable[Migration] = (),
         on_start: Iterable[Callable[[], Awaitable[None]]] = (),
         on_stop: Iterable[Callable[[], Awaitable[None]]] = (),
+        limits: Iterable[RateLimit] = (),
     ) -> None:
         self.name = name
-        self.registry = Registry(sagas)
+        self.registry = Registry(sagas, limits=limits)
+        self.limits = self.registry.limits
         self.participants = list(participants)
         self.buses = list(buses)
         self.migrations = list(migrations)

@@ -31,6 +31,7 @@ from saga.errors import (
 )
 from saga.runtime.config import EngineConfig
 from saga.runtime.protocol import CANCEL, SIGNAL, START, OperatorRequest, SignalDelivery, StartRequest
+from saga.runtime.rate_gate import RateGate
 from saga.runtime.results import SagaResults
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.signal_checks import check_wait_open, refuse_task_wait
@@ -87,6 +88,7 @@ class SagaClient(SagaResults):
         self._shapes: dict[tuple[str, str, int], Shape | None] = {}
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
         self._cache = cache
+        self._rates = RateGate(redis, registry.limits, self.clock)
         self.ride_through = RideThrough(self.clock, self.config.unavailable_deadline_s)
         """What retries this client's calls while Redis is unavailable (a failover, a restart)."""
 
@@ -226,6 +228,8 @@ class SagaClient(SagaResults):
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         keep_trace(decision, trace)
+        if self._rates.active:  # its first command may be over a rate limit: then it waits as a timer
+            await self._rates.gate([(decision, None)])
         call, written = commit_call(
             partition,
             None,

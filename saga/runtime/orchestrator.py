@@ -53,6 +53,7 @@ from saga.runtime.event_routing import EventRouter
 from saga.runtime.local_actions import LocalActions
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
+from saga.runtime.rate_gate import RateGate
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
 from saga.runtime.signal_checks import check_task_path
@@ -70,6 +71,8 @@ GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
 _Item = tuple[int, Envelope, Delivery]
 """An inbox entry of a batch: its index in the batch, its envelope and its delivery."""
+_Commit = tuple[_Item, Decision, Loaded, SagaState | None]
+"""A decided entry: its decision, the saga as it will be, and the saga before it."""
 
 
 class Orchestrator:
@@ -129,6 +132,8 @@ class Orchestrator:
         self._locks = SagaLocks()
         self._by_tag = {partition.tag: partition for partition in self.partitions}
         self._starts = StartPlanner(registry, context.name, config=config, transition=self._transition)
+        self.rates = RateGate(redis, registry.limits, clock)
+        """Tokens for the commands a rate limit applies to (``saga/runtime/rate_gate.py``)."""
 
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once).
@@ -254,7 +259,7 @@ class Orchestrator:
         """One pass: load, decide, commit all of ``items``; return those that lost a race."""
         start_ns = time.time_ns()  # the transitions' spans: the items are decided together
         loads = await self._load_all(items)
-        commits: list[tuple[_Item, Decision, Loaded, SagaState | None]] = []
+        commits: list[_Commit] = []
         calls: list[ScriptCall] = []
         for item, loaded in zip(items, loads, strict=True):
             index, envelope, delivery = item
@@ -279,6 +284,8 @@ class Orchestrator:
             crash_point(BEFORE_COMMIT)
             commits.append((item, decision, after, loaded.state if isinstance(loaded, Loaded) else None))
             calls.append(call)
+        if self.rates.active and commits and not await self._gate(commits, calls, outcomes):
+            return []
         results = await items[0][2].call_many(calls) if calls else []
         again: list[_Item] = []
         for (item, decision, after, before), raw in zip(commits, results, strict=True):
@@ -305,6 +312,27 @@ class Orchestrator:
                 _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
                 again.append(item)
         return again
+
+    async def _gate(
+        self, commits: list[_Commit], calls: list[ScriptCall], outcomes: list[BaseException | None]
+    ) -> bool:
+        """Take the rate limits' tokens of a round; its held commands' transitions are rebuilt.
+
+        ``False`` when the tokens could not be taken: every entry of the round fails with the
+        error (left for redelivery) and nothing is committed.
+        """
+        try:
+            for k in await self.rates.gate([(decision, before) for _, decision, _, before in commits]):
+                item, decision, _, before = commits[k]
+                calls[k], after = self.rates.rebuild(decision)
+                commits[k] = (item, decision, after, before)
+        except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
+            for (index, _, _), *_ in commits:
+                outcomes[index] = error
+            return False
+        finally:
+            self.rates.forget()
+        return True
 
     async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
         """Each item's saga: cached, else read in one pipelined batch (errors as values).
@@ -382,6 +410,10 @@ class Orchestrator:
         self, partition: Partition, loaded: Loaded | None, decision: Decision, event: Any, delivery: Delivery
     ) -> tuple[ScriptCall, Loaded]:
         """The transition call committing ``decision`` for ``event``, and the saga as it will be."""
+        if self.rates.active:
+            self.rates.remember(
+                decision, lambda held: self._transition(partition, loaded, held, event, delivery)
+            )
         return commit_call(
             partition,
             loaded,

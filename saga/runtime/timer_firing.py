@@ -50,7 +50,7 @@ async def fire_round(redis: Any, partitions: Sequence[Partition], clock: Clock, 
         now = clock.script_now_ms()
         calls = [
             FIRE_TIMERS.call(
-                [p.timers, p.timer_data, p.inbox.key, p.legacy_timer_data],
+                [p.timers, p.timer_data, p.inbox.key],
                 [now, batch, orchestrator_of(p.context)],
             )
             for p in pending

@@ -28,6 +28,7 @@ from saga.runtime.schedule_runner import Scheduler, run_schedules
 from saga.runtime.tasks import TaskEngine, install_tasks, task_contexts
 from saga.runtime.timer_firing import Round, fire_round, run_scheduler
 from saga.store.pruning import prune_ended
+from saga.store.rates import register as register_limits
 from saga.store.tasks import RedisTaskStore
 from saga.versions.records import Registration, Stranded, worker_info
 from saga.versions.registry import Versions
@@ -171,6 +172,7 @@ class SagaWorker:
                 )
 
     async def _register(self) -> Registration:
+        await register_limits(self.redis, list(self.app.limits))
         report = await self.versions.register(
             self.app.registry, by=f"{self.app.name}/{self.bus_worker.consumer}"
         )

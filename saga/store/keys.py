@@ -26,11 +26,7 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      cmd:_waits: event-wait registrations, cmd:_child: child
                                      sagas to start or cancel); transition.lua
     rs:{orders:0}:timers             zset: timer id -> due time (ms); transition.lua, fire_timers.lua
-    rs:private:{orders:0}:timerdata  hash: timer id -> '<len>:<saga id><event JSON>', with the
-                                     orchestrator's MAC of the firing; same. Outside
-                                     ``rs:{orders:0}:*`` like the tokens below: only the
-                                     orchestrator, which fires timers, reads it (fire_timers.lua
-                                     moves what an earlier release left in rs:{orders:0}:timerdata)
+    rs:private:{orders:0}:timerdata  hash: timer id -> '<len>:<saga id><MAC><event JSON>'; same, private
     rs:{orders:0}:idx:<status>       zset: saga id -> when it last moved (an ended saga: when it
                                      ended); the unfinished statuses' indexes together are the
                                      sagas in flight, by staleness (``saga list --stuck-for``);
@@ -106,6 +102,19 @@ A context's resume-token keys (``saga/store/token_keys.py``; :class:`ContextKeys
     rs:{orders:meta}:signal-secret   string: the generated master secret (signing off, none
                                      configured); the first process that needs it (SET NX)
     rs:{orders:meta}:token-keys      hash: key id -> public key (base64url); the orchestrator
+
+A rate limit's bucket (``saga/store/rates.py``; :class:`LimitKeys`), one slot per limit, so a
+limit shared by every context and partition is one single-slot script on a Redis Cluster::
+
+    rs:{limit:payments}:bucket       hash: 'tokens', 'at' (ms of the last refill), and the
+                                     operator's 'rate' and 'burst' when set; rate_take.lua,
+                                     rate_set.lua
+    rs:{limit:payments}:grants       zset: command id -> when its token is due (ms), for the
+                                     last minute (a repeated take changes nothing); rate_take.lua
+    rs:{limit:payments}:log          list: the operator's changes (JSON: who, when, old, new),
+                                     the last 100; rate_set.lua
+    rs:{limits}:names                set: every limit a worker declared or an operator set
+                                     (``saga limits list`` starts here)
 
 The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 
@@ -215,13 +224,8 @@ class PartitionKeys:
 
     @property
     def timer_data(self) -> str:
-        """The hash of pending timers' signed events (another prefix, as :attr:`task_tokens`)."""
+        """The hash of pending timers' signed events: like :attr:`task_tokens`, the orchestrator's alone."""
         return _private(self.tag, "timerdata")
-
-    @property
-    def legacy_timer_data(self) -> str:
-        """Where releases before the private prefix kept :attr:`timer_data` (moved as timers fire)."""
-        return _key(self.tag, "timerdata")
 
     def by_status(self, status: str) -> str:
         """The index of sagas in ``status`` (score: when they last moved, or ended)."""
@@ -314,10 +318,9 @@ _key = functools.lru_cache(maxsize=4096)(tagged_key)
 """``tagged_key`` for a partition's fixed keys, built on every transition (cached)."""
 
 
-@functools.lru_cache(maxsize=4096)
 def _private(tag: str, *parts: str) -> str:
     """``rs:private:{tag}:…``: in ``tag``'s slot, but matched by no ``rs:{tag}:*`` pattern."""
-    return tagged_key(tag, *parts).replace("rs:{", "rs:private:{", 1)
+    return _key(tag, *parts).replace("rs:{", "rs:private:{", 1)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -406,6 +409,44 @@ class ContextKeys:
     def wait_indexes(self) -> str:
         """A pattern matching every key of every index of waits of the context."""
         return tagged_key(f"{self.context}:w:*", "*")
+
+
+LIMIT_NAMES: Final = tagged_key("limits", "names")
+"""The set of every rate limit declared or set (``saga limits list`` starts here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitKeys:
+    """The keys of one rate limit, under its own hash tag ``{limit:<name>}``.
+
+    Built with ``*`` for the name, they give the ACL pattern of every limit.
+    """
+
+    name: str
+
+    @property
+    def bucket(self) -> str:
+        """The bucket: its tokens, last refill and the operator's rate and burst."""
+        return tagged_key(f"limit:{self.name}", "bucket")
+
+    @property
+    def grants(self) -> str:
+        """Command id -> when its token is due, for the last minute."""
+        return tagged_key(f"limit:{self.name}", "grants")
+
+    @property
+    def log(self) -> str:
+        """The operator's changes, newest first."""
+        return tagged_key(f"limit:{self.name}", "log")
+
+    @property
+    def everything(self) -> str:
+        """A glob of every key of the limit (for ACL patterns)."""
+        return tagged_key(f"limit:{self.name}", "*")
+
+    def all(self) -> list[str]:
+        """The keys a take, a release or a change touches, in the scripts' order."""
+        return [self.bucket, self.grants, self.log]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ fields at their defaults left out (a pending record is an empty array).
 Left out as well, and put back on reading: an attempt's command id when it is the derived
 one (``derived_id(saga id, '<record key>:<kind>:<n>')``, what the decider makes); a step's
 output when it is one of its attempts' (its index instead); its timer when it is its last
-attempt's timeout or retry timer, which the decider names ``<saga id>:<key>:<kind>:<n>:<purpose>``
-(1 or 2 instead). A step's status, an attempt's kind and outcome are small integers
+attempt's timeout, retry or rate timer, which the decider names ``<saga id>:<key>:<kind>:<n>:<purpose>``
+(1, 2 or 3 instead). A step's status, an attempt's kind and outcome are small integers
 (:data:`STEP_STATUSES`, :data:`KINDS`, :data:`OUTCOMES`); the inputs and outputs stay the
 JSON the messages carried, a ``null`` as ``nil``. The saga hash's ``meta`` names the format.
 """
@@ -128,9 +128,9 @@ def _trimmed(values: list[object], defaults: tuple[object, ...]) -> list[object]
     return values
 
 
-_TIMERS: Final = ("timeout", "retry")
+_TIMERS: Final = ("timeout", "retry", "rate")
 """The purposes of the timers derivable from a step's last attempt
-(:func:`~saga.core.timer_ids.attempt_timer_id`), stored as their index + 1."""
+(:func:`~saga.core.timer_ids.attempt_timer_id`), stored as their index + 1 (append only)."""
 
 
 _step_decoder = msgspec.msgpack.Decoder(_Step)
@@ -196,6 +196,7 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
         for i, purpose in enumerate(_TIMERS, 1):
             if step.timer == attempt_timer_id(saga_id, key, last.kind, last.n, purpose):
                 timer = i
+                break
     status = _STATUS_CODES[step.status]
     if step.group is None and not (step.generation or step.seq or step.rewait):  # the most records
         if timer is not None:

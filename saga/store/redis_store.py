@@ -86,7 +86,7 @@ class RedisStore:
         """Fire every timer due at ``now_ms`` onto the partition's inbox (``fire_timers.lua``)."""
         due = [t for t in await self.timers(partition) if t.due_ms <= now_ms]
         call = FIRE_TIMERS.call(
-            [partition.timers, partition.timer_data, partition.inbox.key, partition.legacy_timer_data],
+            [partition.timers, partition.timer_data, partition.inbox.key],
             [now_ms, len(due), orchestrator_of(partition.context)],
         )
         (result,) = await run_batch(self.redis, [call])

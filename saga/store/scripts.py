@@ -36,9 +36,13 @@ ROUTE_EVENT: Final = Script.load(PACKAGE, "route_event")
 """Route an event to its waits, or buffer it (saga/store/wait_index.py)."""
 TASK_WRITE: Final = Script.load(PACKAGE, "task_write")
 """Apply one change to one human task (saga/store/tasks.py)."""
+RATE_TAKE: Final = Script.load(PACKAGE, "rate_take")
+"""Take (or give back) a rate limit's token for one command (saga/store/rates.py)."""
+RATE_SET: Final = Script.load(PACKAGE, "rate_set")
+"""Change a rate limit and record the change (saga/store/rates.py)."""
 
 SCRIPTS: Final = (
     TRANSITION, FIRE_TIMERS, PRUNE_ENDED, MIGRATE, REGISTER_SHAPE, WORKERS, SCHEDULE_WRITE,
-    WATCH_EVENT, ROUTE_EVENT, TASK_WRITE,
+    WATCH_EVENT, ROUTE_EVENT, TASK_WRITE, RATE_TAKE, RATE_SET,
 )  # fmt: skip
 """Every script above (a test checks it is every file of ``saga/store/lua/``)."""

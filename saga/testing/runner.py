@@ -50,6 +50,7 @@ from saga.core.model import (
 from saga.core.query import SagaQuery
 from saga.core.states import TERMINAL, SagaStatus
 from saga.core.tokens import Signer
+from saga.definition.rate import RateLimit
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga, Step
 from saga.definition.schedule import Schedule, ScheduleState
@@ -97,7 +98,7 @@ class SagaRunner:
     :class:`random.Random`) takes the queued commands and events in random order instead of
     first-in first-out, as concurrent workers may. ``start_time`` is the virtual clock's
     initial time. Human tasks: :attr:`tasks` (``authorize`` is the application's authorizer;
-    by default anyone may act).
+    by default anyone may act). ``limits``: rate limits, whose buckets the virtual clock fills.
     """
 
     def __init__(
@@ -109,10 +110,11 @@ class SagaRunner:
         config: EngineConfig | None = None,
         max_deliveries: int = 100_000,
         authorize: Authorizer = anyone,
+        limits: Iterable[RateLimit] = (),
     ) -> None:
         if not sagas:
             raise ValueError("SagaRunner needs at least one saga definition")
-        self.registry = Registry(sagas)
+        self.registry = Registry(sagas, limits=limits)
         self.config = config or EngineConfig()
         self.clock = FakeClock(int(start_time.timestamp() * 1000) if start_time else DEFAULT_START_MS)
         self.dispatched: list[tuple[str, Dispatch]] = []

@@ -38,6 +38,7 @@ from saga.store.codec import Loaded, migrated_revision
 from saga.store.keys import Partition, partition_of
 from saga.store.memory import MemoryStore, Saved, completed
 from saga.testing.runner_queue import CONSUMER, EventItem
+from saga.testing.runner_rates import MemoryBuckets
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,11 @@ class Sagas:
     carry: Callable[[Record, Decision, Event], None]
     """What the runner does with a committed decision's commands (its transport)."""
     records: dict[str, Record] = field(default_factory=dict)
+    rates: MemoryBuckets = field(init=False)
+    """The rate limits' buckets (the registry's limits), on the virtual clock."""
+
+    def __post_init__(self) -> None:
+        self.rates = MemoryBuckets(self.registry.limits, self.clock)
 
     def get(self, saga_id: str) -> Record:
         """The saga ``saga_id`` (:class:`~saga.SagaNotFound` if the runner has none)."""
@@ -145,6 +151,8 @@ class Sagas:
         decision: Decision,
         event: Event,
     ) -> None:
+        if self.rates.limits:
+            self.rates.gate(decision, None if before is None else before.state)
         result = completed(self.store.commit(partition, before, decision, event, now_ms=self.clock.now_ms()))
         saved = self.store.saved(partition, decision.state.id)
         if result.outcome != "ok" or saved is None:  # decided on the store's own copy: never stale

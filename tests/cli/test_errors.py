@@ -287,6 +287,7 @@ REDIS_FREE = {
     ("graph",),
     ("dlq",),
     ("epoch",),
+    ("limits",),
     ("tasks",),
     ("schedule",),
     ("versions",),

@@ -172,6 +172,8 @@ def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
         ("tasks", "release"): [task, "--by", "ann", *acting],
         ("tasks", "reassign"): [other, "--to", "user:ann", "--by", "lee", *acting],
         ("tasks", "complete"): [task, "--answer", '{"approved": true}', "--by", "ann", *acting],
+        ("limits", "set"): ["payments", "--rate", "50/s", "--burst", "10", "--app", APP_REF],
+        ("limits", "list"): ["--app", APP_REF],
         ("epoch", "show"): [],
         ("epoch", "accept"): ["--yes"],  # last: workers that see a new epoch stop
     }  # fmt: skip

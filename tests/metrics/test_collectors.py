@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import anyio
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import bus
+import bus._http
 from bus._metrics import stream_labels
 from bus.metrics import MetricsServer
 from redsaga.examples.contracts import Line, Order
@@ -102,13 +105,40 @@ async def test_the_metrics_port_answers_get_and_head_and_refuses_the_rest() -> N
         got = await raw(port, b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert got.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4")
         assert got.endswith(b"\r\n\r\nredsaga_redis_up 1.0\n")
-        assert (await raw(port, b"GET /readyz HTTP/1.1\r\n\r\n")).endswith(b"\r\n\r\nnot yet\nreally\n")
+        ready_answer = await raw(port, b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert ready_answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert ready_answer.endswith(b"\r\n\r\nnot yet\nreally\n")
         head = await raw(port, b"HEAD /healthz HTTP/1.0\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 OK")
-        assert head.endswith(b"Content-Length: 3\r\nConnection: close\r\n\r\n")
-        assert (await raw(port, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405 ")
+        assert b"Content-Length: 3\r\n" in head
+        assert head.endswith(b"Connection: close\r\n\r\n")  # the length of a body not sent
+        assert (await raw(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.1 405 ")
+        assert (await raw(port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.1 404 ")
+        assert (await raw(port, b"GET /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400 ")  # no Host
         assert (await raw(port, b"\x16\x03\x01 nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
-        assert (await raw(port, b"GET /" + b"a" * 20_000)).startswith(b"HTTP/1.1 400 ")
+        assert (await raw(port, b"GET /" + b"a" * 20_000)).startswith(b"HTTP/1.1 431 ")
+        tg.cancel_scope.cancel()
+
+
+async def test_the_metrics_port_drops_a_request_head_that_never_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends a head byte by byte and never finishes it is answered 408 and closed."""
+    monkeypatch.setattr(bus._http, "HEAD_TIMEOUT_S", 0.2)
+
+    async def nothing() -> bytes:
+        return b""
+
+    async def ready() -> list[str]:
+        return []
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(MetricsServer(nothing, ready).serve)
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # no blank line: never ends
+            answer = b""
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    answer += await stream.receive()
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
         tg.cancel_scope.cancel()
 
 

@@ -15,6 +15,7 @@ from tests.security.test_attacks import ORDER, ORDERS, World, refused, world
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 __all__ = ["world"]
+LEGACY = "rs:{orders:0}:timerdata"  # where an earlier release kept the partition's timer data
 
 
 async def test_the_operator_reads_no_pending_timers_signed_firing(world: World) -> None:
@@ -37,12 +38,12 @@ async def test_timer_data_an_earlier_release_left_public_is_moved_and_fires(worl
     assert timer_id is not None
     stored = await admin.hget(ORDERS.timer_data, timer_id)
     await admin.delete(ORDERS.timer_data)  # as an earlier release stored it, with a leftover
-    await admin.hset(ORDERS.legacy_timer_data, mapping={timer_id: stored, "o-gone:x:do:1:timeout": b"1:x[]"})
+    await admin.hset(LEGACY, mapping={timer_id: stored, "o-gone:x:do:1:timeout": b"1:x[]"})
     await admin.zadd(ORDERS.timers, {timer_id: 0})  # due now
     orchestrator = world.users.client("redsaga.orders")  # the timers' firing is its own
     fired = await fire_round(orchestrator, [ORDERS], world.workers["redsaga.orders"].clock, 10)
     assert fired.fired == 1
-    assert not await admin.exists(ORDERS.legacy_timer_data)
+    assert not await admin.exists(LEGACY)
     assert not await admin.exists(ORDERS.timer_data)  # fired; the cancelled timer's leftover dropped
     await world.step("redsaga.orders")
     assert (await world.state()).steps["reserve_stock"].attempts[-1].error is not None  # timed out
