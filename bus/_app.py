@@ -65,6 +65,8 @@ class Subscription:
         audience: Whose MAC the entries carry: the ``principal`` itself for a command
             stream, ``stream:<key>`` for a broadcast stream (see ``bus/_auth.py``).
         senders: The principals that may write the stream (``None``: any that signs).
+        bounded_letters: Whether each principal's dead letters are bounded per window
+            (``BusConfig.letter_quota``): for a stream that many principals write.
 
     """
 
@@ -77,6 +79,7 @@ class Subscription:
     audience: str
     senders: frozenset[str] | None = None
     routes: dict[str | None, Route] = field(default_factory=dict)
+    bounded_letters: bool = False
 
     def route_for(self, type_name: str) -> Route | None:
         """The route for ``type_name``, else the catch-all route, else ``None``."""
@@ -122,6 +125,7 @@ class Bus:
         batch: bool = False,
         principal: str | None = None,
         senders: Iterable[str] | None = None,
+        bounded_letters: bool = False,
     ) -> Callable[[F], F]:
         """Register a command handler for ``message`` on ``stream``.
 
@@ -142,7 +146,9 @@ class Bus:
 
         With signing on (``bus/_auth.py``), entries must be signed for ``principal`` (the
         bus's by default), and by one of ``senders`` when given; replies are signed by
-        ``principal`` for whoever signed the command.
+        ``principal`` for whoever signed the command. With ``bounded_letters``, each
+        principal's dead letters are bounded per window (``BusConfig.letter_quota``): for a
+        stream many principals write, such as a saga inbox.
         """
         who = principal or self.principal
 
@@ -159,6 +165,7 @@ class Bus:
                 principal=who,
                 audience=who,
                 senders=senders,
+                bounded_letters=bounded_letters,
             )
             return function
 
@@ -216,6 +223,7 @@ class Bus:
         audience: str,
         senders: Iterable[str] | None,
         batch: bool = False,
+        bounded_letters: bool = False,
     ) -> None:
         name = getattr(function, "__qualname__", repr(function))
         handler = _batch_handler(function, name) if batch else traced(_normalise(function, name))
@@ -233,6 +241,7 @@ class Bus:
             raise DefinitionError(
                 f"{name}: group {group!r} on {stream} is already declared with other options",
             )
+        subscription.bounded_letters |= bounded_letters
         for message_class in classes:
             type_name = None if message_class is None else message_type(message_class)
             if type_name in subscription.routes:

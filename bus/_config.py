@@ -84,6 +84,11 @@ class BusConfig:
         epoch_check_ms: How often a running worker checks that Redis still holds its data
             (the ``rs:epoch`` key, see ``bus/_epoch.py``); it also checks before recreating
             a vanished consumer group. ``None`` turns the check off.
+        letter_quota: On a stream that many principals write (a saga inbox), the most
+            dead letters kept per principal (the checked signer; ``unverified`` for entries
+            refused before a signature was checked) in each ``letter_window_ms``; past it,
+            one letter says so and the rest are counted, not kept (``lua/fail.lua``).
+        letter_window_ms: The window of ``letter_quota``.
 
     """
 
@@ -111,6 +116,8 @@ class BusConfig:
     replica_acks: int = 0
     replica_ack_timeout_ms: int = 1_000
     epoch_check_ms: int | None = 5_000
+    letter_quota: int = 1_000
+    letter_window_ms: int = 60_000
 
     def __post_init__(self) -> None:
         positive = {
@@ -123,6 +130,8 @@ class BusConfig:
             "max_payload_bytes": self.max_payload_bytes,
             "max_fields": self.max_fields,
             "epoch_check_ms": 1 if self.epoch_check_ms is None else self.epoch_check_ms,
+            "letter_quota": self.letter_quota,
+            "letter_window_ms": self.letter_window_ms,
         }
         for name, value in positive.items():
             if value <= 0:

@@ -64,6 +64,10 @@ _log = get_logger("redsaga.bus")
 _PERMANENT = (PermanentError, MalformedEntry, PayloadTooLarge, Unauthenticated)
 GROUP_RECREATED = "group_recreated"
 LEASE_LOST = "lease_lost"
+LETTERS_OVER_QUOTA = "letters_over_quota"
+"""Dead letters counted, not kept: their principal was past ``BusConfig.letter_quota``."""
+UNVERIFIED = "unverified"
+"""Whose letters entries refused before their signature was checked count against."""
 
 
 @dataclass(slots=True)
@@ -399,6 +403,7 @@ class GroupConsumer:
             reason=f"permanent failure: {error}",
             delay_ms=delay,
             config=config,
+            quota=(delivery.principal or UNVERIFIED) if self.sub.bounded_letters else "",
         )
         self._settle(delivery.entry_id, call, "failure recorded")
 
@@ -414,6 +419,7 @@ class GroupConsumer:
             reason=reason,
             config=self.rt.config,
             envelope=envelope,
+            quota=UNVERIFIED if self.sub.bounded_letters else "",
         )
         self.inflight[entry_id] = None
         self._settle(entry_id, call, "dead-lettered")
@@ -429,6 +435,10 @@ class GroupConsumer:
     def _settled(self, entry_id: str, outcome: Any, what: str) -> None:
         if outcome in (b"lost", [0]):
             self.log.warning("outcome refused: the lease was taken over", outcome=what, entry=entry_id)
+        elif outcome == b"over":  # a log line per quota's worth of them, not per entry
+            self.rt.incidents[LETTERS_OVER_QUOTA] += 1
+            if (over := self.rt.incidents[LETTERS_OVER_QUOTA]) % self.rt.config.letter_quota in (0, 1):
+                self.log.warning("dead letters over their principal's quota: counted, not kept", count=over)
         elif isinstance(outcome, GroupMissing):
             self.log.error(
                 "outcome not recorded: the group vanished; the entry is delivered again once "

@@ -132,7 +132,8 @@ LEASE_LOSSES = MetricSpec(
 INCIDENTS = MetricSpec(
     "redsaga_incidents_total",
     "counter",
-    "Operator faults this worker met and repaired: group_recreated, entry_lost, unauthenticated.",
+    "Operator faults this worker met and repaired: group_recreated, entry_lost, unauthenticated, "
+    "letters_over_quota (dead letters counted, not kept: a principal past BusConfig.letter_quota).",
     ("kind",),
 )
 QUEUE_WAIT = MetricSpec(

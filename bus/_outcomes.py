@@ -142,6 +142,7 @@ def fail_call(
     reason: str,
     delay_ms: int,
     config: BusConfig,
+    quota: str = "",
 ) -> ScriptCall:
     """Schedule a redelivery or dead-letter the entry with its context; see ``lua/fail.lua``."""
     return dead_letter_call(
@@ -156,6 +157,7 @@ def fail_call(
         config=config,
         marker=delivery.dedupe_key,
         envelope=delivery.envelope,
+        quota=quota,
     )
 
 
@@ -172,8 +174,12 @@ def dead_letter_call(
     delay_ms: int = 0,
     marker: str | None = None,
     envelope: Envelope | None = None,
+    quota: str = "",
 ) -> ScriptCall:
-    """The fail call for an entry that may not even decode (``envelope`` is then ``None``)."""
+    """The fail call for an entry that may not even decode (``envelope`` is then ``None``).
+
+    ``quota``: whose dead letters it counts against (``BusConfig.letter_quota``); ``""``: none.
+    """
     context: list[Arg] = []
     if envelope is not None:
         context = [
@@ -204,6 +210,9 @@ def dead_letter_call(
         config.dlq_field_cap_bytes,
         config.max_fields,
         stream.dlq_key,
+        quota,
+        config.letter_quota,
+        config.letter_window_ms,
         *context,
     ]
     return FAIL.call(keys, args)

@@ -8,7 +8,14 @@
 -- ARGV[6]  reason (why it is dead, when it is)   ARGV[7]  redelivery delay, ms
 -- ARGV[8]  lease, ms    ARGV[9]  delivery limit  ARGV[10] raw field cap, bytes
 -- ARGV[11] most raw fields copied                ARGV[12] rs:{tag}:dlq (the dead-letter stream)
--- ARGV[13…] context field, value, … for the DLQ
+-- ARGV[13] whose letter it counts against ('': no quota)   ARGV[14] most letters per window
+-- ARGV[15] the window, ms
+-- ARGV[16…] context field, value, … for the DLQ
+--
+-- A quota bounds what one principal can make a stream that many write (a saga inbox) store:
+-- letters are counted per principal in '<dlq>:quota:<window number>' (a hash, same slot,
+-- gone after two windows); past the quota one letter says so, and the rest are acknowledged
+-- and counted there, not kept. Returns 'over' for those.
 --
 -- The dead-letter stream is an argument, not a key, so that a participant's ACL user may
 -- hold it write-only (%W~: it adds letters and cannot read or delete them); same slot.
@@ -63,7 +70,26 @@ local letter = {
   'deliveries', deliveries, 'reason', reason, 'errors', cjson.encode(history.errors),
   'first_failed_ms', history.first, 'last_failed_ms', now,
 }
-for i = 13, #ARGV, 2 do
+if ARGV[13] ~= '' then
+  local window = tonumber(ARGV[15])
+  local tally = ARGV[12] .. ':quota:' .. math.floor(now / window)
+  local count = redis.call('HINCRBY', tally, ARGV[13], 1)
+  if count == 1 then
+    redis.call('PEXPIRE', tally, 2 * window)
+  end
+  if count > tonumber(ARGV[14]) then
+    if count == tonumber(ARGV[14]) + 1 then
+      redis.call('XADD', ARGV[12], '*', 'stream', stream, 'entry', id, 'group', group,
+        'consumer', consumer, 'reason', 'dead-letter quota of ' .. ARGV[14] .. ' per ' .. window
+        .. ' ms reached by ' .. ARGV[13] .. ': its further letters in this window are counted in '
+        .. tally .. ', not kept', 'principal', ARGV[13], 'last_failed_ms', now)
+    end
+    redis.call('XACK', stream, group, id)
+    redis.call('HDEL', KEYS[2], id)
+    return 'over'
+  end
+end
+for i = 16, #ARGV, 2 do
   letter[#letter + 1] = ARGV[i]
   letter[#letter + 1] = ARGV[i + 1]
 end

@@ -16,3 +16,13 @@ def attempt_timer_id(saga_id: str, step: str, kind: str, attempt: int, purpose: 
 def deadline_timer_id(saga_id: str) -> str:
     """The id of a saga's deadline timer."""
     return f"{saga_id}:deadline"
+
+
+def attempt_of_timer(saga_id: str, timer_id: str) -> tuple[str, str, int, str] | None:
+    """``(step, kind, attempt, purpose)`` of an :func:`attempt_timer_id` of ``saga_id`` (else ``None``)."""
+    prefix = saga_id + ":"
+    parts = timer_id.removeprefix(prefix).rsplit(":", 3)
+    if not timer_id.startswith(prefix) or len(parts) != 4 or not parts[2].isdigit():
+        return None
+    step, kind, attempt, purpose = parts
+    return step, kind, int(attempt), purpose

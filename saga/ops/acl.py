@@ -29,9 +29,10 @@ same way, so neither needs to write a saga::
     <prefix>.relay                  add outbox rows to the inboxes (and to     read them
                                     --relay-stream streams); read rs:epoch
     <prefix>.operator               read every key of the app's contexts but   write anything, read the
-                                    the context's secrets, and its rate        signal secret or a human
-                                    limits' buckets and changes                task's resume token,
-                                                                               change a rate limit
+                                    the context's secrets, and its rate        signal secret, a human
+                                    limits' buckets and changes                task's resume token or a
+                                                                               pending timer's signed
+                                                                               firing, change a rate limit
 
 Operator **writes** (cancel, retry, force-complete, dlq requeue|purge, versions drain|...,
 limits set) run as the context's orchestrator user, signed with an operator's keyring. The built-in
@@ -243,6 +244,7 @@ def _orchestrator(
     own = ContextKeys(name)
     keys = [
         *_partition_keys(context, _EVERYTHING), *_partition_keys(context, _TASK_TOKENS),
+        *_partition_keys(context, _TIMER_DATA),
         "~" + own.wait_indexes, "~" + own.schedules.everything, "~" + own.meta, "~" + own.versions,
         "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
     ]  # fmt: skip
@@ -438,6 +440,8 @@ _TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")
 _TASK_LOGS: Final[Pattern] = methodcaller("task_log", "*")
 _TASK_TOKENS: Final[Pattern] = attrgetter("task_tokens")
 """Open tasks' resume tokens: outside ``_EVERYTHING``, so the operator's patterns miss them."""
+_TIMER_DATA: Final[Pattern] = attrgetter("timer_data")
+"""Pending timers' signed firings: outside ``_EVERYTHING`` too, for the orchestrator alone."""
 
 
 def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:

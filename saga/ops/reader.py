@@ -24,6 +24,7 @@ from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, replay_history
 from saga.core.states import SagaStatus
 from saga.core.task_rules import Task, TaskLog
+from saga.core.timer_ids import attempt_of_timer
 from saga.core.tokens import Signer
 from saga.definition.human_tasks import ANSWER_SUFFIX
 from saga.definition.registry import Registry
@@ -43,7 +44,6 @@ from saga.runtime.config import EngineConfig
 from saga.runtime.tasks import task_id_of
 from saga.store.branches import decode_branches, read_together
 from saga.store.codec import decode_state
-from saga.store.commit import TimerTemplate
 from saga.store.history import read_history
 from saga.store.keys import Partition, PartitionKeys, partition_of
 from saga.store.tasks import RedisTaskStore
@@ -423,26 +423,30 @@ class SagaReader:
         return await RedisTaskStore(self.redis).log(partition, saga_id)
 
     async def _timers(self, partition: Partition, state: SagaState, now_ms: int) -> builtins.list[TimerView]:
+        """The saga's pending attempt timers, from their ids and due times.
+
+        Their signed firings are kept from the operator (``saga/store/keys.py``).
+        """
         ids = [s.timer for s in [*state.steps.values(), *state.branches.values()] if s.timer]
-        views = []
         with redis_errors():
-            for timer_id in ids:
-                due = await self.redis.zscore(partition.timers, timer_id)
-                data = await self.redis.hget(partition.timer_data, timer_id)
-                if data is None:
-                    continue  # fired already: the event is in the inbox
-                _, template = TimerTemplate.parse(data)
-                views.append(
-                    TimerView(
-                        timer_id=timer_id,
-                        purpose=template.purpose,
-                        step=template.step,
-                        kind=template.kind,
-                        attempt=template.attempt,
-                        due_ms=int(due) if due is not None else None,
-                        due_in_ms=int(due) - now_ms if due is not None else None,
-                    )
+            due = await self.redis.zmscore(partition.timers, ids) if ids else []
+        views = []
+        for timer_id, score in zip(ids, due, strict=True):
+            parsed = attempt_of_timer(state.id, timer_id)
+            if score is None or parsed is None:
+                continue  # fired already: the event is in the inbox
+            step, kind, attempt, purpose = parsed
+            views.append(
+                TimerView(
+                    timer_id=timer_id,
+                    purpose=purpose,
+                    step=step,
+                    kind=kind,
+                    attempt=attempt,
+                    due_ms=int(score),
+                    due_in_ms=int(score) - now_ms,
                 )
+            )
         return views
 
     def _contexts(self, context: str | None) -> builtins.list[Context]:

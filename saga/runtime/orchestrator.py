@@ -56,6 +56,7 @@ from saga.runtime.protocol import START, signal_token, to_event
 from saga.runtime.rate_gate import RateGate
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
+from saga.runtime.signal_checks import check_task_path
 from saga.runtime.start_requests import StartPlanner, refuse_start
 from saga.runtime.start_verdict import Refusal, RefusalKind
 from saga.runtime.tracing import transition_span
@@ -164,7 +165,13 @@ class Orchestrator:
         me, only_me = self.principal, [self.principal]
         for partition in self.partitions:
             inbox = bus.handler(
-                partition.inbox, None, group=GROUP, idempotent=False, batch=True, principal=me
+                partition.inbox,
+                None,
+                group=GROUP,
+                idempotent=False,
+                batch=True,
+                principal=me,
+                bounded_letters=True,  # every principal writes it: a flood is bounded, not stored
             )
             inbox(self.on_inbox_batch)
             local = bus.handler(
@@ -393,6 +400,7 @@ class Orchestrator:
         event = credited(event, delivery.principal)
         if isinstance(event, SignalReceived):
             await self._check_token(envelope, event, loaded.state)
+            await check_task_path(self.redis, loaded.state, event.step, event.n, envelope)
         event = accepted(definition, event, envelope)
         signer = await self.signer() if definition.takes_signals else None
         decision = decide(definition, loaded.state, event, signer=signer)

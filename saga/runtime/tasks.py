@@ -162,7 +162,7 @@ class TaskEngine:
         task, found = change.task, []
         partition = Partition(task.context, task.partition)
         for n, out in enumerate(change.outgoing):
-            common: dict[str, Any] = {"id": derived_id(task.id, f"{task.rev}:{n}"), "source": self.source}
+            common: dict[str, Any] = {"id": message_id(task, n), "source": self.source}
             if out.kind == "signal":
                 delivery = SignalDelivery(
                     step=f"{task.step}.answer", n=task.n, data=out.data, by=out.by, token=task.token
@@ -268,6 +268,11 @@ def task_participant(engine: TaskEngine, contexts: Collection[str]) -> Participa
     participant.handles(OpenTask)(engine.open)
     participant.handles(WithdrawTask)(engine.withdraw)
     return participant
+
+
+def message_id(task: Task, n: int) -> str:
+    """The id of the ``n``-th message the write that made ``task`` (at its revision) sends."""
+    return derived_id(task.id, f"{task.rev}:{n}")
 
 
 class TaskClient:

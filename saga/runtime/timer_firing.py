@@ -49,7 +49,10 @@ async def fire_round(redis: Any, partitions: Sequence[Partition], clock: Clock, 
     while pending:
         now = clock.script_now_ms()
         calls = [
-            FIRE_TIMERS.call([p.timers, p.timer_data, p.inbox.key], [now, batch, orchestrator_of(p.context)])
+            FIRE_TIMERS.call(
+                [p.timers, p.timer_data, p.inbox.key],
+                [now, batch, orchestrator_of(p.context)],
+            )
             for p in pending
         ]
         full = []

@@ -26,7 +26,7 @@ tag ``{<context>:<partition>}``, so each transition is one single-slot script
                                      cmd:_waits: event-wait registrations, cmd:_child: child
                                      sagas to start or cancel); transition.lua
     rs:{orders:0}:timers             zset: timer id -> due time (ms); transition.lua, fire_timers.lua
-    rs:{orders:0}:timerdata          hash: timer id -> '<len>:<saga id><event JSON>'; same
+    rs:private:{orders:0}:timerdata  hash: timer id -> '<len>:<saga id><MAC><event JSON>'; same, private
     rs:{orders:0}:idx:<status>       zset: saga id -> when it last moved (an ended saga: when it
                                      ended); the unfinished statuses' indexes together are the
                                      sagas in flight, by staleness (``saga list --stuck-for``);
@@ -224,8 +224,8 @@ class PartitionKeys:
 
     @property
     def timer_data(self) -> str:
-        """The hash of pending timers' events."""
-        return _key(self.tag, "timerdata")
+        """The hash of pending timers' signed events: like :attr:`task_tokens`, the orchestrator's alone."""
+        return _private(self.tag, "timerdata")
 
     def by_status(self, status: str) -> str:
         """The index of sagas in ``status`` (score: when they last moved, or ended)."""
@@ -320,7 +320,7 @@ _key = functools.lru_cache(maxsize=4096)(tagged_key)
 
 def _private(tag: str, *parts: str) -> str:
     """``rs:private:{tag}:…``: in ``tag``'s slot, but matched by no ``rs:{tag}:*`` pattern."""
-    return tagged_key(tag, *parts).replace("rs:{", "rs:private:{", 1)
+    return _key(tag, *parts).replace("rs:{", "rs:private:{", 1)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -3,6 +3,10 @@
 -- KEYS[1] timers zset    KEYS[2] timer data hash: timer id -> '<len>:<saga id><event JSON>',
 --         or with '<len>:<k mac>' (the entry's signature) between them
 -- KEYS[3] inbox stream
+--
+-- KEYS[2] is 'rs:private:{tag}:timerdata'; an earlier release kept it at 'rs:{tag}:timerdata'
+-- (same slot, derived here): what that still holds for a timer still pending is moved into
+-- KEYS[2] first (one EXISTS a batch once it is gone; a cancelled timer's leftover is dropped).
 -- ARGV[1] now in ms, or -1 for the Redis clock      ARGV[2] most timers to fire
 -- ARGV[3] the principal that signed the timers (the context's orchestrator): the entries' p
 --
@@ -36,6 +40,18 @@ local function packed_envelope(id, at, corr, signer, k, mac)
   return string.char(0x9e, 0x03) .. str(id) .. str('TimerFired') .. string.char(0xcf, unpack(ms))
     .. string.char(0xa0) .. str(corr) .. string.char(0xa0, 0xa0, 0xa0, 0x01, 0x80) .. str(signer)
     .. str(k) .. string.char(0xc4, #mac) .. mac
+end
+
+local legacy = string.gsub(KEYS[2], '^rs:private:{', 'rs:{')
+if legacy ~= KEYS[2] and redis.call('EXISTS', legacy) == 1 then
+  local old = redis.call('HGETALL', legacy)
+  for i = 1, #old, 2 do
+    local owner = string.gsub(old[i], ':c$', '')  -- the first layout's '<timer id>:c' field
+    if redis.call('ZSCORE', KEYS[1], owner) then
+      redis.call('HSETNX', KEYS[2], old[i], old[i + 1])
+    end
+  end
+  redis.call('DEL', legacy)
 end
 
 local now = clock_ms(ARGV[1])
