@@ -21,6 +21,7 @@ class Registry:
         self.limits = Limits(limits)
         self._by_key: dict[tuple[str, int], Saga[Any]] = {}
         self.contexts: dict[str, Context] = {}
+        self._children: dict[str, frozenset[str]] = {}
         for definition in sagas:
             definition.validate()
             key = (definition.name, definition.version)
@@ -54,6 +55,23 @@ class Registry:
         if not versions:
             raise UnknownDefinition(f"no definition named {name!r} is registered here")
         return max(versions, key=lambda d: d.version)
+
+    def child_contexts(self, context: str) -> frozenset[str]:
+        """The other contexts the child steps of ``context``'s sagas run in.
+
+        Worked out once per context (the registry does not change): every signed entry's
+        check asks (``saga.store.trust.authorize``).
+        """
+        found = self._children.get(context)
+        if found is None:
+            found = self._children[context] = frozenset(
+                step.child.definition.context.name
+                for parent in self._by_key.values()
+                if parent.context.name == context
+                for step in [*parent.steps, *parent.branch_steps()]
+                if step.child is not None and step.child.definition.context.name != context
+            )
+        return found
 
     def context(self, name: str | None) -> Context:
         """The context ``name``, or the only one when ``name`` is ``None``."""

@@ -79,7 +79,7 @@ class StartPlanner:
             event,
             envelope,
             delivery.principal,
-            self.registry,
+            self.registry.child_contexts(self.context),
         )
         if loaded is not None:
             existing = loaded.state

@@ -30,7 +30,6 @@ nothing changed); in ``log`` mode the refusal is reported and the entry goes on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -124,18 +123,18 @@ def authorize(  # noqa: PLR0917 - called twice, by the orchestrator
     event: Event,
     envelope: Envelope,
     signer: str,
-    definitions: Iterable[Saga[Any]] = (),
+    children: frozenset[str] = frozenset(),
 ) -> None:
     """Refuse ``event`` (from ``envelope``, signed by ``signer``) unless its signer may send it.
 
-    ``definitions`` are those the orchestrator knows: the contexts their child steps run in
-    may report their children's ends here, never start or cancel a saga here. Raises
-    :class:`bus.Unauthenticated` in ``require`` mode, logs in ``log`` mode; with signing off
-    nothing is checked.
+    ``children`` are the contexts the child steps of ``context``'s sagas run in
+    (``Registry.child_contexts``): they may report their children's ends here, never start
+    or cancel a saga here. Raises :class:`bus.Unauthenticated` in ``require`` mode, logs in
+    ``log`` mode; with signing off nothing is checked.
     """
     if not auth.enabled:
         return
-    allowed = allowed_senders(context, definition, state, event, child_contexts(definitions, context))
+    allowed = allowed_senders(context, definition, state, event, children)
     if allowed is None or _matches(signer, allowed):
         return
     reason = (
@@ -187,17 +186,6 @@ def check_fresh(
 
 def _matches(signer: str, allowed: set[str]) -> bool:
     return bool(signer) and (signer in allowed or "*" in allowed or f"{role_of(signer)}:*" in allowed)
-
-
-def child_contexts(definitions: Iterable[Saga[Any]], context: str) -> frozenset[str]:
-    """The other contexts the child steps of ``context``'s sagas among ``definitions`` run in."""
-    return frozenset(
-        step.child.definition.context.name
-        for parent in definitions
-        if parent.context.name == context
-        for step in [*parent.steps, *parent.branch_steps()]
-        if step.child is not None and step.child.definition.context.name != context
-    )
 
 
 _REQUESTERS: Final = frozenset({"client:*", "operator:*"})

@@ -28,6 +28,7 @@ from saga import (
 )
 from saga.errors import UnknownDefinition
 from saga.testing import SagaRunner
+from tests.saga import compose_sagas as sagas
 
 
 class Data(msgspec.Struct):
@@ -438,3 +439,11 @@ def test_a_builder_that_returns_no_command_fails_its_step_at_run_time() -> None:
     assert attempt.outcome == "permanent"
     assert attempt.error is not None
     assert "returns_junk.junk: the builder returned str, not command(...)" in attempt.error
+
+
+def test_a_registry_names_the_contexts_a_contexts_children_run_in() -> None:
+    registry = Registry([sagas.parent, sagas.invoicing, sagas.fan])
+    assert registry.child_contexts(sagas.CONTEXT) == frozenset({"billing"})
+    assert registry.child_contexts("billing") == frozenset()
+    assert registry.child_contexts("elsewhere") == frozenset()
+    assert registry.child_contexts(sagas.CONTEXT) is registry.child_contexts(sagas.CONTEXT)  # worked out once
