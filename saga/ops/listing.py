@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -27,6 +27,9 @@ from saga.errors import InvalidInput
 from saga.store.codec import decode_meta
 from saga.store.keys import Partition
 from saga.store.records import decode_timer
+
+if TYPE_CHECKING:
+    from saga.ops.stats import SagaCount  # stats reads this module: a name for types only
 
 _WINDOW: Final = 200
 _MOVING: Final = tuple(s for s in SagaStatus if not s.terminal and s != SagaStatus.SUSPENDED)
@@ -155,6 +158,10 @@ class Query:
     def accepts(self, row: SagaRow) -> bool:
         """Whether a candidate from the indexes matches every filter."""
         return self.id_contains in row.id and self.accepts_count(row.definition, row.version, row.status)
+
+    def matching(self, counts: Sequence[SagaCount]) -> list[SagaCount]:
+        """The counters (per definition, version and status) this query's filters keep."""
+        return [c for c in counts if self.accepts_count(c.definition, c.version, c.status)]
 
     def score_range(self, now_ms: int) -> tuple[float, float]:
         """The index scores this query reads: its time range, and the stuck cutoff."""

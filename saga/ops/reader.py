@@ -192,7 +192,7 @@ class SagaReader:
             newest_first=newest_first,
             id_contains=id_contains,
         )
-        total = _total(counts, query) if query.counted else None
+        total = sum(c.count for c in query.matching(counts)) if query.counted else None
         return await list_sagas(
             self.redis, partitions, query, now_ms=await self.now_ms(), offset=offset, limit=limit, total=total
         )
@@ -213,7 +213,7 @@ class SagaReader:
         """
         query, partitions, counts = await self._counted(status, definition, version, context, stuck_for_ms)
         if stuck_for_ms is None:
-            kept = [c for c in counts if query.accepts_count(c.definition, c.version, c.status)]
+            kept = query.matching(counts)
             return SagaTally(total=sum(c.count for c in kept), counts=kept)
         rows, waiting = await matching_rows(self.redis, partitions, query, now_ms=await self.now_ms())
         grouped: dict[tuple[str, int, SagaStatus], int] = {}
@@ -495,7 +495,3 @@ class SagaReader:
         known = {*self.catalogue.names(), *(c.definition for c in counts)}
         if definition is not None and definition not in known:
             raise UnknownDefinition(f"no definition named {definition!r} (known: {', '.join(sorted(known))})")
-
-
-def _total(counts: Sequence[SagaCount], query: Query) -> int:
-    return sum(c.count for c in counts if query.accepts_count(c.definition, c.version, c.status))
