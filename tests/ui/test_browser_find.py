@@ -111,6 +111,21 @@ def test_newest_first_and_the_time_range_narrow_the_list(page: Page, demo: Demo)
     )
 
 
+def test_a_from_to_range_in_utc_keeps_the_sagas_that_moved_inside_it(page: Page, demo: Demo) -> None:
+    page.goto("/?status=completed&status=compensated&sort=newest")
+    column = page.locator("table.sagas tbody tr td:nth-child(7) time")
+    moved = column.evaluate_all("times => times.map(t => t.getAttribute('datetime'))")
+    middle = moved[len(moved) // 2]
+    page.get_by_label("to", exact=True).fill(middle)
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"to=\d{4}-"))
+    kept = column.evaluate_all("times => times.map(t => t.getAttribute('datetime'))")
+    assert kept == [when for when in moved if when <= middle]
+    page.get_by_label("from", exact=True).fill(moved[0])
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator(".error-message")).to_contain_text("the time range ends before it begins")
+
+
 def test_rows_show_start_duration_and_local_time_beside_utc(
     browser: object, base_url: str, demo: Demo
 ) -> None:

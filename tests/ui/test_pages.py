@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from html.parser import HTMLParser
 
 import httpx
@@ -144,9 +145,24 @@ async def test_the_list_is_paged_with_its_filters_kept(ui: Ui) -> None:
     assert not set(second) & set(_SagaLinks.of(first))
 
 
+async def test_the_list_filters_by_a_time_range_in_utc_or_with_an_offset(ui: Ui) -> None:
+    # every saga of the scenario last moved about two hours ago, by its clock
+    everything = sorted([*ui.ids.values(), MARKUP])
+    now = datetime.now(UTC)
+    hour_ago = (now - timedelta(hours=1)).replace(tzinfo=None).isoformat(timespec="minutes")
+    east = (now - timedelta(hours=3)).astimezone(timezone(timedelta(hours=2))).isoformat(timespec="minutes")
+    assert await ui.listed(f"?from={hour_ago}") == []
+    assert sorted(await ui.listed(f"?to={hour_ago}")) == everything
+    assert sorted(await ui.listed(f"?from={east.replace('+', '%2B')}&to={hour_ago}")) == everything
+    assert await ui.listed(f"?to={east.replace('+', '%2B')}") == []
+    assert f"to={hour_ago.replace(':', '%3A')}" in await ui.page(f"/?to={hour_ago}&limit=1")  # kept by paging
+
+
 @pytest.mark.parametrize(
     ("query", "says"),
     [
+        ("?from=yesterday", "from must be a time like 2026-12-04T18:30"),
+        ("?from=2026-12-04T18:00&to=2026-12-04T17:00", "the time range ends before it begins"),
         ("?version=x", "version must be a whole number, not &#39;x&#39;"),
         ("?stuck_for=soon", "stuck for: &#39;soon&#39; is not a duration"),
         ("?status=asleep", "unknown status in [&#39;asleep&#39;]"),

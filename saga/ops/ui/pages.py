@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -36,6 +37,9 @@ class Filters:
         context: Only this bounded context (empty: every registered one).
         search: Only sagas whose id (the business key it was started under) holds this text.
         within: Only sagas that moved (or ended) within this long (``15m``, ``1d``; empty: any).
+        moved_from: Only sagas that moved (or ended) at or after this ISO 8601 time (UTC
+            unless it gives an offset; empty: any).
+        moved_to: Only sagas that moved (or ended) at or before this ISO 8601 time.
         sort: ``stalest`` (least recently moved first) or ``newest``.
         offset: Sagas to skip (the page).
         limit: Sagas per page.
@@ -49,6 +53,8 @@ class Filters:
     context: str = ""
     search: str = ""
     within: str = ""
+    moved_from: str = ""
+    moved_to: str = ""
     sort: str = "stalest"
     offset: int = 0
     limit: int = PAGE
@@ -64,6 +70,8 @@ class Filters:
             context=params.get("context", "").strip(),
             search=params.get("q", "").strip(),
             within=params.get("within", "").strip(),
+            moved_from=params.get("from", "").strip(),
+            moved_to=params.get("to", "").strip(),
             sort=params.get("sort", "stalest").strip() or "stalest",
             offset=_whole(params.get("offset", "0"), "offset", 0, None),
             limit=_whole(params.get("limit", str(PAGE)), "limit", 1, MAX_LIMIT),
@@ -75,15 +83,27 @@ class Filters:
         """The filters as :meth:`saga.SagaAdmin.list` takes them at ``now_ms`` (paging left out)."""
         if self.sort not in SORTS:
             raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, not {self.sort!r}")
+        after = [
+            bound
+            for bound in (
+                None if not self.within else now_ms - (_duration(self.within, "moved within") or 0),
+                _instant(self.moved_from, "from"),
+            )
+            if bound is not None
+        ]
+        before = _instant(self.moved_to, "to")
+        if after and before is not None and max(after) > before:
+            raise InvalidInput(
+                "the time range ends before it begins: make 'to' later than 'from' and 'moved within'"
+            )
         return {
             "status": list(self.statuses),
             "definition": self.definition or None,
             "version": _whole(self.version, "version", 1, None) if self.version else None,
             "context": self.context or None,
             "stuck_for_ms": _duration(self.stuck_for, "stuck for"),
-            "moved_after_ms": None
-            if not self.within
-            else now_ms - (_duration(self.within, "moved within") or 0),
+            "moved_after_ms": max(after, default=None),
+            "moved_before_ms": before,
             "newest_first": self.sort == "newest",
             "id_contains": self.search,
         }
@@ -101,6 +121,8 @@ class Filters:
                 ("context", changed.context),
                 ("q", changed.search),
                 ("within", changed.within),
+                ("from", changed.moved_from),
+                ("to", changed.moved_to),
                 ("sort", "" if changed.sort == "stalest" else changed.sort),
             )
             if value
@@ -117,6 +139,19 @@ def _duration(text: str, name: str) -> int | None:
         return parse_duration(text) if text else None
     except ValueError as error:
         raise InvalidInput(f"{name}: {error}") from None
+
+
+def _instant(text: str, name: str) -> int | None:
+    """An ISO 8601 time (UTC unless it gives an offset) in epoch milliseconds; None if empty."""
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(
+            f"{name} must be a time like 2026-12-04T18:30 (UTC unless it ends in +hh:mm), not {text!r}"
+        ) from None
+    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 def _whole(text: str, name: str, least: int, most: int | None) -> int:
