@@ -7,6 +7,7 @@ figures are read from the database at scrape time, the rows sent are the relay's
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -208,7 +209,13 @@ async def test_saga_relay_serves_metrics_and_readiness_on_its_port(
             return value(await scrape(port), "redsaga_relay_rows_total", outcome="sent") == 1
 
         await eventually(published, 30, "the relay's metrics count the row it sent")
-        assert value(await scrape(port), "redsaga_outbox_backlog") == 0
+        samples = await scrape(port)
+        outbox_labels = [dict(labels) for name, labels in samples if name == "redsaga_outbox_backlog"]
+        assert outbox_labels == [
+            {"table": sqlite_db.tables.outbox, "database": sqlite_db.dsn.removeprefix("sqlite:///")}
+        ]
+        assert value(samples, "redsaga_outbox_backlog") == 0
+        assert value(samples, "redsaga_build_info", python=platform.python_version()) == 1
         assert await real_redis.xlen(bus.Stream.named("payments").key) == 1
     finally:
         process.send_signal(signal.SIGTERM)
