@@ -331,7 +331,7 @@ class Orchestrator:
                 outcomes[index] = error
             return False
         finally:
-            self.rates.forget()
+            self.rates.forget(decision for _, decision, _, _ in commits)
         return True
 
     async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
@@ -410,11 +410,7 @@ class Orchestrator:
         self, partition: Partition, loaded: Loaded | None, decision: Decision, event: Any, delivery: Delivery
     ) -> tuple[ScriptCall, Loaded]:
         """The transition call committing ``decision`` for ``event``, and the saga as it will be."""
-        if self.rates.active:
-            self.rates.remember(
-                decision, lambda held: self._transition(partition, loaded, held, event, delivery)
-            )
-        return commit_call(
+        built = commit_call(
             partition,
             loaded,
             decision,
@@ -425,6 +421,11 @@ class Orchestrator:
             retention_s=self.config.retention_s,
             seal=self._seal,
         )
+        if self.rates.active:  # kept only once built: a call that failed to build is no commit
+            self.rates.remember(
+                decision, lambda held: self._transition(partition, loaded, held, event, delivery)
+            )
+        return built
 
     async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
         """Refuse a signal whose resume token this context did not make for this very wait."""

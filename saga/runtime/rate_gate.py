@@ -15,7 +15,7 @@ With no limit declared, the gate is never called: a truth test per round.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,9 +68,13 @@ class RateGate:
         """The transition call of ``decision`` built again (after :meth:`gate` held a command)."""
         return self._rebuild[id(decision)](decision)
 
-    def forget(self) -> None:
-        """Drop what :meth:`remember` kept (after a round)."""
-        self._rebuild.clear()
+    def forget(self, decisions: Iterable[Decision]) -> None:
+        """Drop what :meth:`remember` kept for ``decisions`` (after their round).
+
+        Only theirs: rounds of other partitions decided concurrently keep their own.
+        """
+        for decision in decisions:
+            self._rebuild.pop(id(decision), None)
 
     async def gate(self, decisions: Sequence[tuple[Decision, SagaState | None]]) -> set[int]:
         """Take the tokens of ``decisions`` (each with the saga before it); hold what must wait.
