@@ -1,7 +1,7 @@
 """Redis ACL users for an app: each process gets only its own keys and the commands it sends.
 
 :func:`acl_rules` derives the users from the app's definitions and the key layout
-(``saga/store/keys.py``, ``redsaga/streams.py``), never from a hand-kept list of keys. They assume
+(``saga/store/keys/``, ``redsaga/streams.py``), never from a hand-kept list of keys. They assume
 signing is on (``bus/_auth.py``): a client then starts sagas by a signed request on the
 inbox instead of writing them, and a parent saga starts its children in another context the
 same way, so neither needs to write a saga::
@@ -42,7 +42,7 @@ task inbox with the rest of the partition.
 
 Key patterns are anchored: a partition's tag is matched digit by digit
 (``rs:{orders:[0-9]}:…``, ``rs:{orders:[1-9][0-9]}:…``), never with a ``*`` that could cross a
-``}``; and ids and names are validated before they become part of a key (``saga/store/keys.py``).
+``}``; and ids and names are validated before they become part of a key (``saga/store/keys/``).
 Write-only targets (``%W~``) are passed to functions as arguments, not keys, because Redis
 checks every key of an ``FCALL`` as read-write. Commands: ``-@all``, then the plain commands
 the role sends and every command its functions call, parsed from the scripts' source and the

@@ -425,7 +425,7 @@ class SagaReader:
     async def _timers(self, partition: Partition, state: SagaState, now_ms: int) -> builtins.list[TimerView]:
         """The saga's pending attempt timers, from their ids and due times.
 
-        Their signed firings are kept from the operator (``saga/store/keys.py``).
+        Their signed firings are kept from the operator (``saga/store/keys/``).
         """
         ids = [s.timer for s in [*state.steps.values(), *state.branches.values()] if s.timer]
         with redis_errors():

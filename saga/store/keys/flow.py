@@ -1,0 +1,45 @@
+"""The keys of flow control: rate limits' buckets and concurrency keys' slots, each under its own tag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from bus.lowlevel import tagged_key
+
+LIMIT_NAMES: Final = tagged_key("limits", "names")
+"""The set of every rate limit declared or set (``saga limits list`` starts here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitKeys:
+    """The keys of one rate limit, under its own hash tag ``{limit:<name>}``.
+
+    Built with ``*`` for the name, they give the ACL pattern of every limit.
+    """
+
+    name: str
+
+    @property
+    def bucket(self) -> str:
+        """The bucket: its tokens, last refill and the operator's rate and burst."""
+        return tagged_key(f"limit:{self.name}", "bucket")
+
+    @property
+    def grants(self) -> str:
+        """Command id -> when its token is due, for the last minute."""
+        return tagged_key(f"limit:{self.name}", "grants")
+
+    @property
+    def log(self) -> str:
+        """The operator's changes, newest first."""
+        return tagged_key(f"limit:{self.name}", "log")
+
+    @property
+    def everything(self) -> str:
+        """A glob of every key of the limit (for ACL patterns)."""
+        return tagged_key(f"limit:{self.name}", "*")
+
+    def all(self) -> list[str]:
+        """The keys a take, a release or a change touches, in the scripts' order."""
+        return [self.bucket, self.grants, self.log]
