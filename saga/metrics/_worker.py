@@ -53,7 +53,7 @@ class WorkerMetrics(Exporter):
             worker.timer_observers.append(self.sagas.tallies.timers)
             self.add(self.sagas)
         if orchestrates and worker.app.limits:
-            tallies = [orchestrator.rates.tallies for orchestrator in worker.orchestrators]
+            tallies = [orchestrator.gates.rates.tallies for orchestrator in worker.orchestrators]
             self.add(RateMetrics(worker.redis, tallies, list(worker.app.limits), timeout_s=timeout_s))
 
     async def ready(self) -> list[str]:

@@ -117,6 +117,23 @@ limit shared by every context and partition is one single-slot script on a Redis
     rs:{limits}:names                set: every limit a worker declared or an operator set
                                      (``saga limits list`` starts here)
 
+A concurrency key's line (``saga/store/slots.py``; :class:`SlotKeys`), one slot per key
+value, so the sagas of every partition that share a value share one single-slot script::
+
+    rs:{slot:orders:account:42}:holders   zset: saga ref '<partition>:<id>' -> when it took
+                                          its slot (ms); slot.lua
+    rs:{slot:orders:account:42}:waiting   hash: ref -> '<priority> <tenant> <seq> <timers>', the
+                                          sagas in line; slot.lua
+    rs:{slot:orders:account:42}:seq       string: arrivals so far; slot.lua
+    rs:{slot:orders:account:42}:prios     zset: the priorities with sagas in line; slot.lua
+    rs:{slot:orders:account:42}:weights   hash: tenant -> weight; slot.lua
+    rs:{slot:orders:account:42}:pending   string: the saga whose debounce window is open; slot.lua
+    rs:{slot:orders:account:42}:tenants:<p>, :line:<p>:<tenant>, :vt:<p>   the line of each
+                                          priority, per tenant (stride scheduling); slot.lua
+    rs:{slots:orders}:lines               zset: '<name>:<value>' -> last use (ms), the lines of
+                                          the context (``saga limits list``, metrics); the
+                                          orchestrator
+
 The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 
     rs:epoch                         string: the deployment's epoch; epoch.lua (orchestrators)
@@ -127,7 +144,7 @@ The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 give the ACL patterns matching exactly those keys, so ``saga acl`` derives every pattern here.
 """
 
-from saga.store.keys.flow import LIMIT_NAMES, LimitKeys
+from saga.store.keys.flow import LIMIT_NAMES, LimitKeys, SlotKeys, slot_lines
 from saga.store.keys.indexes import ScheduleKeys, WaitIndexKeys
 from saga.store.keys.partitions import (
     CONTEXTS,
@@ -152,7 +169,9 @@ __all__ = [
     "Partition",
     "PartitionKeys",
     "ScheduleKeys",
+    "SlotKeys",
     "WaitIndexKeys",
     "check_saga_id",
     "partition_of",
+    "slot_lines",
 ]

@@ -43,3 +43,44 @@ class LimitKeys:
     def all(self) -> list[str]:
         """The keys a take, a release or a change touches, in the scripts' order."""
         return [self.bucket, self.grants, self.log]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotKeys:
+    """The keys of one concurrency key's line, under its own hash tag ``{slot:<ctx>:<name>:<value>}``.
+
+    ``value`` is already safe in a key (:func:`saga.definition.concurrency.key_value`). Built
+    with ``*`` for all three, they give the ACL pattern of every line.
+    """
+
+    context: str
+    name: str
+    value: str
+
+    @property
+    def tag(self) -> str:
+        """The line's hash tag."""
+        return f"slot:{self.context}:{self.name}:{self.value}"
+
+    def all(self) -> list[str]:
+        """The keys ``slot.lua`` takes, in its order: holders, waiting, seq, prios, weights, pending."""
+        parts = ("holders", "waiting", "seq", "prios", "weights", "pending")
+        return [tagged_key(self.tag, part) for part in parts]
+
+    @property
+    def holders(self) -> str:
+        """Sorted set: saga ref -> when it took its slot (ms)."""
+        return tagged_key(self.tag, "holders")
+
+    @property
+    def everything(self) -> str:
+        """A glob of every key of the line (for ACL patterns)."""
+        return tagged_key(self.tag, "*")
+
+
+def slot_lines(context: str) -> str:
+    """Sorted set: ``<name>:<value>`` -> when the line was last used, of every line of ``context``.
+
+    The index ``saga limits list`` and the metrics read (written beside each take of a slot).
+    """
+    return tagged_key(f"slots:{context}", "lines")

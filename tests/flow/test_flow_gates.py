@@ -1,4 +1,4 @@
-"""The orchestrator's rate gate keeps each round's rebuilds apart from concurrent rounds'."""
+"""The orchestrator's flow gates keep each round's rebuilds apart from concurrent rounds'."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from bus import FakeClock
 from bus.lowlevel import ScriptCall
 from saga.core.decision import Decision
 from saga.core.model import SagaState, SagaStatus
-from saga.definition.rate import Limits, RateLimit
-from saga.runtime.rate_gate import RateGate
+from saga.definition.rate import RateLimit
+from saga.definition.registry import Registry
+from saga.runtime.flow_gates import FlowGates
 from saga.store.codec import Loaded
 
 
@@ -33,7 +34,7 @@ def test_a_round_forgets_only_its_own_decisions() -> None:
     (Forgetting every round's rebuilds at the end of one made the other round's rebuild of a
     held command fail with a KeyError under load.)
     """
-    gate = RateGate(None, Limits([RateLimit("api", "1/s")]), FakeClock())
+    gate = FlowGates(None, Registry([], limits=[RateLimit("api", "1/s")]), FakeClock(), None)
     first, second = decision("a"), decision("b")
     gate.remember(first, built("a"))
     gate.remember(second, built("b"))
