@@ -54,28 +54,31 @@ functions load``).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from operator import attrgetter, methodcaller
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from bus import Stream
-from bus.lowlevel import shared_helpers
 from saga.core.child_messages import CHILD
 from saga.definition.human_tasks import TASKS
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.definition.waits import WAITS
+from saga.ops.acl_grants import AclUser, Grant, grant, unique
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
 from saga.runtime.tasks import task_contexts
 from saga.store import scripts
-from saga.store.keys import CONTEXTS, EPOCH, EPOCH_COPIES, LIMIT_NAMES, ContextKeys, LimitKeys, PartitionKeys
-
-Role = Literal["orchestrator", "participant", "client", "tasks", "relay", "operator"]
+from saga.store.keys import (
+    CONTEXTS,
+    EPOCH,
+    EPOCH_COPIES,
+    LIMIT_NAMES,
+    ContextKeys,
+    LimitKeys,
+    PartitionKeys,
+    SlotKeys,
+    slot_lines,
+)
 
 _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info", "cluster|slots", "command")
 """Every process: connecting, ``INFO`` for the start-up check of Redis settings, and what a
@@ -118,79 +121,17 @@ _PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus",
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
 _LIMIT_SCRIPTS: Final = ((scripts.PACKAGE, scripts.RATE_TAKE.name), (scripts.PACKAGE, scripts.RATE_SET.name))
 """Run on a rate limit's keys only (``_limit_grants``), never on a partition's."""
+_SLOT_SCRIPTS: Final = ((scripts.PACKAGE, scripts.SLOT.name),)
+"""Run on a concurrency key's lines only (``_slot_grants``), never on a partition's."""
 _SAGA_SCRIPTS: Final = (
-    *((scripts.PACKAGE, s.name) for s in scripts.SCRIPTS if (scripts.PACKAGE, s.name) not in _LIMIT_SCRIPTS),
+    *(
+        (scripts.PACKAGE, s.name)
+        for s in scripts.SCRIPTS
+        if (scripts.PACKAGE, s.name) not in (*_LIMIT_SCRIPTS, *_SLOT_SCRIPTS)
+    ),
     ("bus", "requeue"),
 )
 _RELAY_SCRIPTS: Final = (("relay", "publish_rows"),)
-
-_CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
-_CONTAINERS: Final = frozenset({"xinfo", "xgroup", "client", "script", "object", "config"})
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """Commands allowed on keys: a user's root permissions, or one of its selectors.
-
-    ``commands`` are ACL command names (``xgroup|create`` for a subcommand); ``keys`` are
-    ACL key selectors (``~pattern`` read-write, ``%R~pattern`` read-only, ``%W~pattern``
-    write-only). Redis 7 allows a command when one grant allows the command and all its keys.
-    """
-
-    commands: tuple[str, ...]
-    keys: tuple[str, ...] = ()
-
-    def selector(self) -> str:
-        """The grant as an ACL selector: ``(+command ~key …)``."""
-        return "(" + " ".join([*(f"+{c}" for c in self.commands), *self.keys]) + ")"
-
-
-@dataclass(frozen=True, slots=True)
-class AclUser:
-    """One Redis ACL user: its name, what it is for, and its grants.
-
-    The first grant is the user's root permissions, the others selectors, each binding
-    commands to the only keys they may touch: a participant may ``XADD`` to the inbox it
-    holds write-only, and ``XTRIM`` only its own stream.
-    """
-
-    name: str
-    role: Role
-    context: str | None
-    grants: tuple[Grant, ...]
-    note: str
-
-    @property
-    def commands(self) -> tuple[str, ...]:
-        """Every command any grant allows."""
-        return tuple(sorted({c for g in self.grants for c in g.commands}))
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """Every key selector of every grant."""
-        return tuple(dict.fromkeys(k for g in self.grants for k in g.keys))
-
-    def rules(self, password: str | None) -> list[str]:
-        """The ``ACL SETUSER`` arguments after the user name.
-
-        ``password`` is stored as its SHA-256 (``#<hex>``), so the rules never hold the
-        secret itself; ``None`` makes a user without a password (``nopass``), for local use.
-        """
-        secret = "nopass" if password is None else "#" + hashlib.sha256(password.encode()).hexdigest()
-        root, *selectors = self.grants
-        return [
-            "reset", "on", secret, "-@all", *(f"+{c}" for c in root.commands),
-            "resetkeys", *root.keys, "resetchannels", *(g.selector() for g in selectors),
-        ]  # fmt: skip
-
-    def line(self, password: str | None) -> str:
-        """The ``ACL SETUSER`` line (for ``redis-cli``; selectors quoted, as it reads them)."""
-        quoted = [f'"{rule}"' if rule.startswith("(") else rule for rule in self.rules(password)]
-        return " ".join(["ACL", "SETUSER", self.name, *quoted])
-
-
-def _grant(plain: Iterable[str], scripts: Iterable[tuple[str, str]], keys: Iterable[str]) -> Grant:
-    return Grant(_commands(plain, scripts), _unique(keys))
 
 
 def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = ()) -> list[AclUser]:
@@ -214,7 +155,7 @@ def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str]
     if with_tasks:
         users.append(_task_client(prefix, with_tasks, contexts.values()))
     relayed = [c for p in app.participants if p.uses_outbox for c in p.serves]
-    users.append(_relay(prefix, _unique(relayed), [Stream.from_key(k) for k in relay_streams]))
+    users.append(_relay(prefix, unique(relayed), [Stream.from_key(k) for k in relay_streams]))
     streams = [s.stream for bus in app.buses for s in bus.subscriptions]
     users.append(_operator(prefix, contexts.values(), streams, app))
     return users
@@ -229,7 +170,15 @@ def _limit_grants(app: App) -> tuple[Grant, ...]:
     if not app.limits:
         return ()
     keys = ["~" + LimitKeys(limit.name).everything for limit in app.limits]
-    return (_grant(_SCRIPTS, _LIMIT_SCRIPTS, keys), Grant(("sadd",), ("~" + LIMIT_NAMES,)))
+    return (grant(_SCRIPTS, _LIMIT_SCRIPTS, keys), Grant(("sadd",), ("~" + LIMIT_NAMES,)))
+
+
+def _slot_grants(context: str, ours: list[Saga[Any]]) -> tuple[Grant, ...]:
+    """An orchestrator's concurrency keys: take and give back its context's slots, index its lines."""
+    if not any(d.concurrency is not None for d in ours):
+        return ()
+    lines = ["~" + SlotKeys(context, "*", "*").everything]
+    return (grant(_SCRIPTS, _SLOT_SCRIPTS, lines), Grant(("zadd",), ("~" + slot_lines(context),)))
 
 
 def _orchestrator(
@@ -255,21 +204,22 @@ def _orchestrator(
         keys += _consumer_keys(stream, f"{name}.waits")
         added.append("%W~" + stream.dlq_key)
     children = [s.child.definition.context for d in ours for s in [*d.steps, *d.branch_steps()] if s.child]
-    for declared in _unique(c for c in children if c.name != name):
+    for declared in unique(c for c in children if c.name != name):
         # start and cancel by request, read the child's saga (a cancel finds its partition)
         child = contexts.get(declared.name, declared)
         added += _partition_keys(child, _INBOX, "%W")
         windows += _partition_keys(child, _WINDOW)
         read += _partition_keys(child, _SAGAS, "%R") + _partition_keys(child, _BRANCHES, "%R")
     parents = [d.context for d in definitions if d.context.name != name and _has_child_in(d, name)]
-    for parent in _unique(parents):  # the child's end report goes to the parent's inbox
+    for parent in unique(parents):  # the child's end report goes to the parent's inbox
         added += _partition_keys(parent, _INBOX, "%W")
         windows += _partition_keys(parent, _WINDOW)
     scripts = (*_CONSUMER_SCRIPTS, *_PUBLISH_SCRIPTS, *_SAGA_SCRIPTS)
     plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
-    grants = [_grant(plain, scripts, keys)]
+    grants = [grant(plain, scripts, keys)]
     grants += _elsewhere(added, windows, read)
     grants += limits
+    grants += _slot_grants(name, ours)
     note = (
         f"orchestrator of context {name!r} ({context.partitions} partition(s)); also the user for "
         "operator writes: force-complete, cancel, retry, dlq requeue|purge, versions drain|migrate, "
@@ -305,7 +255,7 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
         # it records that it runs, at start: its own record, and its name in the set (no other's)
         Grant(("set",), ("%W~" + registry.participant(participant),)),
         Grant(("sadd",), ("%W~" + registry.participants,)),
-        _grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
+        grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
         Grant(("get", "hgetall"), tuple(read)),
     )
     note = f"participant {participant!r} serving context {context.name!r}"
@@ -347,9 +297,9 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
         ]
     grants = (
         Grant(_CONNECT),
-        _grant((*_SCRIPTS, *_TASK_READS), [(scripts.PACKAGE, scripts.TASK_WRITE.name)], own),
-        Grant(("xadd",), _unique(inbox)),
-        Grant(_CATALOGUE_READS, _unique(registered)),
+        grant((*_SCRIPTS, *_TASK_READS), [(scripts.PACKAGE, scripts.TASK_WRITE.name)], own),
+        Grant(("xadd",), unique(inbox)),
+        Grant(_CATALOGUE_READS, unique(registered)),
     )
     note = "task client: lists, claims, completes and reassigns human tasks (TaskClient, saga tasks)"
     return AclUser(f"{prefix}.tasks", "tasks", None, grants, note)
@@ -364,8 +314,8 @@ def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) 
     note = "outbox relay: publishes outbox rows (participant replies, events) as their writers signed them"
     root = Grant(_CONNECT)
     epoch = Grant(("get",), ("%R~" + EPOCH,))  # its readiness checks the deployment's epoch
-    rows = _grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
-    grants = (root, epoch, Grant(("xadd",), _unique(added)), rows) if added else (root, epoch)
+    rows = grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
+    grants = (root, epoch, Grant(("xadd",), unique(added)), rows) if added else (root, epoch)
     return AclUser(f"{prefix}.relay", "relay", None, grants, note)
 
 
@@ -373,9 +323,12 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
     keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH]
     if app.limits:  # saga limits list: the buckets and their changes, never a change
         keys += ["%R~" + LIMIT_NAMES, *("%R~" + LimitKeys(limit.name).everything for limit in app.limits)]
+    keyed = {d.context.name for d in app.registry if d.concurrency is not None}
     for context in contexts:
         own = ContextKeys(context.name)
         keys += _partition_keys(context, _EVERYTHING, "%R")
+        if context.name in keyed:  # saga limits list, inspect: the lines of concurrency keys
+            keys += ["%R~" + SlotKeys(context.name, "*", "*").everything, "%R~" + slot_lines(context.name)]
         keys += [
             "%R~" + own.wait_indexes,
             "%R~" + own.schedules.everything,
@@ -384,7 +337,7 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
         ]
     keys += ["%R~" + PartitionKeys(s.tag).everything for s in streams]
     note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list, ui (no secrets)"
-    grants = (_grant(_CONNECT + _READ, (), keys),)
+    grants = (grant(_CONNECT + _READ, (), keys),)
     return AclUser(f"{prefix}.operator", "operator", None, grants, note)
 
 
@@ -395,10 +348,10 @@ def _elsewhere(added: list[str], windows: list[str], read: list[str]) -> list[Gr
     """
     grants = []
     if added:
-        grants.append(Grant(("xadd",), _unique(added)))
-        grants.append(_grant(_SCRIPTS, _PUBLISH_SCRIPTS, windows))
+        grants.append(Grant(("xadd",), unique(added)))
+        grants.append(grant(_SCRIPTS, _PUBLISH_SCRIPTS, windows))
     if read:
-        grants.append(Grant(_CLIENT_READS, _unique(read)))
+        grants.append(Grant(_CLIENT_READS, unique(read)))
     return grants
 
 
@@ -457,42 +410,4 @@ def _consumer_keys(stream: Stream, group: str) -> list[str]:
         "~" + stream.failures_key(group),
         "~" + stream.dedupe_key(group, "*"),
         "~" + stream.lost_key(group),
-    ]
-
-
-def _commands(plain: Iterable[str], scripts: Iterable[tuple[str, str]]) -> tuple[str, ...]:
-    called = [c for package, name in scripts for c in script_commands(package, name)]
-    return tuple(sorted(set(plain) | set(called)))
-
-
-@cache
-def script_commands(package: str, name: str) -> tuple[str, ...]:
-    """Every command ``<package>/lua/<name>.lua`` calls, as ACL names (``xinfo|groups``).
-
-    The shared helpers it calls (``bus/lua/_shared.lua``) count as its own code.
-    """
-    source = (resources.files(package) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-    source += shared_helpers(source)
-    found = set()
-    for called, sub in _CALL.findall(source):
-        command = called.lower()
-        found.add(f"{command}|{sub.lower()}" if command in _CONTAINERS and sub else command)
-    return tuple(sorted(found))
-
-
-def _unique(items: Iterable[Any]) -> Any:
-    return tuple(dict.fromkeys(items))
-
-
-def as_json(users: Iterable[AclUser], passwords: Mapping[str, str | None]) -> list[dict[str, object]]:
-    """The users as JSON-ready dicts (``rules`` is the ``ACL SETUSER`` argument list)."""
-    return [
-        {
-            "name": u.name,
-            "role": u.role,
-            "context": u.context,
-            "note": u.note,
-            "rules": u.rules(passwords[u.name]),
-        }
-        for u in users
     ]
