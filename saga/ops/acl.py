@@ -78,6 +78,7 @@ from saga.store.keys import (
     PartitionKeys,
     SlotKeys,
     slot_lines,
+    slot_waiters,
 )
 
 _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info", "cluster|slots", "command")
@@ -178,7 +179,8 @@ def _slot_grants(context: str, ours: list[Saga[Any]]) -> tuple[Grant, ...]:
     if not any(d.concurrency is not None for d in ours):
         return ()
     lines = ["~" + SlotKeys(context, "*", "*").everything]
-    return (grant(_SCRIPTS, _SLOT_SCRIPTS, lines), Grant(("zadd",), ("~" + slot_lines(context),)))
+    index = ("~" + slot_lines(context), "~" + slot_waiters(context))
+    return (grant(_SCRIPTS, _SLOT_SCRIPTS, lines), Grant(("zadd", "hset", "hdel"), index))
 
 
 def _orchestrator(
@@ -328,7 +330,8 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
         own = ContextKeys(context.name)
         keys += _partition_keys(context, _EVERYTHING, "%R")
         if context.name in keyed:  # saga limits list, inspect: the lines of concurrency keys
-            keys += ["%R~" + SlotKeys(context.name, "*", "*").everything, "%R~" + slot_lines(context.name)]
+            keys += ["%R~" + SlotKeys(context.name, "*", "*").everything]
+            keys += ["%R~" + slot_lines(context.name), "%R~" + slot_waiters(context.name)]
         keys += [
             "%R~" + own.wait_indexes,
             "%R~" + own.schedules.everything,

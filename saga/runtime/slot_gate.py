@@ -40,6 +40,7 @@ from saga.store.slots import (
     BUSY,
     GRANTED,
     REPLACED,
+    WAITING,
     Mode,
     SlotReply,
     acquire_call,
@@ -50,6 +51,7 @@ from saga.store.slots import (
     ref_of,
     release_call,
     used_call,
+    waiter_call,
     wake_calls,
 )
 from saga.store.trust import inbox_audience
@@ -160,6 +162,9 @@ class SlotGate:
         for ask, reply in zip(asks, replies, strict=True):
             wakes += self._woken(ask.keys, reply)
             self._judge(ask, reply, verdicts)
+            if reply.verdict == WAITING or (reply.verdict == GRANTED and ask.looked_before):
+                context = ask.keys.context  # where it waits, for inspect: recorded, or forgotten
+                wakes.append(waiter_call(context, ask.keys, ask.ref, waiting=reply.verdict == WAITING))
         if wakes:
             await _run(self.redis, wakes)
         return verdicts
@@ -280,7 +285,7 @@ class SlotGate:
         """
         now = self.clock.script_now_ms()
         found: list[tuple[SlotKeys, Key]] = []
-        calls: list[ScriptCall] = []
+        calls: list[ScriptCall | CommandCall] = []
         for before, after in changes:
             key = self._key_of(after) if ended(before, after) else None
             if key is None:
@@ -290,14 +295,18 @@ class SlotGate:
                 claim = concurrency.claim(definition.decode_data(bytes(after.data)))
             except Exception:  # noqa: BLE001, S112 - a saga that could not claim holds no slot
                 continue
-            keys = SlotKeys(after.context, concurrency.name, claim.value)
+            keys, ref = (
+                SlotKeys(after.context, concurrency.name, claim.value),
+                ref_of(after.partition, after.id),
+            )
             found.append((keys, concurrency))
-            calls.append(release_call(keys, ref_of(after.partition, after.id), concurrency.limit, now_ms=now))
+            calls.append(release_call(keys, ref, concurrency.limit, now_ms=now))
+            calls.append(waiter_call(after.context, keys, ref, waiting=False))
         if not calls:
             return
         try:
             wakes: list[CommandCall] = []
-            for (keys, concurrency), raw in zip(found, await _run(self.redis, calls), strict=True):
+            for (keys, concurrency), raw in zip(found, (await _run(self.redis, calls))[::2], strict=True):
                 self.tallies.released[concurrency.name] += 1
                 wakes += self._woken(keys, parse_reply(raw))
             if wakes:

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bus.lowlevel import CommandCall, ScriptCall
+from bus.lowlevel import CommandCall, ScriptCall, redis_errors
 from saga.definition.concurrency import Claim
-from saga.store.keys import Partition, SlotKeys, slot_lines
+from saga.store.keys import Partition, SlotKeys, slot_lines, slot_waiters
 from saga.store.scripts import SLOT
 
 Mode = Literal["wait", "skip", "debounced"]
@@ -85,6 +85,48 @@ def look_call(keys: SlotKeys, ref: str, limit: int, *, now_ms: int) -> ScriptCal
 def used_call(context: str, keys: SlotKeys, now_ms: int) -> CommandCall:
     """The call recording that the line was used (the index of lines: :func:`slot_lines`)."""
     return CommandCall(("ZADD", slot_lines(context), max(now_ms, 0), f"{keys.name}:{keys.value}"))
+
+
+def waiter_call(context: str, keys: SlotKeys, ref: str, *, waiting: bool) -> CommandCall:
+    """The call recording (or, ``waiting=False``, forgetting) which line ``ref`` waits in."""
+    if waiting:
+        return CommandCall(("HSET", slot_waiters(context), ref, f"{keys.name}:{keys.value}"))
+    return CommandCall(("HDEL", slot_waiters(context), ref))
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a waiting saga stands in its line (``saga inspect``)."""
+
+    name: str
+    """The key's name."""
+    value: str
+    """The key's value (as in keys)."""
+    place: int
+    """1: next. Counts the sagas ahead at a higher priority and of its own tenant; other
+    tenants at its priority share the slots with it by weight."""
+    waiting: int
+    """How many sagas are in line."""
+
+
+async def place_in_line(redis: Any, context: str, partition: int, saga_id: str) -> Place | None:
+    """Where saga ``saga_id`` waits, read with plain reads (``None``: it is in no line)."""
+    ref = ref_of(partition, saga_id)
+    with redis_errors():
+        line = await redis.hget(slot_waiters(context), ref)
+        if line is None:
+            return None
+        name, _, value = _text(line).partition(":")
+        keys = SlotKeys(context, name, value)
+        entry = await redis.hget(keys.waiting, ref)
+        if entry is None:
+            return None
+        priority, tenant, arrival = _text(entry).split()[:3]
+        ahead = int(await redis.zcount(keys.line(priority, tenant), "-inf", f"({arrival}"))
+        for higher in await redis.zrangebyscore(keys.priorities, f"({priority}", "+inf"):
+            for other in await redis.zrange(keys.tenants(_text(higher)), 0, -1):
+                ahead += int(await redis.zcard(keys.line(_text(higher), _text(other))))
+        return Place(name, value, ahead + 1, int(await redis.hlen(keys.waiting)))
 
 
 def parse_reply(raw: Any) -> SlotReply:

@@ -8,7 +8,7 @@ import pytest
 
 import bus
 from bus import FakeClock
-from saga import EngineConfig, Key, KeyBusy, SagaClient, SagaNotFound, SagaStatus, SagaWorker
+from saga import EngineConfig, Key, KeyBusy, SagaAdmin, SagaClient, SagaNotFound, SagaStatus, SagaWorker
 from saga.core.rate_rules import held
 from saga.store.keys import SlotKeys
 from saga.store.slots import ref_of
@@ -78,6 +78,9 @@ async def test_a_waiting_saga_sends_nothing_until_a_slot_frees(redis: bus.Redis)
     clock.advance(30.0)  # many looks at the line: nothing frees, nothing is sent
     await orchestrator_only.run_until_idle()
     assert [await waiting_for_slot(client, i) for i in ids] == [False, False, True, True, True]
+    view = await SagaAdmin(redis, orchestrator_only.app, clock=clock).inspect("s3")  # read from the line
+    assert view.waiting_for.startswith("a slot of withdraw acct-a, 2nd in line (3 waiting)")
+    assert view.waiting_for.endswith("(its next look at the line due in 5.0s)")
 
     await SagaWorker(redis, bank(saga), config=CONFIG, clock=clock).run_until_idle()
     assert {(await client.get(i)).status for i in ids} == {SagaStatus.COMPLETED}

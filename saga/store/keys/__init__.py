@@ -133,6 +133,8 @@ value, so the sagas of every partition that share a value share one single-slot 
     rs:{slots:orders}:lines               zset: '<name>:<value>' -> last use (ms), the lines of
                                           the context (``saga limits list``, metrics); the
                                           orchestrator
+    rs:{slots:orders}:waiters             hash: ref -> '<name>:<value>', the line each waiting
+                                          saga is in (``saga inspect``); the orchestrator
 
 The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 
@@ -144,7 +146,7 @@ The deployment's epoch (``bus/_epoch.py`` owns it; :data:`EPOCH`)::
 give the ACL patterns matching exactly those keys, so ``saga acl`` derives every pattern here.
 """
 
-from saga.store.keys.flow import LIMIT_NAMES, LimitKeys, SlotKeys, slot_lines
+from saga.store.keys.flow import LIMIT_NAMES, LimitKeys, SlotKeys, slot_lines, slot_waiters
 from saga.store.keys.indexes import ScheduleKeys, WaitIndexKeys
 from saga.store.keys.partitions import (
     CONTEXTS,
@@ -174,4 +176,5 @@ __all__ = [
     "check_saga_id",
     "partition_of",
     "slot_lines",
+    "slot_waiters",
 ]

@@ -73,9 +73,35 @@ class SlotKeys:
         return tagged_key(self.tag, "holders")
 
     @property
+    def waiting(self) -> str:
+        """Hash: ref -> ``'<priority> <tenant> <arrival> <timers>'`` of each saga in line."""
+        return tagged_key(self.tag, "waiting")
+
+    @property
+    def priorities(self) -> str:
+        """Sorted set: the priorities with sagas in line."""
+        return tagged_key(self.tag, "prios")
+
+    def tenants(self, priority: int | str) -> str:
+        """Sorted set: tenant -> pass, of the tenants with sagas in line at ``priority``."""
+        return tagged_key(self.tag, f"tenants:{priority}")
+
+    def line(self, priority: int | str, tenant: str) -> str:
+        """Sorted set: ref -> arrival, one tenant's sagas in line at ``priority`` (``-``: no tenant)."""
+        return tagged_key(self.tag, f"line:{priority}:{tenant}")
+
+    @property
     def everything(self) -> str:
         """A glob of every key of the line (for ACL patterns)."""
         return tagged_key(self.tag, "*")
+
+
+def slot_waiters(context: str) -> str:
+    """Hash: saga ref -> ``<name>:<value>``, the line each waiting saga of ``context`` is in.
+
+    What ``saga inspect`` reads to say where a waiting saga stands, without the definition's code.
+    """
+    return tagged_key(f"slots:{context}", "waiters")
 
 
 def slot_lines(context: str) -> str:
