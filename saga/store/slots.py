@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from bus.lowlevel import CommandCall, ScriptCall, redis_errors
 from saga.definition.concurrency import Claim
 from saga.store.keys import Partition, SlotKeys, slot_lines, slot_waiters
@@ -127,6 +129,46 @@ async def place_in_line(redis: Any, context: str, partition: int, saga_id: str) 
             for other in await redis.zrange(keys.tenants(_text(higher)), 0, -1):
                 ahead += int(await redis.zcard(keys.line(_text(higher), _text(other))))
         return Place(name, value, ahead + 1, int(await redis.hlen(keys.waiting)))
+
+
+class LineView(msgspec.Struct, frozen=True, kw_only=True):
+    """One concurrency key's line as ``saga limits lines`` shows it."""
+
+    key: str
+    """The key's name."""
+    value: str
+    """The value (as in keys: a long or unsafe value is a digest, ``h.<hex>``)."""
+    holders: list[str]
+    """The ids of the sagas holding a slot."""
+    waiting: int
+    """How many sagas wait in line."""
+    used_ms: int
+    """When the line was last asked (Unix ms)."""
+
+
+async def read_lines(redis: Any, context: str, *, key: str | None = None, most: int = 100) -> list[LineView]:
+    """The most recently used lines of ``context`` (of one key, if given), plain reads only."""
+    with redis_errors():
+        indexed = await redis.zrevrangebyscore(
+            slot_lines(context), "+inf", "-inf", start=0, num=most, withscores=True
+        )
+        views = []
+        for line, used in indexed:
+            name, _, value = _text(line).partition(":")
+            if key is not None and name != key:
+                continue
+            keys = SlotKeys(context, name, value)
+            holders = [parse_ref(_text(ref))[1] for ref in await redis.zrange(keys.holders, 0, -1)]
+            views.append(
+                LineView(
+                    key=name,
+                    value=value,
+                    holders=holders,
+                    waiting=int(await redis.hlen(keys.waiting)),
+                    used_ms=int(used),
+                )
+            )
+        return views
 
 
 def parse_reply(raw: Any) -> SlotReply:

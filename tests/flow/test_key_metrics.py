@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anyio
+import msgspec
 import pytest
+from typer.testing import CliRunner
 
 import bus
 from bus import FakeClock
@@ -48,3 +51,38 @@ async def test_asks_slots_in_use_and_the_line_are_exported_per_key(real_redis: b
     assert exported <= {sample for spec in METRICS for sample in spec.samples}
     labelled = [labels for name, labels in samples if name.startswith("redsaga_concurrency")]
     assert all(set(dict(labels)) <= {"key", "outcome", "what"} for labels in labelled)  # no value, no saga
+
+
+async def test_saga_limits_lines_shows_each_value_its_holders_and_its_line(
+    real_redis: bus.Redis, real_redis_url: str
+) -> None:
+    clock = FakeClock()
+    saga = withdrawal_saga(Key(lambda d: d.account))
+    worker = SagaWorker(real_redis, bank(saga, with_ledger=False), config=CONFIG, clock=clock)
+    client = SagaClient(real_redis, worker.app.registry, config=CONFIG, clock=clock)
+    for n in range(3):
+        await client.start(saga, Withdrawal("acct-a"), saga_id=f"a{n}")
+    await client.start(saga, Withdrawal("acct b/with spaces"), saga_id="b0")
+    await worker.run_until_idle()
+
+    code, out, _ = await limits("lines", "bank", "--json", url=real_redis_url)
+    assert code == 0
+    lines = {line["value"]: line for line in msgspec.json.decode(out)}
+    assert (lines["acct-a"]["holders"], lines["acct-a"]["waiting"]) == (["a0"], 2)
+    [hashed] = [v for v in lines if v != "acct-a"]  # a value unsafe in a key is a digest there
+    assert hashed.startswith("h.")
+    assert lines[hashed]["holders"] == ["b0"]
+    code, out, _ = await limits("lines", "bank", "--key", "nothing", url=real_redis_url)
+    assert (code, out.splitlines()[1:]) == (0, ["(none)"])
+    code, _, _ = await limits("lines", url=real_redis_url)
+    assert code == 2  # the context is required
+
+
+async def limits(*args: str, url: str) -> tuple[int, str, str]:
+    """Run ``saga limits ...`` (on a thread: the command runs its own event loop)."""
+    from redsaga.cli.main import app
+
+    result = await anyio.to_thread.run_sync(
+        lambda: CliRunner().invoke(app, ["limits", *args, "--redis-url", url])
+    )
+    return result.exit_code, result.stdout, result.stderr
