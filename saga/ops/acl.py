@@ -56,11 +56,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from operator import attrgetter, methodcaller
 from typing import Any, Final, Literal
 
 from bus import Stream
@@ -69,6 +68,27 @@ from saga.core.child_messages import CHILD
 from saga.definition.human_tasks import TASKS
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.definition.waits import WAITS
+from saga.ops.acl_keys import (
+    BRANCHES,
+    COUNTS,
+    DEAD_LETTERS,
+    ENDS,
+    EVERYTHING,
+    INBOX,
+    REFUSALS,
+    SAGAS,
+    STATUS_INDEXES,
+    TASK,
+    TASK_INDEXES,
+    TASK_LOGS,
+    TASK_TIMERS,
+    TASK_TOKENS,
+    TIMER_DATA,
+    TIMERS,
+    WINDOW,
+    consumer_keys,
+    partition_keys,
+)
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
 from saga.runtime.tasks import task_contexts
@@ -193,18 +213,27 @@ def _grant(plain: Iterable[str], scripts: Iterable[tuple[str, str]], keys: Itera
     return Grant(_commands(plain, scripts), _unique(keys))
 
 
-def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = ()) -> list[AclUser]:
+def acl_rules(
+    app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = (), upgrading_dedupe: bool = False
+) -> list[AclUser]:
     """The ACL users of ``app``: orchestrators, participants, a client, the relay, an operator.
 
     ``relay_streams`` are further stream keys the app's relay publishes to (domain events
     written through the outbox); their ``published`` windows are included.
+    ``upgrading_dedupe``: consumers may also write the dedupe keys of earlier releases (one
+    key per record, ``Stream.legacy_dedupe_key``), which workers of those releases write;
+    without it they only read them (a fallback while they live) and cannot make more keys.
     """
+    legacy = "" if upgrading_dedupe else "%R"
     definitions = list(app.registry)
     contexts = app.registry.contexts
     limits = _limit_grants(app)  # every orchestrator takes tokens of every limit its app declares
-    users = [_orchestrator(prefix, context, definitions, contexts, limits) for context in contexts.values()]
+    users = [
+        _orchestrator(prefix, context, definitions, contexts, limits, legacy=legacy)
+        for context in contexts.values()
+    ]
     users += [
-        _participant(prefix, context, participant.name)
+        _participant(prefix, context, participant.name, legacy)
         for participant in app.participants
         for context in participant.serves
     ]
@@ -238,13 +267,15 @@ def _orchestrator(
     definitions: list[Saga[Any]],
     contexts: Mapping[str, Context],
     limits: tuple[Grant, ...],
+    *,
+    legacy: str,
 ) -> AclUser:
     name = context.name
     ours = [d for d in definitions if d.context.name == name]
     own = ContextKeys(name)
     keys = [
-        *_partition_keys(context, _EVERYTHING), *_partition_keys(context, _TASK_TOKENS),
-        *_partition_keys(context, _TIMER_DATA),
+        *partition_keys(context, EVERYTHING), *partition_keys(context, TASK_TOKENS),
+        *partition_keys(context, TIMER_DATA),
         "~" + own.wait_indexes, "~" + own.schedules.everything, "~" + own.meta, "~" + own.versions,
         "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
     ]  # fmt: skip
@@ -252,19 +283,19 @@ def _orchestrator(
     windows: list[str] = []  # the publish windows of those streams
     read: list[str] = []  # keys of another context it may only read
     for stream in event_waits(ours):
-        keys += _consumer_keys(stream, f"{name}.waits")
+        keys += consumer_keys(stream, f"{name}.waits", legacy)
         added.append("%W~" + stream.dlq_key)
     children = [s.child.definition.context for d in ours for s in [*d.steps, *d.branch_steps()] if s.child]
     for declared in _unique(c for c in children if c.name != name):
         # start and cancel by request, read the child's saga (a cancel finds its partition)
         child = contexts.get(declared.name, declared)
-        added += _partition_keys(child, _INBOX, "%W")
-        windows += _partition_keys(child, _WINDOW)
-        read += _partition_keys(child, _SAGAS, "%R") + _partition_keys(child, _BRANCHES, "%R")
+        added += partition_keys(child, INBOX, "%W")
+        windows += partition_keys(child, WINDOW)
+        read += partition_keys(child, SAGAS, "%R") + partition_keys(child, BRANCHES, "%R")
     parents = [d.context for d in definitions if d.context.name != name and _has_child_in(d, name)]
     for parent in _unique(parents):  # the child's end report goes to the parent's inbox
-        added += _partition_keys(parent, _INBOX, "%W")
-        windows += _partition_keys(parent, _WINDOW)
+        added += partition_keys(parent, INBOX, "%W")
+        windows += partition_keys(parent, WINDOW)
     scripts = (*_CONSUMER_SCRIPTS, *_PUBLISH_SCRIPTS, *_SAGA_SCRIPTS)
     plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
     grants = [_grant(plain, scripts, keys)]
@@ -278,7 +309,7 @@ def _orchestrator(
     return AclUser(f"{prefix}.{name}", "orchestrator", name, tuple(grants), note)
 
 
-def _participant(prefix: str, context: Context, participant: str) -> AclUser:
+def _participant(prefix: str, context: Context, participant: str, legacy: str) -> AclUser:
     if participant in (LOCAL, WAITS, CHILD, TASKS):
         raise ValueError(f"participant name {participant!r} is reserved for the orchestrator")
 
@@ -286,15 +317,17 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
         return keys.commands(participant)
 
     own = [
-        *_partition_keys(context, lambda k: stream(k).key),
-        *_partition_keys(context, lambda k: stream(k).dedupe_key(participant, "*")),
-        *_partition_keys(context, lambda k: stream(k).failures_key(participant)),
-        *_partition_keys(context, lambda k: stream(k).lost_key(participant)),
+        *partition_keys(context, lambda k: stream(k).key),
+        *partition_keys(context, lambda k: stream(k).dedupe_key(participant)),
+        *partition_keys(context, lambda k: stream(k).dedupe_expiry_key(participant)),
+        *partition_keys(context, lambda k: stream(k).legacy_dedupe_key(participant, "*"), legacy),
+        *partition_keys(context, lambda k: stream(k).failures_key(participant)),
+        *partition_keys(context, lambda k: stream(k).lost_key(participant)),
     ]
     registry = ContextKeys(context.name)
     added = [
-        *_partition_keys(context, _INBOX, "%W"),  # its replies: it reads nobody's
-        *_partition_keys(context, _DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
+        *partition_keys(context, INBOX, "%W"),  # its replies: it reads nobody's
+        *partition_keys(context, DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
     ]
     read = [
         "%R~" + EPOCH,  # it joins and checks the deployment's epoch, never writes it
@@ -317,10 +350,10 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
     windows: list[str] = []
     read: list[str] = []
     for context in contexts:
-        added += _partition_keys(context, _INBOX, "%W")  # start requests, signals, cancels
-        windows += _partition_keys(context, _WINDOW)
-        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS, _REFUSALS, _ENDS):
-            read += _partition_keys(context, readable, "%R")
+        added += partition_keys(context, INBOX, "%W")  # start requests, signals, cancels
+        windows += partition_keys(context, WINDOW)
+        for readable in (SAGAS, BRANCHES, TIMERS, STATUS_INDEXES, COUNTS, REFUSALS, ENDS):
+            read += partition_keys(context, readable, "%R")
         own = ContextKeys(context.name)
         read += [
             "%R~" + own.token_keys,  # checks tokens: public keys only
@@ -335,9 +368,9 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
     inbox: list[str] = []
     own: list[str] = []
     for context in with_tasks:
-        inbox += _partition_keys(context, _INBOX, "%W")  # the answers' signals: it reads none
-        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS, _TASK_TOKENS):
-            own += _partition_keys(context, key)
+        inbox += partition_keys(context, INBOX, "%W")  # the answers' signals: it reads none
+        for key in (TASK, TASK_INDEXES, TASK_TIMERS, TASK_LOGS, TASK_TOKENS):
+            own += partition_keys(context, key)
     registered = ["%R~" + CONTEXTS]
     for context in contexts:
         registered += [
@@ -356,8 +389,8 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
 
 
 def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
-    added = [k for c in contexts for k in _partition_keys(c, _INBOX, "%W")]
-    windows = [k for c in contexts for k in _partition_keys(c, _WINDOW)]
+    added = [k for c in contexts for k in partition_keys(c, INBOX, "%W")]
+    windows = [k for c in contexts for k in partition_keys(c, WINDOW)]
     for stream in streams:
         added.append("%W~" + stream.key)
         windows.append("~" + stream.published_key)
@@ -375,7 +408,7 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
         keys += ["%R~" + LIMIT_NAMES, *("%R~" + LimitKeys(limit.name).everything for limit in app.limits)]
     for context in contexts:
         own = ContextKeys(context.name)
-        keys += _partition_keys(context, _EVERYTHING, "%R")
+        keys += partition_keys(context, EVERYTHING, "%R")
         keys += [
             "%R~" + own.wait_indexes,
             "%R~" + own.schedules.everything,
@@ -405,59 +438,6 @@ def _elsewhere(added: list[str], windows: list[str], read: list[str]) -> list[Gr
 def _has_child_in(definition: Saga[Any], context: str) -> bool:
     steps = [*definition.steps, *definition.branch_steps()]
     return any(s.child is not None and s.child.definition.context.name == context for s in steps)
-
-
-def partition_tags(context: Context) -> list[str]:
-    """Glob tags matching exactly the partition tags of ``context``, by number of digits.
-
-    ``[0-9]``, then ``[1-9][0-9]``, … up to the digits of its last partition: a ``*`` could
-    match a ``}`` and so a key another principal's pattern was never meant to reach.
-    """
-    digits = len(str(context.partitions - 1))
-    return [
-        f"{context.name}:" + ("[0-9]" if n == 1 else "[1-9]" + "[0-9]" * (n - 1))
-        for n in range(1, digits + 1)
-    ]
-
-
-Pattern = Callable[[PartitionKeys], str]
-"""A key of a partition, asked of :mod:`saga.store.keys` with a glob for its tag."""
-
-_EVERYTHING: Final[Pattern] = attrgetter("everything")
-_INBOX: Final[Pattern] = attrgetter("inbox.key")
-_WINDOW: Final[Pattern] = attrgetter("inbox.published_key")
-_DEAD_LETTERS: Final[Pattern] = attrgetter("dead_letters")
-_SAGAS: Final[Pattern] = methodcaller("saga", "*")
-_BRANCHES: Final[Pattern] = methodcaller("branches", "*")
-_REFUSALS: Final[Pattern] = methodcaller("refused_start", "*")
-_TIMERS: Final[Pattern] = attrgetter("timers")
-_STATUS_INDEXES: Final[Pattern] = methodcaller("by_status", "*")
-_COUNTS: Final[Pattern] = attrgetter("counts")
-_ENDS: Final[Pattern] = attrgetter("ends")
-_TASK: Final[Pattern] = methodcaller("task", "*")
-_TASK_INDEXES: Final[Pattern] = methodcaller("tasks_for", "*")
-_TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")
-_TASK_LOGS: Final[Pattern] = methodcaller("task_log", "*")
-_TASK_TOKENS: Final[Pattern] = attrgetter("task_tokens")
-"""Open tasks' resume tokens: outside ``_EVERYTHING``, so the operator's patterns miss them."""
-_TIMER_DATA: Final[Pattern] = attrgetter("timer_data")
-"""Pending timers' signed firings: outside ``_EVERYTHING`` too, for the orchestrator alone."""
-
-
-def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:
-    """``access`` (``""`` read-write, ``%R``, ``%W``) to ``key`` in every partition of ``context``."""
-    return [f"{access}~" + key(PartitionKeys(tag)) for tag in partition_tags(context)]
-
-
-def _consumer_keys(stream: Stream, group: str) -> list[str]:
-    """What consuming ``stream`` as ``group`` touches: the stream and its companion keys."""
-    return [
-        "~" + stream.key,
-        "%W~" + stream.dlq_key,
-        "~" + stream.failures_key(group),
-        "~" + stream.dedupe_key(group, "*"),
-        "~" + stream.lost_key(group),
-    ]
 
 
 def _commands(plain: Iterable[str], scripts: Iterable[tuple[str, str]]) -> tuple[str, ...]:
