@@ -20,6 +20,7 @@ local records, expiry = KEYS[1], KEYS[2]
 local now = clock_ms()
 local quota = tonumber(ARGV[3])
 dedupe_prune(records, expiry, now, #ARGV - 1)
+local size = redis.call('HLEN', records)
 local out = {}
 for i = 1, (#ARGV - 3) / 2 do
   local id, key = ARGV[2 * i + 2], ARGV[2 * i + 3]
@@ -27,10 +28,11 @@ for i = 1, (#ARGV - 3) / 2 do
   local value, held = dedupe_get(records, expiry, key, now)
   if value and string.sub(value, 1, #prefix) ~= prefix then
     out[i] = value
-  elseif not held and redis.call('HLEN', records) >= quota then
+  elseif not held and size >= quota then
     out[i] = 'Q'
   else
     dedupe_put(records, expiry, key, prefix .. ARGV[2], now + tonumber(ARGV[1]))
+    size = size + (held and 0 or 1)
     out[i] = false
   end
 end
