@@ -91,7 +91,7 @@ def dedupe_keys(delivery: Delivery) -> tuple[str, ...]:
     """The keys of ``delivery``'s group's dedupe records (none when it is not deduped)."""
     if delivery.dedupe_key is None:
         return ()
-    return (delivery.stream.dedupe_key(delivery.group), delivery.stream.dedupe_expiry_key(delivery.group))
+    return delivery.stream.dedupe_keys(delivery.group)
 
 
 def dedupe_claim_call(deliveries: Sequence[Delivery], config: BusConfig) -> ScriptCall:
@@ -228,7 +228,7 @@ def dead_letter_call(
             context += [f"header.{name}", value]
     keys = [stream.key, stream.failures_key(group)]
     if dedupe_key is not None:
-        keys += [stream.dedupe_key(group), stream.dedupe_expiry_key(group)]
+        keys += stream.dedupe_keys(group)
     args: list[Arg] = [
         group,
         consumer,

@@ -90,11 +90,15 @@ class Stream:
         One key per tag and group, so its size is one ``HLEN`` and an ACL pattern names it
         whole (no ``*``): a participant's user cannot make more keys of it.
         """
-        return tagged_key(self.tag, "dedupe", group)
+        return _dedupe_keys(self.tag, group)[0]
 
     def dedupe_expiry_key(self, group: str) -> str:
         """The sorted set of when each of ``group``'s dedupe records expires (ms)."""
-        return tagged_key(self.tag, "dedupe-expiry", group)
+        return _dedupe_keys(self.tag, group)[1]
+
+    def dedupe_keys(self, group: str) -> tuple[str, str]:
+        """:meth:`dedupe_key` and :meth:`dedupe_expiry_key`: what every dedupe script takes."""
+        return _dedupe_keys(self.tag, group)
 
     def legacy_dedupe_key(self, group: str, idempotency_key: str) -> str:
         """Where releases before the dedupe hash kept one record (read as a fallback only)."""
@@ -120,3 +124,9 @@ class Stream:
 def _parsed(key: str) -> Stream:
     """Reply-to keys are parsed on every delivery; a process sees few distinct ones."""
     return Stream._parse(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dedupe_keys(tag: str, group: str) -> tuple[str, str]:
+    """A group's dedupe keys are named on every delivery; a process sees few distinct ones."""
+    return tagged_key(tag, "dedupe", group), tagged_key(tag, "dedupe-expiry", group)

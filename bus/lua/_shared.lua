@@ -41,6 +41,10 @@ end
 --                      forget `key`'s record.
 -- dedupe_prune(records, expiry, now, most)
 --                      forget at most `most` records expired by `now`.
+-- dedupe_keep(records, expiry, ms)
+--                      let both keys live at least `ms` more (as long as the record just
+--                      written): a group that stops writing leaves nothing once its records
+--                      have expired, as the records' own TTLs did when each was a key.
 local function dedupe_get(records, expiry, key, now)
   local value = redis.call('HGET', records, key)
   if value then
@@ -67,5 +71,13 @@ local function dedupe_prune(records, expiry, now, most)
   if #gone > 0 then
     redis.call('HDEL', records, unpack(gone))
     redis.call('ZREM', expiry, unpack(gone))
+  end
+end
+
+local function dedupe_keep(records, expiry, ms)
+  for _, key in ipairs({records, expiry}) do
+    if redis.call('PTTL', key) < ms then
+      redis.call('PEXPIRE', key, ms)
+    end
   end
 end

@@ -64,4 +64,7 @@ while a <= #ARGV do
   out[#out + 1] = outcome
   a = a + 2 + nargs
 end
+if records then
+  dedupe_keep(records, expiry, 1000 * tonumber(ARGV[3]))
+end
 return out

@@ -36,4 +36,5 @@ for i = 1, (#ARGV - 3) / 2 do
     out[i] = false
   end
 end
+dedupe_keep(records, expiry, tonumber(ARGV[1]))
 return out

@@ -36,4 +36,7 @@ for i = 4, #ARGV, step do
     held[#held + 1] = 0
   end
 end
+if records then
+  dedupe_keep(records, expiry, tonumber(ARGV[3]))
+end
 return held

@@ -25,6 +25,7 @@ if KEYS[2] then
   end
   if ARGV[5] ~= '' then
     dedupe_put(KEYS[2], KEYS[3], ARGV[6], ARGV[5], now + 1000 * tonumber(ARGV[4]))
+    dedupe_keep(KEYS[2], KEYS[3], 1000 * tonumber(ARGV[4]))
   elseif held then
     dedupe_drop(KEYS[2], KEYS[3], ARGV[6])
   end
