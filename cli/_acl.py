@@ -10,7 +10,8 @@ import typer
 
 from redsaga.cli._common import CommandError, Json, UsageProblem, app_option, emit_json, emit_line
 from redsaga.cli._load import load_app
-from saga.ops.acl import acl_rules, as_json
+from saga.ops.acl import acl_rules
+from saga.ops.acl_grants import as_json
 
 LOCK_DEFAULT = "ACL SETUSER default off"
 """What locks Redis's built-in user: it can do anything, by default without a password."""

@@ -12,7 +12,7 @@ import typer
 
 from saga import SagaStatus, StepStatus
 from saga.core.times import utc_text
-from saga.ops.inspect import human_ms, parse_duration
+from saga.ops.durations import human_ms, parse_duration
 from saga.ops.text import printable
 
 _STATUS_COLOURS = {

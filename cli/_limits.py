@@ -14,6 +14,12 @@ may list but not change a limit.
 ``rate`` is in commands per second; ``tokens`` below zero count the commands promised a
 token and waiting for it; ``changes`` are the newest first (at most 100). ``saga limits set
 --json`` prints the one change it made, in the same shape as an item of ``changes``.
+
+``saga limits lines <context> --json`` prints the concurrency keys' lines, most recently asked
+first::
+
+    {"key": "withdraw", "value": "acct-42", "holders": ["w-0193..."], "waiting": 3,
+     "used_ms": 1764806400000}
 """
 
 from __future__ import annotations
@@ -39,9 +45,11 @@ from redsaga.cli._common import (
 from redsaga.cli._load import load_app
 from saga.definition.rate import RateLimit, check_burst, check_limit_name, parse_rate
 from saga.store.rates import LimitChange, read_limits, set_limit
+from saga.store.slots import read_lines
 
 limits_app = typer.Typer(
-    help="Rate limits: list them with their buckets and who changed them; change one at run time.",
+    help="Rate limits: list them with their buckets and who changed them; change one at run time. "
+    "Concurrency keys: their lines.",
     no_args_is_help=True,
 )
 
@@ -134,5 +142,27 @@ def list_command(app_ref: AppRef = None, redis_url: RedisUrl = None, json_output
     emit_table(["limit", "rate", "burst", "tokens", "from", "last change"], rows)
 
 
+def lines_command(
+    context: Annotated[str, typer.Argument(help="The context whose sagas have concurrency keys.")],
+    key: Annotated[str | None, typer.Option("--key", help="Only this key's lines (its name).")] = None,
+    most: Annotated[
+        int, typer.Option("--most", min=1, max=10_000, help="Lines shown, most recent first.")
+    ] = 100,
+    redis_url: RedisUrl = None,
+    json_output: Json = False,
+) -> None:
+    """Concurrency keys' lines: per value, the sagas holding a slot and how many wait."""
+    views = with_redis(redis_url, lambda redis: read_lines(redis, context, key=key, most=most))
+    if json_output:
+        emit_json(views)
+        return
+    rows = [
+        [v.key, v.value, str(len(v.holders)), ", ".join(v.holders[:5]), str(v.waiting), _when(v.used_ms)]
+        for v in views
+    ]
+    emit_table(["key", "value", "holding", "sagas", "waiting", "last asked"], rows)
+
+
 limits_app.command("set")(reporting_errors(set_command))
+limits_app.command("lines")(reporting_errors(lines_command))
 limits_app.command("list")(reporting_errors(list_command))

@@ -16,7 +16,7 @@ touches them is single-slot and runs unchanged on Redis Cluster::
     rs:{<tag>}:lost:<name>:<group>       zset: the dedupe window of that group's reports of
                                          entries deleted while pending (dead letters)
 
-The saga engine adds its own keys under the same tags (see ``saga/store/keys.py``).
+The saga engine adds its own keys under the same tags (see ``saga/store/keys/``).
 """
 
 from __future__ import annotations

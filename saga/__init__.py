@@ -34,6 +34,8 @@ __all__ = [
     "Instance",
     "InvalidInput",
     "InvalidToken",
+    "Key",
+    "KeyBusy",
     "Participant",
     "PermanentError",
     "Plan",

@@ -16,6 +16,7 @@ from saga.core.model import SagaState as SagaState
 from saga.core.states import SagaStatus as SagaStatus
 from saga.core.states import StepStatus as StepStatus
 from saga.definition.composition import Group as Group
+from saga.definition.concurrency import Key as Key
 from saga.definition.human_tasks import Escalation as Escalation
 from saga.definition.human_tasks import Role as Role
 from saga.definition.human_tasks import User as User
@@ -31,6 +32,7 @@ from saga.definition.schedule import Schedule as Schedule
 from saga.errors import DefinitionError as DefinitionError
 from saga.errors import InvalidInput as InvalidInput
 from saga.errors import InvalidToken as InvalidToken
+from saga.errors import KeyBusy as KeyBusy
 from saga.errors import ResultTimeout as ResultTimeout
 from saga.errors import SagaEnded as SagaEnded
 from saga.errors import SagaError as SagaError

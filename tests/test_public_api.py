@@ -26,6 +26,8 @@ EXPORTS: dict[str, list[str]] = {
         "InvalidInput",
         "InvalidToken",
         "KEEP",
+        "Key",
+        "KeyBusy",
         "Participant",
         "PermanentError",
         "Plan",

@@ -253,10 +253,10 @@ class _Run:
                 return
             self.tcc.on_expiry(step)
             return
-        if event.purpose in ("retry", "rate"):  # a back-off elapsed, or a rate limit's token is due
+        if event.purpose in ("retry", "rate", "slot"):  # a back-off elapsed, a token is due, or a slot
             cancelling = self.stopping or self.groups.branch_cancelling(step)
             if cancelling and event.kind == "do" and attempt.outcome != "timeout":
-                if event.purpose == "rate":  # never sent: it ends here, and uses no token
+                if event.purpose != "retry":  # never sent: it ends here, and uses no token or slot
                     attempt.outcome, attempt.ended_ms = "cancelled", event.at_ms
                 step_state.status = move_step(step_state.status, StepStatus.FAILED)
                 if step.within:
@@ -266,7 +266,7 @@ class _Run:
                 return
             # After a timeout the step may have taken effect: even when cancelling, try again,
             # so the participant's dedupe answers with the recorded result (then it is undone).
-            if event.purpose == "rate":
+            if event.purpose != "retry":
                 self.commands.send(step, step_state, attempt)
                 return
             self.dispatch(step, event.kind)
@@ -320,9 +320,10 @@ class _Run:
             reason = "cancel requested" if self.state.cancel is not None else "deadline exceeded"
             self.waits.wait_failed(step, step_state, last, "cancelled", reason, note=False)
             return
-        unsent = held(self.state.id, step.name, step_state)  # waiting for a rate limit's token
+        saga_id = self.state.id  # waiting for a rate limit's token, or for a concurrency key's slot
+        unsent = held(saga_id, step.name, step_state) or held(saga_id, step.name, step_state, "slot")
         if unsent or (step_state.status == StepStatus.RETRYING and not (last and last.outcome == "timeout")):
-            if unsent:  # never sent: nothing to undo, and no token used
+            if unsent:  # never sent: nothing to undo, and no token or slot used
                 unsent.outcome, unsent.ended_ms = "cancelled", self.now_ms
             self.cancel_timer(step_state)
             step_state.status = move_step(step_state.status, StepStatus.FAILED)

@@ -21,7 +21,7 @@ NULL = msgspec.Raw(b"null")
 """JSON ``null`` as a raw value: the default of optional raw fields (msgspec cannot decode
 ``Raw | None``)."""
 Outcome = Literal["ok", "transient", "permanent", "timeout", "cancelled", "forced"]
-TimerPurpose = Literal["retry", "timeout", "wake", "deadline", "expiry", "rate"]
+TimerPurpose = Literal["retry", "timeout", "wake", "deadline", "expiry", "rate", "slot"]
 """Why a timer exists: a retry back-off, an attempt's or a wait's timeout, the end of a sleep,
 the saga's deadline, the expiry of a TCC step's reservation, or an attempt's command waiting
 for its rate limit's token (``saga/core/rate_rules.py``)."""

@@ -25,6 +25,7 @@ import msgspec
 
 from redsaga.streams import Stream
 from saga.definition.composition import Composer, Group
+from saga.definition.concurrency import Key
 from saga.definition.context import Context
 from saga.definition.declare import (
     Declarations,
@@ -105,6 +106,7 @@ class Saga(Generic[D]):
         version: int = 1,
         context: str | Context = "default",
         deadline: timedelta | None = None,
+        concurrency: Key | None = None,
     ) -> None:
         if not NAME.fullmatch(name) or "@" in name:
             raise DefinitionError(f"invalid saga name {name!r} (letters, digits, _ . -)")
@@ -116,6 +118,8 @@ class Saga(Generic[D]):
         self.data_type = data
         self.deadline_s = seconds(deadline, Where(name), "deadline")
         """Seconds from the start after which an unfinished saga is compensated (``None``: never)."""
+        self.concurrency = None if concurrency is None else concurrency.named(name)
+        """At most ``limit`` sagas per value of this key run at once (saga/definition/concurrency.py)."""
         self.steps: list[Step[D, Any]] = []
         self.compensations: dict[str, Compensation] = {}
         self._encoder = msgspec.json.Encoder()

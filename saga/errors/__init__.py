@@ -14,6 +14,7 @@
     ├── SagaExists             the id is taken by a different saga definition
     │   └── StartConflict      ... or by a saga of this definition started with other data
     ├── StartPending           a start request was sent, but no orchestrator decided it in time
+    ├── KeyBusy                a singleton's start found its key's slot taken: nothing started
     ├── ConcurrentUpdate       the saga moved on while an operation was being decided
     ├── UnknownDefinition      no definition with this name and version is registered here
     │   └── CodeRequired       the operation needs the definition's code, and only its shape is known
@@ -211,6 +212,17 @@ class StartPending(SagaError):
             "is a worker running for its context? It starts when one decides it (repeating the start is safe)"
         )
         self.saga_id, self.request_id, self.waited_s = saga_id, request_id, waited_s
+
+
+class KeyBusy(SagaError):
+    """A start of a saga whose concurrency key skips when busy found every slot taken.
+
+    Nothing was started. ``key`` names the key, ``value`` its value (as in Redis keys).
+    """
+
+    def __init__(self, message: str, *, key: str, value: str) -> None:
+        super().__init__(message)
+        self.key, self.value = key, value
 
 
 class ConcurrentUpdate(SagaError):
@@ -440,6 +452,7 @@ __all__ = [
     "InvalidInput",
     "InvalidSchedule",
     "InvalidToken",
+    "KeyBusy",
     "MigrationRefused",
     "NotAuthorized",
     "PartitionMismatch",

@@ -12,9 +12,10 @@ checked against.
 from bus.metrics import BUS_METRICS, MetricSpec, MetricsServer
 from saga.metrics._collector import SAGA_METRICS, SagaMetrics
 from saga.metrics._rates import RATE_METRICS
+from saga.metrics._slots import SLOT_METRICS
 from saga.metrics._worker import DEFAULT_STUCK_FOR_MS, WorkerMetrics
 
-METRICS = (*SAGA_METRICS, *RATE_METRICS, *BUS_METRICS)
+METRICS = (*SAGA_METRICS, *RATE_METRICS, *SLOT_METRICS, *BUS_METRICS)
 """Every metric a worker may export: the sagas' first, the rate limits', then the bus's."""
 
 __all__ = [

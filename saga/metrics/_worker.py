@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 from bus.metrics import BusMetrics, Exporter, readiness
 from saga.metrics._collector import SagaMetrics
 from saga.metrics._rates import RateMetrics
+from saga.metrics._slots import SlotMetrics
 from saga.runtime.worker import SagaWorker
 
 DEFAULT_STUCK_FOR_MS: Final = 10 * 60_000
@@ -58,8 +59,19 @@ class WorkerMetrics(Exporter):
             worker.timer_observers.append(self.sagas.tallies.timers)
             self.add(self.sagas)
         if orchestrates and worker.app.limits:
-            tallies = [orchestrator.rates.tallies for orchestrator in worker.orchestrators]
+            tallies = [orchestrator.gates.rates.tallies for orchestrator in worker.orchestrators]
             self.add(RateMetrics(worker.redis, tallies, list(worker.app.limits), timeout_s=timeout_s))
+        keys: dict[str, set[str]] = {}
+        for orchestrator in worker.orchestrators:
+            for definition in worker.app.registry:
+                if (
+                    definition.concurrency is not None
+                    and definition.context.name == orchestrator.context.name
+                ):
+                    keys.setdefault(orchestrator.context.name, set()).add(definition.concurrency.name)
+        if keys:
+            slots = [orchestrator.gates.slots.tallies for orchestrator in worker.orchestrators]
+            self.add(SlotMetrics(worker.redis, slots, keys, timeout_s=timeout_s))
 
     async def ready(self) -> list[str]:
         """Why the worker is not ready (empty: ready); ``/readyz`` (``bus/_metrics.py``)."""

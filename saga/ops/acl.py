@@ -1,7 +1,7 @@
 """Redis ACL users for an app: each process gets only its own keys and the commands it sends.
 
 :func:`acl_rules` derives the users from the app's definitions and the key layout
-(``saga/store/keys.py``, ``redsaga/streams.py``), never from a hand-kept list of keys. They assume
+(``saga/store/keys/``, ``redsaga/streams.py``), never from a hand-kept list of keys. They assume
 signing is on (``bus/_auth.py``): a client then starts sagas by a signed request on the
 inbox instead of writing them, and a parent saga starts its children in another context the
 same way, so neither needs to write a saga::
@@ -42,7 +42,7 @@ task inbox with the rest of the partition.
 
 Key patterns are anchored: a partition's tag is matched digit by digit
 (``rs:{orders:[0-9]}:…``, ``rs:{orders:[1-9][0-9]}:…``), never with a ``*`` that could cross a
-``}``; and ids and names are validated before they become part of a key (``saga/store/keys.py``).
+``}``; and ids and names are validated before they become part of a key (``saga/store/keys/``).
 Write-only targets (``%W~``) are passed to functions as arguments, not keys, because Redis
 checks every key of an ``FCALL`` as read-write. Commands: ``-@all``, then the plain commands
 the role sends and every command its functions call, parsed from the scripts' source and the
@@ -54,48 +54,32 @@ functions load``).
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import Any, Final, Literal
+from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter, methodcaller
+from typing import Any, Final
 
 from bus import Stream
-from bus.lowlevel import shared_helpers
 from saga.core.child_messages import CHILD
 from saga.definition.human_tasks import TASKS
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.definition.waits import WAITS
-from saga.ops.acl_keys import (
-    BRANCHES,
-    COUNTS,
-    DEAD_LETTERS,
-    ENDS,
-    EVERYTHING,
-    INBOX,
-    REFUSALS,
-    SAGAS,
-    STATUS_INDEXES,
-    TASK,
-    TASK_INDEXES,
-    TASK_LOGS,
-    TASK_TIMERS,
-    TASK_TOKENS,
-    TIMER_DATA,
-    TIMERS,
-    WINDOW,
-    consumer_keys,
-    partition_keys,
-)
+from saga.ops.acl_grants import AclUser, Grant, grant, unique
 from saga.runtime.app import App
 from saga.runtime.event_routing import event_waits
 from saga.runtime.tasks import task_contexts
 from saga.store import scripts
-from saga.store.keys import CONTEXTS, EPOCH, EPOCH_COPIES, LIMIT_NAMES, ContextKeys, LimitKeys, PartitionKeys
-
-Role = Literal["orchestrator", "participant", "client", "tasks", "relay", "operator"]
+from saga.store.keys import (
+    CONTEXTS,
+    EPOCH,
+    EPOCH_COPIES,
+    LIMIT_NAMES,
+    ContextKeys,
+    LimitKeys,
+    PartitionKeys,
+    SlotKeys,
+    slot_lines,
+    slot_waiters,
+)
 
 _CONNECT: Final = ("auth", "hello", "client|setname", "ping", "info", "cluster|slots", "command")
 """Every process: connecting, ``INFO`` for the start-up check of Redis settings, and what a
@@ -138,79 +122,17 @@ _PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus",
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
 _LIMIT_SCRIPTS: Final = ((scripts.PACKAGE, scripts.RATE_TAKE.name), (scripts.PACKAGE, scripts.RATE_SET.name))
 """Run on a rate limit's keys only (``_limit_grants``), never on a partition's."""
+_SLOT_SCRIPTS: Final = ((scripts.PACKAGE, scripts.SLOT.name),)
+"""Run on a concurrency key's lines only (``_slot_grants``), never on a partition's."""
 _SAGA_SCRIPTS: Final = (
-    *((scripts.PACKAGE, s.name) for s in scripts.SCRIPTS if (scripts.PACKAGE, s.name) not in _LIMIT_SCRIPTS),
+    *(
+        (scripts.PACKAGE, s.name)
+        for s in scripts.SCRIPTS
+        if (scripts.PACKAGE, s.name) not in (*_LIMIT_SCRIPTS, *_SLOT_SCRIPTS)
+    ),
     ("bus", "requeue"),
 )
 _RELAY_SCRIPTS: Final = (("relay", "publish_rows"),)
-
-_CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
-_CONTAINERS: Final = frozenset({"xinfo", "xgroup", "client", "script", "object", "config"})
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """Commands allowed on keys: a user's root permissions, or one of its selectors.
-
-    ``commands`` are ACL command names (``xgroup|create`` for a subcommand); ``keys`` are
-    ACL key selectors (``~pattern`` read-write, ``%R~pattern`` read-only, ``%W~pattern``
-    write-only). Redis 7 allows a command when one grant allows the command and all its keys.
-    """
-
-    commands: tuple[str, ...]
-    keys: tuple[str, ...] = ()
-
-    def selector(self) -> str:
-        """The grant as an ACL selector: ``(+command ~key …)``."""
-        return "(" + " ".join([*(f"+{c}" for c in self.commands), *self.keys]) + ")"
-
-
-@dataclass(frozen=True, slots=True)
-class AclUser:
-    """One Redis ACL user: its name, what it is for, and its grants.
-
-    The first grant is the user's root permissions, the others selectors, each binding
-    commands to the only keys they may touch: a participant may ``XADD`` to the inbox it
-    holds write-only, and ``XTRIM`` only its own stream.
-    """
-
-    name: str
-    role: Role
-    context: str | None
-    grants: tuple[Grant, ...]
-    note: str
-
-    @property
-    def commands(self) -> tuple[str, ...]:
-        """Every command any grant allows."""
-        return tuple(sorted({c for g in self.grants for c in g.commands}))
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """Every key selector of every grant."""
-        return tuple(dict.fromkeys(k for g in self.grants for k in g.keys))
-
-    def rules(self, password: str | None) -> list[str]:
-        """The ``ACL SETUSER`` arguments after the user name.
-
-        ``password`` is stored as its SHA-256 (``#<hex>``), so the rules never hold the
-        secret itself; ``None`` makes a user without a password (``nopass``), for local use.
-        """
-        secret = "nopass" if password is None else "#" + hashlib.sha256(password.encode()).hexdigest()
-        root, *selectors = self.grants
-        return [
-            "reset", "on", secret, "-@all", *(f"+{c}" for c in root.commands),
-            "resetkeys", *root.keys, "resetchannels", *(g.selector() for g in selectors),
-        ]  # fmt: skip
-
-    def line(self, password: str | None) -> str:
-        """The ``ACL SETUSER`` line (for ``redis-cli``; selectors quoted, as it reads them)."""
-        quoted = [f'"{rule}"' if rule.startswith("(") else rule for rule in self.rules(password)]
-        return " ".join(["ACL", "SETUSER", self.name, *quoted])
-
-
-def _grant(plain: Iterable[str], scripts: Iterable[tuple[str, str]], keys: Iterable[str]) -> Grant:
-    return Grant(_commands(plain, scripts), _unique(keys))
 
 
 def acl_rules(
@@ -243,7 +165,7 @@ def acl_rules(
     if with_tasks:
         users.append(_task_client(prefix, with_tasks, contexts.values()))
     relayed = [c for p in app.participants if p.uses_outbox for c in p.serves]
-    users.append(_relay(prefix, _unique(relayed), [Stream.from_key(k) for k in relay_streams]))
+    users.append(_relay(prefix, unique(relayed), [Stream.from_key(k) for k in relay_streams]))
     streams = [s.stream for bus in app.buses for s in bus.subscriptions]
     users.append(_operator(prefix, contexts.values(), streams, app))
     return users
@@ -258,7 +180,16 @@ def _limit_grants(app: App) -> tuple[Grant, ...]:
     if not app.limits:
         return ()
     keys = ["~" + LimitKeys(limit.name).everything for limit in app.limits]
-    return (_grant(_SCRIPTS, _LIMIT_SCRIPTS, keys), Grant(("sadd",), ("~" + LIMIT_NAMES,)))
+    return (grant(_SCRIPTS, _LIMIT_SCRIPTS, keys), Grant(("sadd",), ("~" + LIMIT_NAMES,)))
+
+
+def _slot_grants(context: str, ours: list[Saga[Any]]) -> tuple[Grant, ...]:
+    """An orchestrator's concurrency keys: take and give back its context's slots, index its lines."""
+    if not any(d.concurrency is not None for d in ours):
+        return ()
+    lines = ["~" + SlotKeys(context, "*", "*").everything]
+    index = ("~" + slot_lines(context), "~" + slot_waiters(context))
+    return (grant(_SCRIPTS, _SLOT_SCRIPTS, lines), Grant(("zadd", "zrevrange", "hset", "hdel"), index))
 
 
 def _orchestrator(
@@ -274,8 +205,8 @@ def _orchestrator(
     ours = [d for d in definitions if d.context.name == name]
     own = ContextKeys(name)
     keys = [
-        *partition_keys(context, EVERYTHING), *partition_keys(context, TASK_TOKENS),
-        *partition_keys(context, TIMER_DATA),
+        *_partition_keys(context, _EVERYTHING), *_partition_keys(context, _TASK_TOKENS),
+        *_partition_keys(context, _TIMER_DATA),
         "~" + own.wait_indexes, "~" + own.schedules.everything, "~" + own.meta, "~" + own.versions,
         "~" + CONTEXTS, "~" + EPOCH, "~" + EPOCH_COPIES,
     ]  # fmt: skip
@@ -283,24 +214,25 @@ def _orchestrator(
     windows: list[str] = []  # the publish windows of those streams
     read: list[str] = []  # keys of another context it may only read
     for stream in event_waits(ours):
-        keys += consumer_keys(stream, f"{name}.waits", legacy)
+        keys += _consumer_keys(stream, f"{name}.waits", legacy)
         added.append("%W~" + stream.dlq_key)
     children = [s.child.definition.context for d in ours for s in [*d.steps, *d.branch_steps()] if s.child]
-    for declared in _unique(c for c in children if c.name != name):
+    for declared in unique(c for c in children if c.name != name):
         # start and cancel by request, read the child's saga (a cancel finds its partition)
         child = contexts.get(declared.name, declared)
-        added += partition_keys(child, INBOX, "%W")
-        windows += partition_keys(child, WINDOW)
-        read += partition_keys(child, SAGAS, "%R") + partition_keys(child, BRANCHES, "%R")
+        added += _partition_keys(child, _INBOX, "%W")
+        windows += _partition_keys(child, _WINDOW)
+        read += _partition_keys(child, _SAGAS, "%R") + _partition_keys(child, _BRANCHES, "%R")
     parents = [d.context for d in definitions if d.context.name != name and _has_child_in(d, name)]
-    for parent in _unique(parents):  # the child's end report goes to the parent's inbox
-        added += partition_keys(parent, INBOX, "%W")
-        windows += partition_keys(parent, WINDOW)
+    for parent in unique(parents):  # the child's end report goes to the parent's inbox
+        added += _partition_keys(parent, _INBOX, "%W")
+        windows += _partition_keys(parent, _WINDOW)
     scripts = (*_CONSUMER_SCRIPTS, *_PUBLISH_SCRIPTS, *_SAGA_SCRIPTS)
     plain = (*_CONNECT, *_SCRIPTS, *_CONSUME, *_READ, *_ORCHESTRATE, *_OPERATE)
-    grants = [_grant(plain, scripts, keys)]
+    grants = [grant(plain, scripts, keys)]
     grants += _elsewhere(added, windows, read)
     grants += limits
+    grants += _slot_grants(name, ours)
     note = (
         f"orchestrator of context {name!r} ({context.partitions} partition(s)); also the user for "
         "operator writes: force-complete, cancel, retry, dlq requeue|purge, versions drain|migrate, "
@@ -317,17 +249,17 @@ def _participant(prefix: str, context: Context, participant: str, legacy: str) -
         return keys.commands(participant)
 
     own = [
-        *partition_keys(context, lambda k: stream(k).key),
-        *partition_keys(context, lambda k: stream(k).dedupe_key(participant)),
-        *partition_keys(context, lambda k: stream(k).dedupe_expiry_key(participant)),
-        *partition_keys(context, lambda k: stream(k).legacy_dedupe_key(participant, "*"), legacy),
-        *partition_keys(context, lambda k: stream(k).failures_key(participant)),
-        *partition_keys(context, lambda k: stream(k).lost_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).key),
+        *_partition_keys(context, lambda k: stream(k).dedupe_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).dedupe_expiry_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).legacy_dedupe_key(participant, "*"), legacy),
+        *_partition_keys(context, lambda k: stream(k).failures_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).lost_key(participant)),
     ]
     registry = ContextKeys(context.name)
     added = [
-        *partition_keys(context, INBOX, "%W"),  # its replies: it reads nobody's
-        *partition_keys(context, DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
+        *_partition_keys(context, _INBOX, "%W"),  # its replies: it reads nobody's
+        *_partition_keys(context, _DEAD_LETTERS, "%W"),  # its dead letters: it cannot read or delete them
     ]
     read = [
         "%R~" + EPOCH,  # it joins and checks the deployment's epoch, never writes it
@@ -338,7 +270,7 @@ def _participant(prefix: str, context: Context, participant: str, legacy: str) -
         # it records that it runs, at start: its own record, and its name in the set (no other's)
         Grant(("set",), ("%W~" + registry.participant(participant),)),
         Grant(("sadd",), ("%W~" + registry.participants,)),
-        _grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
+        grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
         Grant(("get", "hgetall"), tuple(read)),
     )
     note = f"participant {participant!r} serving context {context.name!r}"
@@ -350,10 +282,10 @@ def _client(prefix: str, contexts: Iterable[Context]) -> AclUser:
     windows: list[str] = []
     read: list[str] = []
     for context in contexts:
-        added += partition_keys(context, INBOX, "%W")  # start requests, signals, cancels
-        windows += partition_keys(context, WINDOW)
-        for readable in (SAGAS, BRANCHES, TIMERS, STATUS_INDEXES, COUNTS, REFUSALS, ENDS):
-            read += partition_keys(context, readable, "%R")
+        added += _partition_keys(context, _INBOX, "%W")  # start requests, signals, cancels
+        windows += _partition_keys(context, _WINDOW)
+        for readable in (_SAGAS, _BRANCHES, _TIMERS, _STATUS_INDEXES, _COUNTS, _REFUSALS, _ENDS):
+            read += _partition_keys(context, readable, "%R")
         own = ContextKeys(context.name)
         read += [
             "%R~" + own.token_keys,  # checks tokens: public keys only
@@ -368,9 +300,9 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
     inbox: list[str] = []
     own: list[str] = []
     for context in with_tasks:
-        inbox += partition_keys(context, INBOX, "%W")  # the answers' signals: it reads none
-        for key in (TASK, TASK_INDEXES, TASK_TIMERS, TASK_LOGS, TASK_TOKENS):
-            own += partition_keys(context, key)
+        inbox += _partition_keys(context, _INBOX, "%W")  # the answers' signals: it reads none
+        for key in (_TASK, _TASK_INDEXES, _TASK_TIMERS, _TASK_LOGS, _TASK_TOKENS):
+            own += _partition_keys(context, key)
     registered = ["%R~" + CONTEXTS]
     for context in contexts:
         registered += [
@@ -380,25 +312,25 @@ def _task_client(prefix: str, with_tasks: Iterable[Context], contexts: Iterable[
         ]
     grants = (
         Grant(_CONNECT),
-        _grant((*_SCRIPTS, *_TASK_READS), [(scripts.PACKAGE, scripts.TASK_WRITE.name)], own),
-        Grant(("xadd",), _unique(inbox)),
-        Grant(_CATALOGUE_READS, _unique(registered)),
+        grant((*_SCRIPTS, *_TASK_READS), [(scripts.PACKAGE, scripts.TASK_WRITE.name)], own),
+        Grant(("xadd",), unique(inbox)),
+        Grant(_CATALOGUE_READS, unique(registered)),
     )
     note = "task client: lists, claims, completes and reassigns human tasks (TaskClient, saga tasks)"
     return AclUser(f"{prefix}.tasks", "tasks", None, grants, note)
 
 
 def _relay(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream]) -> AclUser:
-    added = [k for c in contexts for k in partition_keys(c, INBOX, "%W")]
-    windows = [k for c in contexts for k in partition_keys(c, WINDOW)]
+    added = [k for c in contexts for k in _partition_keys(c, _INBOX, "%W")]
+    windows = [k for c in contexts for k in _partition_keys(c, _WINDOW)]
     for stream in streams:
         added.append("%W~" + stream.key)
         windows.append("~" + stream.published_key)
     note = "outbox relay: publishes outbox rows (participant replies, events) as their writers signed them"
     root = Grant(_CONNECT)
     epoch = Grant(("get",), ("%R~" + EPOCH,))  # its readiness checks the deployment's epoch
-    rows = _grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
-    grants = (root, epoch, Grant(("xadd",), _unique(added)), rows) if added else (root, epoch)
+    rows = grant(_SCRIPTS, _RELAY_SCRIPTS, windows)
+    grants = (root, epoch, Grant(("xadd",), unique(added)), rows) if added else (root, epoch)
     return AclUser(f"{prefix}.relay", "relay", None, grants, note)
 
 
@@ -406,9 +338,13 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
     keys: list[str] = ["%R~" + CONTEXTS, "%R~" + EPOCH]
     if app.limits:  # saga limits list: the buckets and their changes, never a change
         keys += ["%R~" + LIMIT_NAMES, *("%R~" + LimitKeys(limit.name).everything for limit in app.limits)]
+    keyed = {d.context.name for d in app.registry if d.concurrency is not None}
     for context in contexts:
         own = ContextKeys(context.name)
-        keys += partition_keys(context, EVERYTHING, "%R")
+        keys += _partition_keys(context, _EVERYTHING, "%R")
+        if context.name in keyed:  # saga limits list, inspect: the lines of concurrency keys
+            keys += ["%R~" + SlotKeys(context.name, "*", "*").everything]
+            keys += ["%R~" + slot_lines(context.name), "%R~" + slot_waiters(context.name)]
         keys += [
             "%R~" + own.wait_indexes,
             "%R~" + own.schedules.everything,
@@ -417,7 +353,7 @@ def _operator(prefix: str, contexts: Iterable[Context], streams: Iterable[Stream
         ]
     keys += ["%R~" + PartitionKeys(s.tag).everything for s in streams]
     note = "read-only operator: inspect, list, stats, export, dlq list|show, versions list, ui (no secrets)"
-    grants = (_grant(_CONNECT + _READ, (), keys),)
+    grants = (grant(_CONNECT + _READ, (), keys),)
     return AclUser(f"{prefix}.operator", "operator", None, grants, note)
 
 
@@ -428,10 +364,10 @@ def _elsewhere(added: list[str], windows: list[str], read: list[str]) -> list[Gr
     """
     grants = []
     if added:
-        grants.append(Grant(("xadd",), _unique(added)))
-        grants.append(_grant(_SCRIPTS, _PUBLISH_SCRIPTS, windows))
+        grants.append(Grant(("xadd",), unique(added)))
+        grants.append(grant(_SCRIPTS, _PUBLISH_SCRIPTS, windows))
     if read:
-        grants.append(Grant(_CLIENT_READS, _unique(read)))
+        grants.append(Grant(_CLIENT_READS, unique(read)))
     return grants
 
 
@@ -440,39 +376,59 @@ def _has_child_in(definition: Saga[Any], context: str) -> bool:
     return any(s.child is not None and s.child.definition.context.name == context for s in steps)
 
 
-def _commands(plain: Iterable[str], scripts: Iterable[tuple[str, str]]) -> tuple[str, ...]:
-    called = [c for package, name in scripts for c in script_commands(package, name)]
-    return tuple(sorted(set(plain) | set(called)))
+def partition_tags(context: Context) -> list[str]:
+    """Glob tags matching exactly the partition tags of ``context``, by number of digits.
 
-
-@cache
-def script_commands(package: str, name: str) -> tuple[str, ...]:
-    """Every command ``<package>/lua/<name>.lua`` calls, as ACL names (``xinfo|groups``).
-
-    The shared helpers it calls (``bus/lua/_shared.lua``) count as its own code.
+    ``[0-9]``, then ``[1-9][0-9]``, … up to the digits of its last partition: a ``*`` could
+    match a ``}`` and so a key another principal's pattern was never meant to reach.
     """
-    source = (resources.files(package) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-    source += shared_helpers(source)
-    found = set()
-    for called, sub in _CALL.findall(source):
-        command = called.lower()
-        found.add(f"{command}|{sub.lower()}" if command in _CONTAINERS and sub else command)
-    return tuple(sorted(found))
-
-
-def _unique(items: Iterable[Any]) -> Any:
-    return tuple(dict.fromkeys(items))
-
-
-def as_json(users: Iterable[AclUser], passwords: Mapping[str, str | None]) -> list[dict[str, object]]:
-    """The users as JSON-ready dicts (``rules`` is the ``ACL SETUSER`` argument list)."""
+    digits = len(str(context.partitions - 1))
     return [
-        {
-            "name": u.name,
-            "role": u.role,
-            "context": u.context,
-            "note": u.note,
-            "rules": u.rules(passwords[u.name]),
-        }
-        for u in users
+        f"{context.name}:" + ("[0-9]" if n == 1 else "[1-9]" + "[0-9]" * (n - 1))
+        for n in range(1, digits + 1)
+    ]
+
+
+Pattern = Callable[[PartitionKeys], str]
+"""A key of a partition, asked of :mod:`saga.store.keys` with a glob for its tag."""
+
+_EVERYTHING: Final[Pattern] = attrgetter("everything")
+_INBOX: Final[Pattern] = attrgetter("inbox.key")
+_WINDOW: Final[Pattern] = attrgetter("inbox.published_key")
+_DEAD_LETTERS: Final[Pattern] = attrgetter("dead_letters")
+_SAGAS: Final[Pattern] = methodcaller("saga", "*")
+_BRANCHES: Final[Pattern] = methodcaller("branches", "*")
+_REFUSALS: Final[Pattern] = methodcaller("refused_start", "*")
+_TIMERS: Final[Pattern] = attrgetter("timers")
+_STATUS_INDEXES: Final[Pattern] = methodcaller("by_status", "*")
+_COUNTS: Final[Pattern] = attrgetter("counts")
+_ENDS: Final[Pattern] = attrgetter("ends")
+_TASK: Final[Pattern] = methodcaller("task", "*")
+_TASK_INDEXES: Final[Pattern] = methodcaller("tasks_for", "*")
+_TASK_TIMERS: Final[Pattern] = attrgetter("task_timers")
+_TASK_LOGS: Final[Pattern] = methodcaller("task_log", "*")
+_TASK_TOKENS: Final[Pattern] = attrgetter("task_tokens")
+"""Open tasks' resume tokens: outside ``_EVERYTHING``, so the operator's patterns miss them."""
+_TIMER_DATA: Final[Pattern] = attrgetter("timer_data")
+"""Pending timers' signed firings: outside ``_EVERYTHING`` too, for the orchestrator alone."""
+
+
+def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[str]:
+    """``access`` (``""`` read-write, ``%R``, ``%W``) to ``key`` in every partition of ``context``."""
+    return [f"{access}~" + key(PartitionKeys(tag)) for tag in partition_tags(context)]
+
+
+def _consumer_keys(stream: Stream, group: str, legacy: str) -> list[str]:
+    """What consuming ``stream`` as ``group`` touches: the stream and its companion keys.
+
+    ``legacy``: the access to earlier releases' dedupe keys (``%R``, or ``""`` while upgrading).
+    """
+    return [
+        "~" + stream.key,
+        "%W~" + stream.dlq_key,
+        "~" + stream.failures_key(group),
+        "~" + stream.dedupe_key(group),
+        "~" + stream.dedupe_expiry_key(group),
+        f"{legacy}~" + stream.legacy_dedupe_key(group, "*"),
+        "~" + stream.lost_key(group),
     ]

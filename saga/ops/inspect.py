@@ -9,45 +9,30 @@ kinds and compensations, so no code is needed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 
 from bus import DeadLetter
 from saga.core.model import (
     Attempt,
-    CancelRequested,
-    CancelTimer,
-    Dispatch,
-    Effect,
-    ForceCompleted,
     GroupState,
     HistoryEntry,
     Kind,
-    Migrated,
     Note,
-    NotifyParent,
     ParentLink,
-    Recorded,
-    RedriveRequested,
-    RetryRequested,
     SagaState,
-    Started,
-    StartTimer,
-    StepReplied,
     StepState,
-    TimerFired,
-    UnwatchEvent,
     Wait,
-    WatchEvent,
 )
 from saga.core.rate_rules import held
 from saga.core.states import SagaStatus, StepStatus
 from saga.core.task_rules import TaskLog
 from saga.definition.shape import Shape, StepShape
+from saga.ops.durations import human_ms
 from saga.ops.task_view import TaskView
+from saga.ops.timeline import TimelineRow, merge_task_log, timeline_row
+from saga.store.slots import Place
 
 
 class TimerView(msgspec.Struct, kw_only=True):
@@ -96,27 +81,6 @@ class BranchView(msgspec.Struct, kw_only=True):
     compensation: str | None
     output: msgspec.Raw
     attempts: list[Attempt]
-
-
-class TimelineRow(msgspec.Struct, kw_only=True):
-    """One line of the saga's timeline: a history entry, or an action on one of its human tasks.
-
-    A history entry (``source="history"``, ``index`` its place in the history) says what
-    happened, what was decided and where it left the saga. A task action (``source="task"``,
-    ``index`` its place in the saga's task log, ``by`` who acted) is merged in by time;
-    ``status`` and ``revision`` are then the saga's as of the history entry before it.
-    """
-
-    index: int
-    at_ms: int
-    event: str
-    summary: str
-    effects: list[str]
-    status: SagaStatus
-    revision: int
-    ignored: str = ""
-    source: Literal["history", "task"] = "history"
-    by: str = ""
 
 
 class Inspection(msgspec.Struct, kw_only=True):
@@ -243,6 +207,19 @@ def branch_views(state: SagaState, shape: Shape | None, order: Sequence[str]) ->
     return sorted(views, key=lambda v: (position.get(v.group, len(position)), v.group, v.index))
 
 
+SLOT_WAIT = "a slot of its concurrency key"
+"""How :func:`waiting_for` begins for a saga in a concurrency key's line (the reader adds its place)."""
+
+
+def slot_waiting(waiting: str, place: Place | None) -> str:
+    """:func:`waiting_for`'s answer for a saga in line, with its place when it could be read."""
+    if place is None:
+        return waiting
+    nth = {1: "1st", 2: "2nd", 3: "3rd"}.get(place.place, f"{place.place}th")
+    line = f"a slot of {place.name} {place.value}, {nth} in line ({place.waiting} waiting)"
+    return line + waiting[len(SLOT_WAIT) :]
+
+
 def waiting_for(  # noqa: PLR0911 - one answer per kind of wait
     state: SagaState, order: Sequence[str], timers: Sequence[TimerView], now_ms: int
 ) -> tuple[str, str]:
@@ -272,6 +249,8 @@ def waiting_for(  # noqa: PLR0911 - one answer per kind of wait
         return step_name, f"the retry back-off of {step_name}/{kind} (attempt {step.count(kind) + 1} {due})"
     if attempt is not None and held(state.id, step_name, step) is attempt:
         return step_name, f"a rate limit's token for its command to {attempt.participant} ({due})"
+    if attempt is not None and held(state.id, step_name, step, "slot") is attempt:
+        return step_name, f"{SLOT_WAIT} (its next look at the line {due})"
     if attempt is None or attempt.outcome is not None:
         return step_name, f"{step_name} to be dispatched"
     sent = human_ms(max(0, now_ms - attempt.dispatched_ms))
@@ -330,129 +309,6 @@ def error_chain(state: SagaState) -> list[str]:
     return [link.strip() for link in (last.error or "").split(" <- ")]
 
 
-def timeline_row(index: int, entry: HistoryEntry) -> TimelineRow:
-    """One history entry as a line."""
-    return TimelineRow(
-        index=index,
-        at_ms=entry.event.at_ms,
-        event=_tag(entry.event),
-        summary=describe_event(entry.event),
-        effects=[describe_effect(e) for e in entry.effects],
-        status=entry.status,
-        revision=entry.revision,
-        ignored=entry.ignored,
-    )
-
-
-_ANSWERS_THE_SAGA = frozenset({"opened", "withdrawn"})
-"""Task actions that a command of the saga caused: at a tie in time they follow the history."""
-
-
-def merge_task_log(rows: Sequence[TimelineRow], log: Sequence[TaskLog]) -> list[TimelineRow]:
-    """The history's ``rows`` with the saga's task actions merged in by time.
-
-    The task log is kept beside the history, not in it (``docs/human-tasks.md`` says why):
-    the history stays exactly what the decider read, so replay is untouched, and readers
-    show the two as one timeline. At the same millisecond, opening and withdrawing a task
-    follow the history entries (the saga's command caused them); what people and the
-    escalation policy do precedes them (a completion causes the saga's signal).
-    """
-    merged: list[TimelineRow] = []
-    pending = list(rows)
-    for index, entry in enumerate(log):
-        follows = entry.action in _ANSWERS_THE_SAGA
-        while pending and (pending[0].at_ms < entry.at_ms or (follows and pending[0].at_ms == entry.at_ms)):
-            merged.append(pending.pop(0))
-        before = merged[-1] if merged else None
-        detail = f" ({entry.detail})" if entry.detail else ""
-        merged.append(
-            TimelineRow(
-                index=index,
-                at_ms=entry.at_ms,
-                event="task",
-                summary=f"task {entry.step}: {entry.action} by {entry.by}{detail}",
-                effects=[],
-                status=before.status if before else SagaStatus.RUNNING,
-                revision=before.revision if before else 0,
-                source="task",
-                by=entry.by,
-            )
-        )
-    return merged + pending
-
-
-def describe_event(event: Recorded) -> str:  # noqa: PLR0911 - one line per event kind
-    """An event in a few words."""
-    match event:
-        case Started():
-            return f"started by {event.by or 'a client'}"
-        case StepReplied(ok=True):
-            return f"{event.step}/{event.kind} #{event.attempt} succeeded ({event.worker or '?'})"
-        case StepReplied():
-            kind = "permanently" if event.permanent else "transiently"
-            return f"{event.step}/{event.kind} #{event.attempt} failed {kind}: {event.error}"
-        case TimerFired():
-            return f"{event.purpose} timer of {event.step}/{event.kind} #{event.attempt} fired"
-        case CancelRequested():
-            return f"cancel requested by {event.by or '?'}{_why(event.reason)}"
-        case RetryRequested():
-            return f"retry requested by {event.by or '?'}{_why(event.reason)}"
-        case ForceCompleted():
-            return f"{event.step} force-completed by {event.by}{_why(event.reason)}"
-        case RedriveRequested():
-            return f"redrive from {event.step} requested by {event.by}{_why(event.reason)}"
-        case Migrated():
-            return f"migrated from version {event.from_version} to {event.to_version} by {event.by or '?'}"
-    return type(event).__name__
-
-
-def describe_effect(effect: Effect) -> str:
-    """An effect in a few words."""
-    if isinstance(effect, Dispatch):
-        return f"send {effect.step}/{effect.kind} #{effect.attempt} to {effect.participant}"
-    if isinstance(effect, StartTimer):
-        return f"{effect.purpose} timer {effect.step}/{effect.kind} in {human_ms(effect.delay_ms)}"
-    if isinstance(effect, NotifyParent):
-        return f"report the end ({effect.status}) to the parent saga"
-    if isinstance(effect, WatchEvent | UnwatchEvent):
-        verb = "watch" if isinstance(effect, WatchEvent) else "stop watching"
-        return f"{verb} {effect.message_type} on {effect.stream} for {effect.step}"
-    assert isinstance(effect, CancelTimer)  # noqa: S101 - Effect is a closed union
-    return "cancel timer"
-
-
-def human_ms(ms: int) -> str:
-    """A duration for people: ``850ms``, ``12.5s``, ``3m 20s``, ``2h 5m``, ``3d 4h``."""
-    if ms < 1000:
-        return f"{ms}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, seconds = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {seconds}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours}h"
-
-
-def parse_duration(text: str) -> int:
-    """``90s``, ``10m``, ``1h30m``, ``2d`` or plain seconds, in milliseconds (``ValueError`` if not)."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return int(float(text) * 1000)
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{text!r} is not a duration (like 90s, 10m, 1h30m, 2d)")
-    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def _current(state: SagaState, order: Sequence[str]) -> tuple[str | None, StepState | None]:
     if state.status == SagaStatus.COMPENSATING or any(
         s.status == StepStatus.COMPENSATION_FAILED for s in state.steps.values()
@@ -489,12 +345,3 @@ def _step(shape: Shape | None, name: str) -> StepShape | None:
 
 def _compensation(step: StepShape | None) -> str | None:
     return step.compensation.name if step and step.compensation else None
-
-
-def _why(reason: str) -> str:
-    return f": {reason}" if reason else ""
-
-
-def _tag(event: Recorded) -> str:
-    tag = type(event).__struct_config__.tag
-    return tag if isinstance(tag, str) else type(event).__name__

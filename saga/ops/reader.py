@@ -23,10 +23,9 @@ from bus.lowlevel import RideThrough, redis_errors, rides_through
 from saga.core.model import HistoryEntry, SagaState
 from saga.core.replay import ReplayReport, replay_history
 from saga.core.states import SagaStatus
-from saga.core.task_rules import Task, TaskLog
+from saga.core.task_rules import TaskLog
 from saga.core.timer_ids import attempt_of_timer
 from saga.core.tokens import Signer
-from saga.definition.human_tasks import ANSWER_SUFFIX
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context, Saga
 from saga.errors import CodeRequired, InvalidInput, SagaError, SagaNotFound, UnknownDefinition
@@ -35,13 +34,12 @@ from saga.ops.graph import path_graph
 from saga.ops.inspect import Inspection, TimerView, build_inspection
 from saga.ops.letters import LetterPage
 from saga.ops.listing import Query, SagaPage, list_sagas, matching_rows
+from saga.ops.outside_waits import explain_outside_waits
 from saga.ops.stats import SagaCount, SagaTally, Stats, gather, saga_counts
-from saga.ops.task_view import task_view, task_waiting
 from saga.ops.trace import Trace
 from saga.runtime.app import App
 from saga.runtime.client import SagaClient
 from saga.runtime.config import EngineConfig
-from saga.runtime.tasks import task_id_of
 from saga.store.branches import decode_branches, read_together
 from saga.store.codec import decode_state
 from saga.store.history import read_history
@@ -146,10 +144,7 @@ class SagaReader:
             task_log=await self._task_log(partition, saga_id),
         )
         found.graph = diagram
-        task = await self._waited_task(partition, state)
-        if task is not None and task.state == "open":
-            found.task = task_view(task, now)
-            found.waiting_for = task_waiting(found.task, now)
+        await explain_outside_waits(self.redis, partition, state, found, now)
         return found
 
     @rides_through
@@ -409,15 +404,6 @@ class SagaReader:
                 return partition, state, read_history(history, state)
         raise SagaNotFound(saga_id)
 
-    async def _waited_task(self, partition: Partition, state: SagaState) -> Task | None:
-        """The human task whose answer the saga's wait is for (``None``: it waits for none)."""
-        wait = state.wait
-        if wait is None or wait.kind != "signal" or not wait.step.endswith(ANSWER_SUFFIX):
-            return None
-        name = wait.step.removesuffix(ANSWER_SUFFIX)
-        task_id = task_id_of(state.context, state.partition, state.id, name, wait.n)
-        return await RedisTaskStore(self.redis).load(partition, task_id)
-
     async def _task_log(self, partition: Partition, saga_id: str) -> builtins.list[TaskLog]:
         """The saga's task actions, kept beside its history (``docs/human-tasks.md``)."""
         return await RedisTaskStore(self.redis).log(partition, saga_id)
@@ -425,7 +411,7 @@ class SagaReader:
     async def _timers(self, partition: Partition, state: SagaState, now_ms: int) -> builtins.list[TimerView]:
         """The saga's pending attempt timers, from their ids and due times.
 
-        Their signed firings are kept from the operator (``saga/store/keys.py``).
+        Their signed firings are kept from the operator (``saga/store/keys/``).
         """
         ids = [s.timer for s in [*state.steps.values(), *state.branches.values()] if s.timer]
         with redis_errors():

@@ -35,6 +35,7 @@ from saga.runtime.rate_gate import RateGate
 from saga.runtime.results import SagaResults
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.signal_checks import check_wait_open, refuse_task_wait
+from saga.runtime.slot_gate import SlotGate
 from saga.runtime.start_verdict import check_existing, drained_error, request_start
 from saga.runtime.tracing import keep_trace, signal_span, start_span
 from saga.store.branches import load_saga
@@ -89,6 +90,7 @@ class SagaClient(SagaResults):
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
         self._cache = cache
         self._rates = RateGate(redis, registry.limits, self.clock)
+        self._slots = SlotGate(redis, registry, self.clock, None)
         self.ride_through = RideThrough(self.clock, self.config.unavailable_deadline_s)
         """What retries this client's calls while Redis is unavailable (a failover, a restart)."""
 
@@ -228,6 +230,9 @@ class SagaClient(SagaResults):
         signer = await self.signer(definition.context.name) if definition.takes_signals else None
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         keep_trace(decision, trace)
+        verdicts = await self._slots.gate([(decision, None)]) if self._slots.active else None
+        if verdicts is not None and verdicts.busy:  # its key skips when busy, and is
+            raise verdicts.busy[0]
         if self._rates.active:  # its first command may be over a rate limit: then it waits as a timer
             await self._rates.gate([(decision, None)])
         call, written = commit_call(
@@ -246,6 +251,8 @@ class SagaClient(SagaResults):
         if result.outcome == "ok" and self._cache is not None:
             written.state.revision = result.revision
             self._cache.keep(written)
+        if result.outcome == "ok" and verdicts is not None:  # a slot may have freed meanwhile
+            await self._slots.settle(verdicts, {id(decision)})
         if result.outcome == "drained":
             raise drained_error(definition)
         if result.outcome == "conflict":

@@ -46,14 +46,14 @@ from saga.core.tokens import Signer, check_wait
 from saga.definition.registry import Registry
 from saga.definition.saga import LOCAL, Context
 from saga.definition.waits import WAITS
-from saga.errors import InvalidInput, InvalidToken, SagaExists, UnknownDefinition
+from saga.errors import InvalidInput, InvalidToken, KeyBusy, SagaExists, UnknownDefinition
 from saga.runtime.children import Children
 from saga.runtime.config import EngineConfig
 from saga.runtime.event_routing import EventRouter
+from saga.runtime.flow_gates import Commit, FlowGates, Item
 from saga.runtime.local_actions import LocalActions
 from saga.runtime.payload_checks import accepted
 from saga.runtime.protocol import START, signal_token, to_event
-from saga.runtime.rate_gate import RateGate
 from saga.runtime.saga_cache import SagaCache
 from saga.runtime.saga_locks import SagaLocks
 from saga.runtime.signal_checks import check_task_path
@@ -69,10 +69,6 @@ from saga.store.trust import Seal, authorize, check_fresh, credited, orchestrato
 
 GROUP = "orchestrator"
 _log = get_logger("redsaga.saga")
-_Item = tuple[int, Envelope, Delivery]
-"""An inbox entry of a batch: its index in the batch, its envelope and its delivery."""
-_Commit = tuple[_Item, Decision, Loaded, SagaState | None]
-"""A decided entry: its decision, the saga as it will be, and the saga before it."""
 
 
 class Orchestrator:
@@ -132,8 +128,8 @@ class Orchestrator:
         self._locks = SagaLocks()
         self._by_tag = {partition.tag: partition for partition in self.partitions}
         self._starts = StartPlanner(registry, context.name, config=config, transition=self._transition)
-        self.rates = RateGate(redis, registry.limits, clock)
-        """Tokens for the commands a rate limit applies to (``saga/runtime/rate_gate.py``)."""
+        self.gates = FlowGates(redis, registry, clock, self._publisher)
+        """Concurrency keys' slots and rate limits' tokens (``saga/runtime/flow_gates.py``)."""
 
     async def signer(self) -> Signer:
         """The context's resume-token signer (loaded once).
@@ -243,7 +239,7 @@ class Orchestrator:
             waiting = later
         return outcomes
 
-    async def _decide_round(self, items: list[_Item], outcomes: list[BaseException | None]) -> None:
+    async def _decide_round(self, items: list[Item], outcomes: list[BaseException | None]) -> None:
         """Decide and commit entries of distinct sagas; re-decide those that lost a race."""
         async with self._locks.holding(sorted(envelope.correlation_id for _, envelope, _ in items)):
             for _ in range(self.config.max_conflicts):
@@ -255,39 +251,18 @@ class Orchestrator:
                 f"saga {envelope.correlation_id}: {self.config.max_conflicts} concurrent updates in a row"
             )
 
-    async def _decide_once(self, items: list[_Item], outcomes: list[BaseException | None]) -> list[_Item]:
+    async def _decide_once(self, items: list[Item], outcomes: list[BaseException | None]) -> list[Item]:
         """One pass: load, decide, commit all of ``items``; return those that lost a race."""
         start_ns = time.time_ns()  # the transitions' spans: the items are decided together
-        loads = await self._load_all(items)
-        commits: list[_Commit] = []
-        calls: list[ScriptCall] = []
-        for item, loaded in zip(items, loads, strict=True):
-            index, envelope, delivery = item
-            try:
-                planned = await self._plan(envelope, delivery, loaded)
-            except (SagaExists, InvalidInput) as refused:
-                if envelope.type != START:
-                    outcomes[index] = refused
-                    continue
-                kind: RefusalKind = "exists" if isinstance(refused, SagaExists) else "invalid"
-                refusal = Refusal(kind, str(refused))
-                outcomes[index] = await refuse_start(
-                    self.redis, self._by_tag[delivery.stream.tag], refusal, envelope
-                )
-                continue
-            except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
-                outcomes[index] = error
-                continue
-            if planned is None:  # a repeated start request: acknowledged, nothing to do
-                continue
-            decision, call, after = planned
-            crash_point(BEFORE_COMMIT)
-            commits.append((item, decision, after, loaded.state if isinstance(loaded, Loaded) else None))
-            calls.append(call)
-        if self.rates.active and commits and not await self._gate(commits, calls, outcomes):
-            return []
+        commits, calls = await self._plan_round(items, await self._load_all(items), outcomes)
+        verdicts = None
+        if self.gates.active and commits:
+            verdicts = await self.gates.before_commit(commits, calls, outcomes, self._refuse)
+            if verdicts is None:
+                return []
         results = await items[0][2].call_many(calls) if calls else []
-        again: list[_Item] = []
+        again: list[Item] = []
+        committed: list[tuple[SagaState | None, Decision]] = []
         for (item, decision, after, before), raw in zip(commits, results, strict=True):
             index, envelope, delivery = item
             if isinstance(raw, BaseException):
@@ -298,43 +273,68 @@ class Orchestrator:
                 crash_point(AFTER_COMMIT_BEFORE_ACK)
                 self._committed(envelope, delivery, decision, after, result.revision, before=before)
                 transition_span(envelope, before, decision, start_ns)
+                committed.append((before, decision))
                 continue
             self.cache.forget(self.context.name, envelope.correlation_id)
             if result.outcome == "lost":
                 outcomes[index] = _taken_over(delivery)
             elif result.outcome == "drained":
                 drained = f"{decision.state.name}@{decision.state.version}"
-                refusal = Refusal("drained", f"{drained} is drained (new sagas may not start on it)")
-                outcomes[index] = await refuse_start(
-                    self.redis, self._by_tag[delivery.stream.tag], refusal, envelope
-                )
+                refused = InvalidInput(f"{drained} is drained (new sagas may not start on it)")
+                outcomes[index] = await self._refuse(item, refused, "drained")
             else:
                 _log.debug("concurrent update; deciding again", saga_id=envelope.correlation_id)
                 again.append(item)
+        if self.gates.active:
+            await self.gates.after_commit(verdicts, committed)
         return again
 
-    async def _gate(
-        self, commits: list[_Commit], calls: list[ScriptCall], outcomes: list[BaseException | None]
-    ) -> bool:
-        """Take the rate limits' tokens of a round; its held commands' transitions are rebuilt.
-
-        ``False`` when the tokens could not be taken: every entry of the round fails with the
-        error (left for redelivery) and nothing is committed.
-        """
-        try:
-            for k in await self.rates.gate([(decision, before) for _, decision, _, before in commits]):
-                item, decision, _, before = commits[k]
-                calls[k], after = self.rates.rebuild(decision)
-                commits[k] = (item, decision, after, before)
-        except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
-            for (index, _, _), *_ in commits:
+    async def _plan_round(
+        self,
+        items: list[Item],
+        loads: list[Loaded | BaseException | None],
+        outcomes: list[BaseException | None],
+    ) -> tuple[list[Commit], list[ScriptCall]]:
+        """Decide each item: the commits to make and their transition calls (refusals in ``outcomes``)."""
+        commits: list[Commit] = []
+        calls: list[ScriptCall] = []
+        for item, loaded in zip(items, loads, strict=True):
+            index, envelope, delivery = item
+            try:
+                planned = await self._plan(envelope, delivery, loaded)
+            except (SagaExists, InvalidInput) as refused:
+                outcomes[index] = await self._refuse(item, refused)
+                continue
+            except Exception as error:  # noqa: BLE001 - the bus classifies each entry's failure
                 outcomes[index] = error
-            return False
-        finally:
-            self.rates.forget()
-        return True
+                continue
+            if planned is None:  # a repeated start request: acknowledged, nothing to do
+                continue
+            decision, call, after = planned
+            crash_point(BEFORE_COMMIT)
+            commits.append((item, decision, after, loaded.state if isinstance(loaded, Loaded) else None))
+            calls.append(call)
+        return commits, calls
 
-    async def _load_all(self, items: list[_Item]) -> list[Loaded | BaseException | None]:
+    async def _refuse(
+        self, item: Item, error: BaseException, kind: RefusalKind | None = None
+    ) -> BaseException:
+        """The outcome of an entry refused with ``error``: a start's refusal is recorded for its client."""
+        _, envelope, delivery = item
+        if envelope.type != START:
+            return error
+        if kind is None:
+            kind = (
+                "exists"
+                if isinstance(error, SagaExists)
+                else "busy"
+                if isinstance(error, KeyBusy)
+                else "invalid"
+            )
+        refusal = Refusal(kind, str(error))
+        return await refuse_start(self.redis, self._by_tag[delivery.stream.tag], refusal, envelope)
+
+    async def _load_all(self, items: list[Item]) -> list[Loaded | BaseException | None]:
         """Each item's saga: cached, else read in one pipelined batch (errors as values).
 
         A start request is always decided on what Redis holds: a saga this process remembers
@@ -410,11 +410,7 @@ class Orchestrator:
         self, partition: Partition, loaded: Loaded | None, decision: Decision, event: Any, delivery: Delivery
     ) -> tuple[ScriptCall, Loaded]:
         """The transition call committing ``decision`` for ``event``, and the saga as it will be."""
-        if self.rates.active:
-            self.rates.remember(
-                decision, lambda held: self._transition(partition, loaded, held, event, delivery)
-            )
-        return commit_call(
+        built = commit_call(
             partition,
             loaded,
             decision,
@@ -425,6 +421,11 @@ class Orchestrator:
             retention_s=self.config.retention_s,
             seal=self._seal,
         )
+        if self.gates.active:  # kept only once built: a call that failed to build is no commit
+            self.gates.remember(
+                decision, lambda held: self._transition(partition, loaded, held, event, delivery)
+            )
+        return built
 
     async def _check_token(self, envelope: Envelope, event: SignalReceived, state: SagaState) -> None:
         """Refuse a signal whose resume token this context did not make for this very wait."""

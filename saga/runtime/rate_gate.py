@@ -15,7 +15,7 @@ With no limit declared, the gate is never called: a truth test per round.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +25,9 @@ from saga.core.decision import Decision
 from saga.core.model import Dispatch, SagaState
 from saga.core.rate_rules import gives_back, hold, takes
 from saga.definition.rate import Limits, RateLimit
-from saga.store.codec import Loaded
 from saga.store.rates import run_calls, take_call
 
 _log = get_logger("redsaga.saga")
-
-Rebuild = Callable[[Decision], tuple[ScriptCall, Loaded]]
-"""Builds a decision's transition call again (after the gate held some of its commands)."""
 
 
 @dataclass
@@ -58,25 +54,12 @@ class RateGate:
         self.tallies = RateTallies()
         self.active = bool(limits)
         """Whether any limit is declared (a truth test per round: what a worker without limits pays)."""
-        self._rebuild: dict[int, Rebuild] = {}
-
-    def remember(self, decision: Decision, rebuild: Rebuild) -> None:
-        """Keep how to build ``decision``'s transition call, for :meth:`rebuild` after a :meth:`gate`."""
-        self._rebuild[id(decision)] = rebuild
-
-    def rebuild(self, decision: Decision) -> tuple[ScriptCall, Loaded]:
-        """The transition call of ``decision`` built again (after :meth:`gate` held a command)."""
-        return self._rebuild[id(decision)](decision)
-
-    def forget(self) -> None:
-        """Drop what :meth:`remember` kept (after a round)."""
-        self._rebuild.clear()
 
     async def gate(self, decisions: Sequence[tuple[Decision, SagaState | None]]) -> set[int]:
         """Take the tokens of ``decisions`` (each with the saga before it); hold what must wait.
 
         Returns the indexes of the decisions it changed (their transition calls, if built
-        already, must be built again: :meth:`rebuild`). A take that fails (Redis unreachable)
+        already, must be built again: ``FlowGates.rebuild``). A take that fails (Redis unreachable)
         raises: the round is left for redelivery, as a failed commit would be.
         """
         now = self.clock.script_now_ms()

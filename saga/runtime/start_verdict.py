@@ -19,7 +19,15 @@ from bus import Envelope, Publisher
 from bus.lowlevel import redis_errors
 from saga.core.model import SagaState
 from saga.definition.saga import Saga
-from saga.errors import InvalidInput, SagaExists, SagaNotFound, StartConflict, StartPending, VersionDrained
+from saga.errors import (
+    InvalidInput,
+    KeyBusy,
+    SagaExists,
+    SagaNotFound,
+    StartConflict,
+    StartPending,
+    VersionDrained,
+)
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded
 from saga.store.keys import Partition
@@ -28,16 +36,18 @@ from saga.store.trust import inbox_audience
 REFUSAL_TTL_MS: Final = 24 * 3600 * 1000
 """How long a refusal stays readable: far longer than any client waits for it."""
 
-RefusalKind = Literal["exists", "drained", "invalid"]
-"""Raised to the client as :class:`SagaExists`, :class:`VersionDrained`, :class:`InvalidInput`."""
+RefusalKind = Literal["exists", "drained", "invalid", "busy"]
+"""Raised to the client as :class:`SagaExists`, :class:`VersionDrained`, :class:`InvalidInput`,
+:class:`KeyBusy`."""
 
 
 class Refusal(msgspec.Struct, frozen=True):
     """Why a start request was refused.
 
     ``kind``: ``exists`` (the id is taken by another definition or by other data),
-    ``drained`` (its version takes no new sagas) or ``invalid`` (its data or definition
-    name). ``reason`` is the orchestrator's message.
+    ``drained`` (its version takes no new sagas), ``invalid`` (its data or definition
+    name) or ``busy`` (its concurrency key skips when busy, and was). ``reason`` is the
+    orchestrator's message.
     """
 
     kind: RefusalKind
@@ -113,6 +123,9 @@ async def request_start(
         return saga_id
     if verdict.kind == "drained":
         raise drained_error(definition)
+    if verdict.kind == "busy":
+        key = definition.concurrency.name if definition.concurrency is not None else ""
+        raise KeyBusy(verdict.reason, key=key, value="")
     if verdict.kind == "exists":
         existing = await load_saga(redis, partition, saga_id)
         if existing is None:  # ended and expired since: the refusal still stands

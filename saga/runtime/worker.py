@@ -281,6 +281,8 @@ class SagaWorker:
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> None:
         """Handle everything due now (entries, timers, schedules), then return: for tests and demos."""
         for _ in range(max_rounds):
+            # entries first: handling them may make timers due now (a freed slot wakes a saga)
+            await self.bus_worker.run_until_idle()
             timers = await fire_round(self.redis, self.partitions, self.clock, self.config.timer_batch)
             if timers.fired:
                 self._fired(timers)
@@ -288,7 +290,6 @@ class SagaWorker:
             for scheduler in self.schedulers:
                 fired += await scheduler.tick()
             fired += await self.fire_tasks()
-            await self.bus_worker.run_until_idle()
             if not fired:
                 return
         raise RuntimeError(f"still busy after {max_rounds} rounds")

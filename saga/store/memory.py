@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from bus import Stream
@@ -129,6 +129,13 @@ class MemoryStore:
     def every_timer(self) -> list[StoredTimer]:
         """Every partition's pending timers, soonest first."""
         return [t for _, _, t in sorted((t for p in self.pending.values() for t in p.values()), key=_soonest)]
+
+    def wake(self, partition: Partition, timer_id: str, now_ms: int) -> None:
+        """Make a pending timer due at ``now_ms`` (as ``ZADD XX``: nothing if it is not pending)."""
+        timers = self.pending.get(partition.tag, {})
+        if timer_id in timers:
+            _, order, stored = timers[timer_id]
+            timers[timer_id] = (now_ms, order, replace(stored, due_ms=now_ms))
 
     async def fire_due(self, partition: Partition, now_ms: int) -> list[StoredTimer]:
         """Fire (forget) every timer due at ``now_ms``; soonest first."""

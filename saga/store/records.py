@@ -128,7 +128,7 @@ def _trimmed(values: list[object], defaults: tuple[object, ...]) -> list[object]
     return values
 
 
-_TIMERS: Final = ("timeout", "retry", "rate")
+_TIMERS: Final = ("timeout", "retry", "rate", "slot")
 """The purposes of the timers derivable from a step's last attempt
 (:func:`~saga.core.timer_ids.attempt_timer_id`), stored as their index + 1 (append only)."""
 

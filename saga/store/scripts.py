@@ -40,9 +40,11 @@ RATE_TAKE: Final = Script.load(PACKAGE, "rate_take")
 """Take (or give back) a rate limit's token for one command (saga/store/rates.py)."""
 RATE_SET: Final = Script.load(PACKAGE, "rate_set")
 """Change a rate limit and record the change (saga/store/rates.py)."""
+SLOT: Final = Script.load(PACKAGE, "slot")
+"""Take a concurrency key's slot or wait in line, give one back (saga/store/slots.py)."""
 
 SCRIPTS: Final = (
     TRANSITION, FIRE_TIMERS, PRUNE_ENDED, MIGRATE, REGISTER_SHAPE, WORKERS, SCHEDULE_WRITE,
-    WATCH_EVENT, ROUTE_EVENT, TASK_WRITE, RATE_TAKE, RATE_SET,
+    WATCH_EVENT, ROUTE_EVENT, TASK_WRITE, RATE_TAKE, RATE_SET, SLOT,
 )  # fmt: skip
 """Every script above (a test checks it is every file of ``saga/store/lua/``)."""

@@ -11,7 +11,7 @@ The messages a change sends (the signal that resumes the saga, notifications) ar
 in the same script as the change: a completed task and the saga's signal cannot part.
 
 A task's resume token is not in its record: the stores keep it apart (in Redis under a key
-no pattern of the read-only operator reaches, ``saga/store/keys.py``) from the write that
+no pattern of the read-only operator reaches, ``saga/store/keys/``) from the write that
 opens the task until the one that closes it, and only :meth:`TaskStore.token` reads it.
 """
 
@@ -88,7 +88,7 @@ def kept_token(task: Task) -> str:
 
 
 class RedisTaskStore:
-    """Tasks in Redis (the layout is in ``saga/store/keys.py``)."""
+    """Tasks in Redis (the layout is in ``saga/store/keys/``)."""
 
     def __init__(self, redis: Any) -> None:
         self.redis = redis

@@ -20,6 +20,7 @@ from saga.core.decider import Decision, decide
 from saga.core.decider import start as decide_start
 from saga.core.migration import Migration, MigrationDecision, decide_migration
 from saga.core.model import (
+    CancelRequested,
     Event,
     HistoryEntry,
     Kind,
@@ -37,8 +38,10 @@ from saga.runtime.payload_checks import accepted
 from saga.store.codec import Loaded, migrated_revision
 from saga.store.keys import Partition, partition_of
 from saga.store.memory import MemoryStore, Saved, completed
+from saga.store.slots import parse_ref
 from saga.testing.runner_queue import CONSUMER, EventItem
 from saga.testing.runner_rates import MemoryBuckets
+from saga.testing.runner_slots import MemorySlots
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +90,12 @@ class Sagas:
     records: dict[str, Record] = field(default_factory=dict)
     rates: MemoryBuckets = field(init=False)
     """The rate limits' buckets (the registry's limits), on the virtual clock."""
+    slots: MemorySlots = field(init=False)
+    """The concurrency keys' lines (the registry's definitions'), on the virtual clock."""
 
     def __post_init__(self) -> None:
         self.rates = MemoryBuckets(self.registry.limits, self.clock)
+        self.slots = MemorySlots(self.registry, self.clock)
 
     def get(self, saga_id: str) -> Record:
         """The saga ``saga_id`` (:class:`~saga.SagaNotFound` if the runner has none)."""
@@ -151,8 +157,10 @@ class Sagas:
         decision: Decision,
         event: Event,
     ) -> None:
+        was = None if before is None else before.state
+        replaced = self.slots.gate(decision, was, self._wake) if self.slots.active else None
         if self.rates.limits:
-            self.rates.gate(decision, None if before is None else before.state)
+            self.rates.gate(decision, was)
         result = completed(self.store.commit(partition, before, decision, event, now_ms=self.clock.now_ms()))
         saved = self.store.saved(partition, decision.state.id)
         if result.outcome != "ok" or saved is None:  # decided on the store's own copy: never stale
@@ -161,6 +169,21 @@ class Sagas:
             )
         record = self.records.setdefault(decision.state.id, Record(definition, partition, saved))
         self.carry(record, decision, event)
+        if self.slots.active:
+            self.slots.release(was, decision.state, self._wake)
+        if replaced is not None:  # a later start with the same key replaced it (debounce)
+            reason = "replaced by a later start with the same key"
+            now = self.clock.now_ms()
+            self.decide(
+                EventItem(
+                    replaced,
+                    CancelRequested(id=self.new_id("cancel"), at_ms=now, by="debounce", reason=reason),
+                )
+            )
+
+    def _wake(self, context: str, ref: str, timer_id: str) -> None:
+        """Make a saga's ``slot`` timer due now (a slot freed for it)."""
+        self.store.wake(Partition(context, parse_ref(ref)[0]), timer_id, self.clock.now_ms())
 
     def timers(self, saga_id: str | None = None) -> list[PendingTimer]:
         """The timers that have not fired (of one saga), soonest first."""

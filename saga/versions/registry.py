@@ -4,7 +4,7 @@ The shape registry, drain and decommission, the workers that serve each version,
 instances; the records it keeps and the check behind ``saga versions check`` are in
 :mod:`saga.versions.records`.
 
-The keys (documented in ``saga/store/keys.py``) are one family per context, under the context's
+The keys (documented in ``saga/store/keys/``) are one family per context, under the context's
 own hash tag: registered shapes, their registration records, drain notes, and the live
 workers with what they serve. Drain flags also live in every partition
 (``rs:{ctx:p}:drained``), because the start transition checks them in the same script that

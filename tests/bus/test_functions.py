@@ -26,7 +26,7 @@ from bus._scripts import (
     run_batch,
     shared_helpers,
 )
-from saga.ops.acl import script_commands
+from saga.ops.acl_grants import script_commands
 from tests.faults.servers import PrivateRedis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]

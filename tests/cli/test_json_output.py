@@ -174,6 +174,7 @@ def _cases(world: World) -> dict[tuple[str, ...], list[str]]:
         ("tasks", "complete"): [task, "--answer", '{"approved": true}', "--by", "ann", *acting],
         ("limits", "set"): ["payments", "--rate", "50/s", "--burst", "10", "--app", APP_REF],
         ("limits", "list"): ["--app", APP_REF],
+        ("limits", "lines"): ["orders"],
         ("epoch", "show"): [],
         ("epoch", "accept"): ["--yes"],  # last: workers that see a new epoch stop
     }  # fmt: skip

@@ -11,7 +11,8 @@ from bus._epoch import join_epoch
 from bus._scripts import load_libraries
 from redsaga.cli._functions import libraries
 from saga import App, EngineConfig
-from saga.ops.acl import AclUser, acl_rules
+from saga.ops.acl import acl_rules
+from saga.ops.acl_grants import AclUser
 from saga.ops.keyrings import MasterFile, Reach, issue_keyrings, new_master, reach_of
 from tests.faults.servers import PrivateRedis
 

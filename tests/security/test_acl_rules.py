@@ -15,7 +15,8 @@ from bus._errors import translate
 from redsaga.cli.main import app as cli
 from redsaga.examples.all import app as demo
 from saga import App, Context, DefinitionError, Participant
-from saga.ops.acl import _CONNECT, AclUser, acl_rules, script_commands
+from saga.ops.acl import _CONNECT, acl_rules
+from saga.ops.acl_grants import AclUser, script_commands
 from saga.store.keys import CONTEXTS, ContextKeys, Partition
 from saga.store.token_keys import secret_key
 from tests.saga import compose_sagas, time_sagas

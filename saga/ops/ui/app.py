@@ -37,7 +37,7 @@ from bus import BusError, LetterFilter, dead_letter_sizes
 from saga.core.states import SagaStatus
 from saga.errors import CodeRequired, InvalidInput, SagaNotFound, UnknownDefinition
 from saga.ops.admin import SagaAdmin
-from saga.ops.inspect import parse_duration
+from saga.ops.durations import parse_duration
 from saga.ops.ui import formatting
 from saga.ops.ui.auth import Authenticate, UiAuth
 from saga.ops.ui.pages import SORTS, Filters, compensations, status_counts, step_bars

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import msgspec
 from markupsafe import Markup
 
-from saga.ops.inspect import human_ms
+from saga.ops.durations import human_ms
 
 
 def when(ms: int | None) -> str:

@@ -15,7 +15,8 @@ from urllib.parse import urlencode
 from saga.core.model import Attempt
 from saga.core.states import StepStatus
 from saga.errors import InvalidInput
-from saga.ops.inspect import Inspection, parse_duration
+from saga.ops.durations import parse_duration
+from saga.ops.inspect import Inspection
 
 PAGE = 50
 """Sagas on one page of the list, unless ``limit`` says otherwise."""

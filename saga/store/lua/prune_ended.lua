@@ -5,7 +5,7 @@
 --
 -- KEYS[1] ending zset (member 'name@version|status|id', score: when the hash expires)
 -- KEYS[2] counts hash    KEYS[3] the partition's task timers zset
--- KEYS[4] the partition's hash of task resume tokens (saga/store/keys.py: 'rs:private:{…}:tokens')
+-- KEYS[4] the partition's hash of task resume tokens (saga/store/keys/: 'rs:private:{…}:tokens')
 -- ARGV[1] now in ms, or -1 for the Redis clock    ARGV[2] most members to look at
 -- ARGV[3] the prefix of the partition's saga hashes ('rs:{<context>:<index>}:saga:')
 -- ARGV[4] the prefix of the partition's status indexes ('rs:{<context>:<index>}:idx:')
@@ -13,7 +13,7 @@
 --         ('...:tasks:') and task logs ('...:tasklog:')
 -- ARGV[8...] the task timers' stages (a timer's member is '<task id>|<stage>')
 --
--- The saga, index and task keys are the prefixes (saga/store/keys.py builds them) followed by
+-- The saga, index and task keys are the prefixes (saga/store/keys/ builds them) followed by
 -- the id or status read from a member or a log entry: they share the partition's hash tag, so
 -- the script stays single-slot. A saga whose hash still exists is not forgotten:
 -- with a TTL its member moves to the new expiry (a clock that ran ahead of Redis's), without

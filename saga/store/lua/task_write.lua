@@ -6,7 +6,7 @@
 --
 -- KEYS[1] task hash ('rev', 'task' JSON)     KEYS[2] the partition's task timers zset
 -- KEYS[3] the saga's task log list    KEYS[4] the partition's hash of task resume tokens
---         (outside the operator's key patterns: saga/store/keys.py)
+--         (outside the operator's key patterns: saga/store/keys/)
 -- then: the index zsets to remove the task from, those to add it to (score: due), in the
 --       counts ARGV gives
 --
