@@ -26,7 +26,9 @@ benchmark's ``--signing on`` does (the floor signs nothing). ``--metrics`` insta
 worker's Prometheus metrics (``saga.metrics.WorkerMetrics``) and ``--tracing`` an
 OpenTelemetry SDK tracer provider with a span processor, as the throughput benchmark's
 ``--metrics on`` and ``--tracing on`` do; ``--limits`` declares a rate limit on ``payments``
-that every charge finds a token in (the rate gate's own price: one take per saga); a
+that every charge finds a token in (the rate gate's own price: one take per saga);
+``--keys`` gives the saga a concurrency key on the order id, so every saga takes a free
+slot of a line of its own and gives it back (the slot gate's own price); a
 ``redis+cluster://`` URL runs redsaga through the cluster client (a one-node cluster prices
 the routing alone). ``--redsaga-only`` counts redsaga alone, without the floor and the timed
 run (what ``bench/budget.py`` and a price per feature need): each line then has
@@ -54,7 +56,7 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 #: the child's flags for each feature a count can turn on (redsaga's side only: the floor has none)
-FEATURES = ("signing", "metrics", "tracing", "limits")
+FEATURES = ("signing", "metrics", "tracing", "limits", "keys")
 
 
 def child_command(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] = ()) -> list[str]:
@@ -130,6 +132,7 @@ def child(kind: str, shape: str, sagas: int, url: str, features: Sequence[str] =
             metrics="metrics" in features,
             traced="tracing" in features,
             limited="limits" in features,
+            keyed="keys" in features,
         )
         result = anyio.run(run, url, shape, sagas, 1, f"{shape}-")
     print(json.dumps(result), flush=True)
@@ -148,6 +151,9 @@ def main() -> None:
     parser.add_argument("--tracing", action="store_true", help="install an OpenTelemetry SDK tracer provider")
     parser.add_argument(
         "--limits", action="store_true", help="a rate limit on payments that never holds a command back"
+    )
+    parser.add_argument(
+        "--keys", action="store_true", help="a concurrency key every saga finds free (one line per order)"
     )
     parser.add_argument(
         "--redsaga-only", action="store_true", help="count redsaga alone (no floor, no timed run)"

@@ -54,6 +54,7 @@ memory of the saga hash, and of the branch hash per branch, at the end).
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import itertools
 import json
@@ -87,6 +88,7 @@ from saga import (
     Command,
     CommandContext,
     EngineConfig,
+    Key,
     Participant,
     RateLimit,
     Saga,
@@ -127,6 +129,9 @@ LIMITED_APP = App(
     participants=[inventory, payments, shipping],
     limits=[RateLimit("payments", 1_000_000.0, burst=1_000_000)],  # a token for every charge
 )
+KEYED = copy.copy(order_fulfilment)  # the same steps, and a concurrency key every order finds free
+KEYED.concurrency = Key(lambda o: o.id).named(KEYED.name)
+KEYED_APP = App("bench-keyed", sagas=[KEYED], participants=[inventory, payments, shipping])
 
 
 def signing_keys(principals: list[str]) -> str:
@@ -241,12 +246,14 @@ async def run_redsaga(
     traced: bool = False,
     acks: int = 0,
     limited: bool = False,
+    keyed: bool = False,
 ) -> dict[str, object]:
     tracing = tracing_on() if traced else None
     try:
         result = await _run_redsaga(
-            url, shape, count, procs, tag, signed=signed, metrics=metrics, acks=acks, limited=limited
-        )
+            url, shape, count, procs, tag, signed=signed, metrics=metrics, acks=acks, limited=limited,
+            keyed=keyed,
+        )  # fmt: skip
     finally:
         use_tracer_provider(None)
     if tracing is not None:
@@ -265,13 +272,15 @@ async def _run_redsaga(
     metrics: bool = False,
     acks: int = 0,
     limited: bool = False,
+    keyed: bool = False,
 ) -> dict[str, object]:
     redis = bus.connect(url)
     await redis.flushdb()
     tracker = Tracker()
     here = ["orchestrator:orders"] + (PARTICIPANT_PRINCIPALS if procs == 1 else [])
     config = config_for(signing_keys(here) if signed else None, acks)
-    app = (LIMITED_APP if limited else ALL_APP) if procs == 1 else ORCHESTRATOR_APP
+    app = (LIMITED_APP if limited else KEYED_APP if keyed else ALL_APP) if procs == 1 else ORCHESTRATOR_APP
+    definition = KEYED if keyed else order_fulfilment
     worker = SagaWorker(redis, app, config=config)
 
     def observe(state: SagaState) -> None:
@@ -288,7 +297,7 @@ async def _run_redsaga(
 
     async def start(n: int) -> anyio.Event:
         event = tracker.begin(f"{tag}{n}")
-        await client.start(order_fulfilment, order(n), saga_id=f"{tag}{n}")
+        await client.start(definition, order(n), saga_id=f"{tag}{n}")
         return event
 
     child = (

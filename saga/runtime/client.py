@@ -90,7 +90,7 @@ class SagaClient(SagaResults):
         self._batcher = Batcher(redis, acks=acks_of(self.config.bus))
         self._cache = cache
         self._rates = RateGate(redis, registry.limits, self.clock)
-        self._slots = SlotGate(redis, registry, self.clock, None)
+        self._slots = SlotGate(redis, registry, self.clock, None, self._batcher)
         self.ride_through = RideThrough(self.clock, self.config.unavailable_deadline_s)
         """What retries this client's calls while Redis is unavailable (a failover, a restart)."""
 

@@ -17,6 +17,7 @@ minute after it took the slot) is released then. A lost wake-up costs one ``Key.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,10 @@ from typing import Any, Final
 import msgspec
 
 from bus import Clock, Envelope, Publisher, uuid7
-from bus.lowlevel import CommandCall, ScriptCall, get_logger, run_batch
+from bus.lowlevel import Batcher, CommandCall, ScriptCall, get_logger, run_batch
 from saga.core.decision import Decision
 from saga.core.model import Dispatch, SagaState
+from saga.core.rate_rules import held_attempts
 from saga.core.slot_rules import ended, gives_up_slot, hold_for_slot, needing_slot, slot_timers
 from saga.core.states import SagaStatus
 from saga.definition.concurrency import Claim, Key
@@ -115,14 +117,35 @@ class Verdicts:
 class SlotGate:
     """Concurrency keys' slots for one orchestrator's decisions (see the module docstring)."""
 
-    def __init__(self, redis: Any, registry: Registry, clock: Clock, publisher: Publisher | None) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        registry: Registry,
+        clock: Clock,
+        publisher: Publisher | None,
+        batcher: Batcher | None = None,
+    ) -> None:
+        """``batcher``: a client's, so that concurrent starts ask their lines in one round trip."""
         self.redis = redis
+        self.batcher = batcher
         self.registry = registry
         self.clock = clock
         self.publisher = publisher
         self.tallies = SlotTallies()
         self.active = any(d.concurrency is not None for d in registry)
         """Whether any definition has a key (a truth test per round: what a worker without keys pays)."""
+
+    async def _run(self, calls: Sequence[ScriptCall | CommandCall]) -> list[Any]:
+        """The calls' replies, in one round trip (shared with concurrent starts through the batcher)."""
+        if self.batcher is not None:
+            batcher = self.batcher
+            results = list(await asyncio.gather(*(batcher.call(call) for call in calls)))
+        else:
+            results = await run_batch(self.redis, calls)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
 
     def _key_of(self, state: SagaState) -> tuple[Saga[Any], Key] | None:
         definition = self.registry.get(state.name, state.version)
@@ -157,7 +180,7 @@ class SlotGate:
         verdicts = Verdicts()
         if not asks:
             return verdicts
-        replies = [parse_reply(raw) for raw in (await _run(self.redis, calls))[::2]]
+        replies = [parse_reply(raw) for raw in (await self._run(calls))[::2]]
         wakes: list[CommandCall] = []
         for ask, reply in zip(asks, replies, strict=True):
             wakes += self._woken(ask.keys, reply)
@@ -166,7 +189,7 @@ class SlotGate:
                 context = ask.keys.context  # where it waits, for inspect: recorded, or forgotten
                 wakes.append(waiter_call(context, ask.keys, ask.ref, waiting=reply.verdict == WAITING))
         if wakes:
-            await _run(self.redis, wakes)
+            await self._run(wakes)
         return verdicts
 
     def _ask_call(self, ask: _Ask, now: int) -> ScriptCall:
@@ -224,7 +247,7 @@ class SlotGate:
             if waiting:
                 now = self.clock.script_now_ms()
                 looks = [look_call(a.keys, a.ref, a.key.limit, now_ms=now) for a in waiting]
-                replies = [parse_reply(r) for r in await _run(self.redis, looks)]
+                replies = [parse_reply(r) for r in await self._run(looks)]
                 await self._after_look(waiting, replies)
             for context, partition, saga_id in verdicts.replaced:
                 await self._cancel_replaced(context, partition, saga_id)
@@ -240,13 +263,13 @@ class SlotGate:
             elif ask.looked_before:
                 wakes += await self._recover(ask, reply)
         if wakes:
-            await _run(self.redis, wakes)
+            await self._run(wakes)
 
     async def _recover(self, ask: _Ask, reply: SlotReply) -> list[CommandCall]:
         """Release holders that ended or never existed; the calls waking whom that served."""
         context = ask.keys.context
         reads = [CommandCall(("HGET", _saga_key(context, ref), "status")) for ref, _ in reply.holders]
-        statuses = await _run(self.redis, reads) if reads else []
+        statuses = await self._run(reads) if reads else []
         stale = [
             ref
             for (ref, taken_ms), status in zip(reply.holders, statuses, strict=True)
@@ -259,7 +282,7 @@ class SlotGate:
         _log.warning("slots taken back from sagas that ended without them", key=ask.key.name, sagas=stale)
         calls = [release_call(ask.keys, ref, ask.key.limit, now_ms=reply.now_ms) for ref in stale]
         wakes: list[CommandCall] = []
-        for raw in await _run(self.redis, calls):
+        for raw in await self._run(calls):
             wakes += self._woken(ask.keys, parse_reply(raw))
         return wakes
 
@@ -285,7 +308,8 @@ class SlotGate:
         """
         now = self.clock.script_now_ms()
         found: list[tuple[SlotKeys, Key]] = []
-        calls: list[ScriptCall | CommandCall] = []
+        calls: list[ScriptCall] = []
+        forget: list[CommandCall] = []
         for before, after in changes:
             key = self._key_of(after) if ended(before, after) else None
             if key is None:
@@ -301,26 +325,19 @@ class SlotGate:
             )
             found.append((keys, concurrency))
             calls.append(release_call(keys, ref, concurrency.limit, now_ms=now))
-            calls.append(waiter_call(after.context, keys, ref, waiting=False))
+            if before is not None and any(held_attempts(before, "slot")):  # it ended in line
+                forget.append(waiter_call(after.context, keys, ref, waiting=False))
         if not calls:
             return
         try:
             wakes: list[CommandCall] = []
-            for (keys, concurrency), raw in zip(found, (await _run(self.redis, calls))[::2], strict=True):
+            for (keys, concurrency), raw in zip(found, await self._run(calls), strict=True):
                 self.tallies.released[concurrency.name] += 1
                 wakes += self._woken(keys, parse_reply(raw))
-            if wakes:
-                await _run(self.redis, wakes)
+            if wakes or forget:
+                await self._run([*wakes, *forget])
         except Exception as error:  # noqa: BLE001 - the sagas in line recover the slot
             _log.warning("giving back concurrency slots failed", error=str(error))
-
-
-async def _run(redis: Any, calls: Sequence[ScriptCall | CommandCall]) -> list[Any]:
-    results = await run_batch(redis, calls)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results
 
 
 def _saga_key(context: str, ref: str) -> str:

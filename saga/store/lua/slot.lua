@@ -149,6 +149,11 @@ end
 if mode == 'skip' and (redis.call('ZCARD', holders) >= limit or redis.call('HLEN', waiting) > 0) then
   return reply(-1, {})
 end
+if redis.call('HLEN', waiting) == 0 and redis.call('ZCARD', holders) < limit then
+  -- a free slot and nobody in line: the common case, without going through the line
+  redis.call('ZADD', holders, now, ref)
+  return reply(1, {})
+end
 local entry = redis.call('HGET', waiting, ref)
 if entry then
   -- in line already: the timers that wake it may have changed (a new look)

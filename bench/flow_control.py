@@ -1,21 +1,26 @@
-"""Redis commands per saga with a rate limit, beside the same saga without one.
+"""Redis commands per saga with a rate limit or a concurrency key, beside the same saga without.
 
-    python bench/rate_limits.py [--redis-url redis://127.0.0.1:6379/13] [--sagas 200]
+    python bench/flow_control.py [--redis-url redis://127.0.0.1:6379/13] [--sagas 200]
 
 Runs the example saga (reserve stock, charge, ship; the stateless participants) in one
-process on a fake clock, ``--sagas`` at once, three ways: no limit declared; a limit on
+process on a fake clock, ``--sagas`` at once, five ways: no limit declared; a limit on
 ``payments`` that every command finds a token in (the gate's own price: one take per
-charge); and a limit that holds all but the burst (each held charge waits as a durable timer
-until its token, then is sent: the price of waiting). Counts, per saga, the commands Redis
+charge); a limit that holds all but the burst (each held charge waits as a durable timer
+until its token, then is sent: the price of waiting); a concurrency key on the order id,
+every saga in a line of its own (the slot gate's own price: a slot taken and given back);
+and a key shared by ten customers' orders, limit 1 (all but ten sagas wait in line, are woken
+when a slot frees, and look again). Counts, per saga, the commands Redis
 ran (``INFO commandstats`` before and after: a function call is one ``fcall`` plus every
 ``redis.call`` inside it) and the client's CPU time (noisy; the instruction counts of
-``bench/instructions.py --limits`` are the steadier price). Prints one JSON line per variant.
+``bench/instructions.py --limits`` and ``--keys`` are the steadier price). Prints one JSON line
+per variant.
 The database is flushed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -31,14 +36,25 @@ from bus import FakeClock
 from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import inventory, payments, shipping
-from saga import App, EngineConfig, RateLimit, SagaClient, SagaStatus, SagaWorker
+from saga import App, EngineConfig, Key, RateLimit, Saga, SagaClient, SagaStatus, SagaWorker
 
 CONFIG = EngineConfig(retention_s=0, auth=bus.SIGNING_OFF)
 VARIANTS = {
-    "none": (),
-    "never_waits": (RateLimit("payments", 1_000_000.0, burst=1_000_000),),
-    "holds_all_but_burst": (RateLimit("payments", "100/s", burst=1),),
+    "none": ((), None),
+    "rate_never_waits": ((RateLimit("payments", 1_000_000.0, burst=1_000_000),), None),
+    "rate_holds_all_but_burst": ((RateLimit("payments", "100/s", burst=1),), None),
+    "key_never_waits": ((), Key(lambda o: o.id)),
+    "key_ten_lines_of_one": ((), Key(lambda o: o.customer)),
 }
+
+
+def definition_for(key: Key | None) -> Saga[Order]:
+    """The example saga, with ``key`` as its concurrency key (the same steps)."""
+    if key is None:
+        return order_fulfilment
+    keyed = copy.copy(order_fulfilment)
+    keyed.concurrency = key.named(keyed.name)
+    return keyed
 
 
 async def commandstats(redis: bus.Redis) -> dict[str, int]:
@@ -53,8 +69,9 @@ async def ended(client: SagaClient) -> int:
 async def run(url: str, variant: str, sagas: int) -> dict[str, object]:
     redis = bus.connect(url)
     await redis.flushdb()
-    app = App("bench-limits", sagas=[order_fulfilment], participants=[inventory, payments, shipping],
-              limits=VARIANTS[variant])  # fmt: skip
+    limits, key = VARIANTS[variant]
+    definition = definition_for(key)
+    app = App("bench-flow", sagas=[definition], participants=[inventory, payments, shipping], limits=limits)
     clock = FakeClock()
     worker = SagaWorker(redis, app, config=CONFIG, clock=clock)
     client = SagaClient(redis, app.registry, config=CONFIG, clock=clock)
@@ -62,10 +79,10 @@ async def run(url: str, variant: str, sagas: int) -> dict[str, object]:
     await redis.config_resetstat()
     before, cpu = await commandstats(redis), time.process_time()
     for n in range(sagas):
-        order = Order(id=f"o{n}", customer="c", lines=[Line(sku="s", quantity=1)], total_cents=1)
-        await client.start(order_fulfilment, order, saga_id=f"s{n}")
+        order = Order(id=f"o{n}", customer=f"c{n % 10}", lines=[Line(sku="s", quantity=1)], total_cents=1)
+        await client.start(definition, order, saga_id=f"s{n}")
     await worker.run_until_idle()
-    while await ended(client) < sagas:  # held charges: every token due, their timers fire in batches
+    while await ended(client) < sagas:  # held charges (tokens due) and sagas in line (their looks) go
         clock.advance(sagas / 100 + 1)
         await worker.run_until_idle()
     cpu = time.process_time() - cpu
@@ -76,7 +93,7 @@ async def run(url: str, variant: str, sagas: int) -> dict[str, object]:
     calls = {name: after.get(name, 0) - before.get(name, 0) for name in after}
     calls = {name: n for name, n in sorted(calls.items()) if n and name not in ("config|resetstat", "info")}
     return {
-        "name": f"rate_limits.{variant}",
+        "name": f"flow_control.{variant}",
         "sagas": sagas,
         "redis_commands_per_saga": round(sum(calls.values()) / sagas, 2),
         "fcalls_per_saga": round(calls.get("fcall", 0) / sagas, 2),
