@@ -32,8 +32,8 @@ import saga_throughput as throughput
 
 import bus
 
-TRANSIENT = frozenset({"inbox", "cmd", "dedupe", "dlq", "events"})
-"""Kinds that do not stay with a completed saga: streams (trimmed) and dedupe records (a TTL)."""
+TRANSIENT = frozenset({"inbox", "cmd", "dedupe", "dedupe-expiry", "dlq", "events"})
+"""Kinds that do not stay with a completed saga: streams (trimmed) and dedupe records (expiring)."""
 
 FIELDS = ("rate_per_s", "p50_ms", "p99_ms", "cpu_us_per_unit", "sent_bytes_per_saga")
 

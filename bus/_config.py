@@ -62,6 +62,12 @@ class BusConfig:
         retry_max_ms: Longest redelivery delay, capped at the lease since redelivery rides
             on lease expiry (see docs/bus.md).
         dedupe_ttl_s: How long an idempotent handler's first result is kept.
+        dedupe_quota: The most dedupe records (in-flight markers and first results) one
+            consumer group keeps per stream tag: per partition and participant for a saga's
+            commands. A delivery whose key would be one more waits (it is retried, and
+            dead-lettered at ``max_deliveries``) until records expire, and counts as a
+            ``dedupe_over_quota`` incident. Size it at the peak deliveries per second of one
+            partition times ``dedupe_ttl_s``.
         publish_dedupe_window_ms: How long a published message id is remembered, so that a
             re-sent publish does not add a second entry.
         max_payload_bytes: Largest message payload accepted by publish.
@@ -102,6 +108,7 @@ class BusConfig:
     retry_base_ms: int = 1_000
     retry_max_ms: int = 30_000
     dedupe_ttl_s: int = 86_400
+    dedupe_quota: int = 1_000_000
     publish_dedupe_window_ms: int = 300_000
     max_payload_bytes: int = 1 << 20
     max_entry_bytes: int = (1 << 20) + (64 << 10)
@@ -131,6 +138,7 @@ class BusConfig:
             "max_fields": self.max_fields,
             "epoch_check_ms": 1 if self.epoch_check_ms is None else self.epoch_check_ms,
             "letter_quota": self.letter_quota,
+            "dedupe_quota": self.dedupe_quota,
             "letter_window_ms": self.letter_window_ms,
         }
         for name, value in positive.items():

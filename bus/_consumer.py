@@ -42,6 +42,7 @@ from bus._outcomes import (
     RESULT_PREFIX,
     Reply,
     ack_call,
+    claim_refused,
     complete_part,
     dead_letter_call,
     dedupe_claim_call,
@@ -248,7 +249,7 @@ class GroupConsumer:
             # but raised here, as before.
             claims = (
                 await self.rt.completer.call(
-                    dedupe_claim_call([d for d, _, _ in deduped], self.rt.config.lease_ms), retry=False
+                    dedupe_claim_call([d for d, _, _ in deduped], self.rt.config), retry=False
                 )
                 if deduped
                 else []
@@ -269,10 +270,8 @@ class GroupConsumer:
                 handlers.start(self._run, delivery, route, message)
             elif verdict.startswith(RESULT_PREFIX):
                 self._complete(delivery, verdict)
-            else:
-                self._fail(
-                    delivery, "another delivery with the same idempotency key is in flight", dead=False
-                )
+            else:  # in flight elsewhere, or no room among the group's dedupe records (yet)
+                self._fail(delivery, claim_refused(verdict, self.rt.config, self.rt.incidents), dead=False)
         for route, batch in batches.items():
             handlers.start(self._run_batch, route, batch)
 

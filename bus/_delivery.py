@@ -96,7 +96,8 @@ class Delivery:
         entry_id: The stream entry id.
         deliveries: How many times Redis has handed this entry out (1 on first delivery).
         consumer: The consumer (worker) that holds the lease.
-        dedupe_key: The idempotency key's Redis key, when the handler is deduped.
+        dedupe_key: The key the handler is deduped on, when it is: its record is a field of
+            the group's dedupe hash (``Stream.dedupe_key``).
         principal: Who signed the entry, checked (``""`` with signing off; in ``log``
             mode the signer it names, checked or not: see ``bus/_auth.py``).
         handler_principal: Who the handler acts as: the signer of its follow-ups.

@@ -196,9 +196,7 @@ class Intake:
             entry_id=entry_id,
             deliveries=deliveries,
             consumer=self.rt.consumer,
-            dedupe_key=stream.dedupe_key(self.sub.group, envelope.dedupe_key)
-            if self.sub.idempotent
-            else None,
+            dedupe_key=envelope.dedupe_key if self.sub.idempotent else None,
             principal=signer,
             handler_principal=self.sub.principal,
             _beat=beat,

@@ -133,7 +133,8 @@ INCIDENTS = MetricSpec(
     "redsaga_incidents_total",
     "counter",
     "Operator faults this worker met and repaired: group_recreated, entry_lost, unauthenticated, "
-    "letters_over_quota (dead letters counted, not kept: a principal past BusConfig.letter_quota).",
+    "letters_over_quota (dead letters counted, not kept: a principal past BusConfig.letter_quota), "
+    "dedupe_over_quota (deliveries retried: their group held BusConfig.dedupe_quota dedupe records).",
     ("kind",),
 )
 QUEUE_WAIT = MetricSpec(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
@@ -14,6 +15,10 @@ from redsaga.ids import derived_id, message_type
 from redsaga.streams import Stream
 
 RESULT_PREFIX: Final = b"R"
+OVER_QUOTA: Final = b"Q"
+"""A dedupe claim's verdict: the group holds its quota of records (``lua/dedupe_claim.lua``)."""
+DEDUPE_OVER_QUOTA: Final = "dedupe_over_quota"
+"""The incident of a delivery retried because its group held ``BusConfig.dedupe_quota`` records."""
 _SEPARATOR: Final = b"\x00"
 
 
@@ -82,25 +87,49 @@ def reply_to_command(
     )
 
 
-def dedupe_claim_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCall:
-    """Claim the right to run each (deduped) delivery's handler; see ``lua/dedupe_claim.lua``."""
-    keys = [d.dedupe_key or "" for d in deliveries]
-    consumer = deliveries[0].consumer
-    return DEDUPE_CLAIM.call(keys, [lease_ms, consumer, *(d.entry_id for d in deliveries)])
+def dedupe_keys(delivery: Delivery) -> tuple[str, ...]:
+    """The keys of ``delivery``'s group's dedupe records (none when it is not deduped)."""
+    if delivery.dedupe_key is None:
+        return ()
+    return delivery.stream.dedupe_keys(delivery.group)
+
+
+def dedupe_claim_call(deliveries: Sequence[Delivery], config: BusConfig) -> ScriptCall:
+    """Claim the right to run each (deduped) delivery's handler; see ``lua/dedupe_claim.lua``.
+
+    ``deliveries`` are of one stream and group.
+    """
+    first = deliveries[0]
+    args: list[Arg] = [config.lease_ms, first.consumer, config.dedupe_quota]
+    for delivery in deliveries:
+        args += [delivery.entry_id, delivery.dedupe_key or ""]
+    return DEDUPE_CLAIM.call(dedupe_keys(first), args)
+
+
+def claim_refused(verdict: bytes, config: BusConfig, incidents: Counter[str]) -> str:
+    """Why a dedupe claim refused to run a handler (a retry follows).
+
+    ``verdict``: another delivery's in-flight marker (``'I…'``) or :data:`OVER_QUOTA`, which
+    counts in ``incidents`` as :data:`DEDUPE_OVER_QUOTA`.
+    """
+    if verdict != OVER_QUOTA:
+        return "another delivery with the same idempotency key is in flight"
+    incidents[DEDUPE_OVER_QUOTA] += 1
+    return f"the group holds its quota of {config.dedupe_quota} dedupe records (BusConfig.dedupe_quota)"
 
 
 def record_call(delivery: Delivery, result: bytes, config: BusConfig, *, remember: bool = True) -> ScriptCall:
     """Record ``result`` (unless not ``remember``) without acknowledging: see ``lua/record.lua``."""
     stream = delivery.stream
-    keys = [stream.key, delivery.dedupe_key or stream.key]
     args: list[Arg] = [
         delivery.group,
         delivery.consumer,
         delivery.entry_id,
         config.dedupe_ttl_s,
         result if remember else "",
+        delivery.dedupe_key or "",
     ]
-    return RECORD.call(keys, args)
+    return RECORD.call([stream.key, *dedupe_keys(delivery)], args)
 
 
 def complete_part(
@@ -114,7 +143,6 @@ def complete_part(
     of ``result``.
     """
     stream = delivery.stream
-    keys = (delivery.dedupe_key or stream.key,)
     record = result if remember else b""
     target = ""
     if reply is not None:
@@ -122,14 +150,15 @@ def complete_part(
             raise ValueError("a completion's reply must carry the result it records")
         record = record[: len(record) - len(reply.payload)]
         target = Stream.from_key(delivery.envelope.reply_to).key
-    args: list[Arg] = [delivery.entry_id, record, int(delivery.deliveries > 1), target]
+    key = delivery.dedupe_key or ""
+    args: list[Arg] = [delivery.entry_id, key, record, int(delivery.deliveries > 1), target]
     if reply is not None:
         args += reply.field_args()
     return BatchPart(
         COMPLETE_BATCH,
-        (stream.key, stream.failures_key(delivery.group)),
+        (stream.key, stream.failures_key(delivery.group), *dedupe_keys(delivery)),
         (delivery.group, delivery.consumer, config.dedupe_ttl_s),
-        keys,
+        (),
         tuple(args),
     )
 
@@ -155,7 +184,7 @@ def fail_call(
         reason=reason,
         delay_ms=delay_ms,
         config=config,
-        marker=delivery.dedupe_key,
+        dedupe_key=delivery.dedupe_key,
         envelope=delivery.envelope,
         quota=quota,
     )
@@ -172,12 +201,13 @@ def dead_letter_call(
     reason: str,
     config: BusConfig,
     delay_ms: int = 0,
-    marker: str | None = None,
+    dedupe_key: str | None = None,
     envelope: Envelope | None = None,
     quota: str = "",
 ) -> ScriptCall:
     """The fail call for an entry that may not even decode (``envelope`` is then ``None``).
 
+    ``dedupe_key``: the idempotency key whose in-flight marker is cleared (``None``: none).
     ``quota``: whose dead letters it counts against (``BusConfig.letter_quota``); ``""``: none.
     """
     context: list[Arg] = []
@@ -196,7 +226,9 @@ def dead_letter_call(
         ]
         for name, value in envelope.headers.items():
             context += [f"header.{name}", value]
-    keys = [stream.key, stream.failures_key(group), marker or stream.key]
+    keys = [stream.key, stream.failures_key(group)]
+    if dedupe_key is not None:
+        keys += stream.dedupe_keys(group)
     args: list[Arg] = [
         group,
         consumer,
@@ -213,6 +245,7 @@ def dead_letter_call(
         quota,
         config.letter_quota,
         config.letter_window_ms,
+        dedupe_key or "",
         *context,
     ]
     return FAIL.call(keys, args)
@@ -226,9 +259,12 @@ def ack_call(stream: Stream, group: str, consumer: str, entry_ids: Sequence[str]
 def heartbeat_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCall:
     """Extend the leases (and in-flight dedupe markers) of deliveries of one stream and group."""
     first = deliveries[0]
-    keys = [first.stream.key, *(d.dedupe_key or first.stream.key for d in deliveries)]
-    args: list[Arg] = [first.group, first.consumer, lease_ms, *(d.entry_id for d in deliveries)]
-    return HEARTBEAT.call(keys, args)
+    args: list[Arg] = [first.group, first.consumer, lease_ms]
+    for delivery in deliveries:
+        args.append(delivery.entry_id)
+        if delivery.dedupe_key is not None:
+            args.append(delivery.dedupe_key)
+    return HEARTBEAT.call([first.stream.key, *dedupe_keys(first)], args)
 
 
 def error_chain(error: BaseException) -> str:

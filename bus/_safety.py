@@ -1,8 +1,8 @@
 """The start-up check of Redis settings that silently lose saga data (docs/faults.md, item 13).
 
 - ``maxmemory-policy`` other than ``noeviction``: at ``maxmemory`` Redis deletes keys on its
-  own: a saga's state, a pending stream, a dedupe key (and with it the exactly-once
-  effect). Every such policy, ``volatile-*`` included (ended sagas and dedupe keys carry a
+  own: a saga's state, a pending stream, a group's dedupe records (and with them the
+  exactly-once effect). Every such policy, ``volatile-*`` included (ended sagas carry a
   TTL), is unsafe. ``BusConfig.on_eviction`` decides: ``refuse`` (the default) raises
   :class:`~bus.UnsafeRedisConfig`, ``warn`` logs an error and starts, ``ignore`` is silent.
 - ``appendonly no``: a crash loses everything since the last snapshot (or everything, with

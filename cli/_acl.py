@@ -45,6 +45,15 @@ def acl(
             "Apply it once an admin user of yours exists (you stay logged in as you are).",
         ),
     ] = False,
+    upgrading_dedupe: Annotated[
+        bool,
+        typer.Option(
+            "--upgrading-dedupe",
+            help="Let consumers also write the dedupe keys of earlier releases (one key per "
+            "record): apply these lines while such workers still run, then the lines without it "
+            "(which only read those keys) once every worker is upgraded.",
+        ),
+    ] = False,
     json_output: Json = False,
 ) -> None:
     """Print an ``ACL SETUSER`` line per Redis user the App's processes need.
@@ -60,7 +69,7 @@ def acl(
     if nopass == (password_env is not None):
         raise UsageProblem("give exactly one of --password-env VAR and --nopass")
     app = load_app(app_ref)
-    users = acl_rules(app, prefix=prefix, relay_streams=relay_stream or ())
+    users = acl_rules(app, prefix=prefix, relay_streams=relay_stream or (), upgrading_dedupe=upgrading_dedupe)
     passwords: dict[str, str | None] = {u.name: None for u in users}
     if password_env is not None:
         variables = {u.name: f"{password_env}_{re.sub(r'[^A-Za-z0-9]', '_', u.name).upper()}" for u in users}

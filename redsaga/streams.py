@@ -6,7 +6,12 @@ touches them is single-slot and runs unchanged on Redis Cluster::
     rs:{<tag>}:<name>                    the stream itself
     rs:{<tag>}:dlq                       dead-letter stream of every stream in the tag
     rs:{<tag>}:published                 zset: envelope id -> publish time (publish dedupe window)
-    rs:{<tag>}:dedupe:<group>:<key>      string: first result of an idempotent handler (TTL)
+    rs:{<tag>}:dedupe:<group>            hash: idempotency key -> an idempotent handler's
+                                         in-flight marker, then its first result
+    rs:{<tag>}:dedupe-expiry:<group>     zset: idempotency key -> when its record expires (ms);
+                                         the hash's fields live while their score is ahead
+    rs:{<tag>}:dedupe:<group>:<key>      string: one record as earlier releases kept it (TTL);
+                                         read as a fallback, never written (bus/lua/_shared.lua)
     rs:{<tag>}:failures:<name>:<group>   hash: entry id -> failure history, until acked or dead
     rs:{<tag>}:lost:<name>:<group>       zset: the dedupe window of that group's reports of
                                          entries deleted while pending (dead letters)
@@ -79,8 +84,24 @@ class Stream:
         """The sorted set that dedupes publishes into this tag within the dedupe window."""
         return tagged_key(self.tag, "published")
 
-    def dedupe_key(self, group: str, idempotency_key: str) -> str:
-        """The key holding the first result of ``group``'s handler for ``idempotency_key``."""
+    def dedupe_key(self, group: str) -> str:
+        """The hash of ``group``'s dedupe records: idempotency key -> marker or first result.
+
+        One key per tag and group, so its size is one ``HLEN`` and an ACL pattern names it
+        whole (no ``*``): a participant's user cannot make more keys of it.
+        """
+        return _dedupe_keys(self.tag, group)[0]
+
+    def dedupe_expiry_key(self, group: str) -> str:
+        """The sorted set of when each of ``group``'s dedupe records expires (ms)."""
+        return _dedupe_keys(self.tag, group)[1]
+
+    def dedupe_keys(self, group: str) -> tuple[str, str]:
+        """:meth:`dedupe_key` and :meth:`dedupe_expiry_key`: what every dedupe script takes."""
+        return _dedupe_keys(self.tag, group)
+
+    def legacy_dedupe_key(self, group: str, idempotency_key: str) -> str:
+        """Where releases before the dedupe hash kept one record (read as a fallback only)."""
         return tagged_key(self.tag, "dedupe", group, idempotency_key)
 
     def failures_key(self, group: str) -> str:
@@ -103,3 +124,9 @@ class Stream:
 def _parsed(key: str) -> Stream:
     """Reply-to keys are parsed on every delivery; a process sees few distinct ones."""
     return Stream._parse(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dedupe_keys(tag: str, group: str) -> tuple[str, str]:
+    """A group's dedupe keys are named on every delivery; a process sees few distinct ones."""
+    return tagged_key(tag, "dedupe", group), tagged_key(tag, "dedupe-expiry", group)

@@ -3,13 +3,15 @@
 -- result without acknowledging (for a reply to another slot, published first).
 --
 -- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<name>:<group>
--- KEYS[3…] per entry, 1 key: its dedupe key (or KEYS[1] when not idempotent)
+-- KEYS[3]  rs:{tag}:dedupe:<group>    KEYS[4]  rs:{tag}:dedupe-expiry:<group>
+--          (both only when the handlers are idempotent)
 -- ARGV[1]  group        ARGV[2]  consumer     ARGV[3]  dedupe TTL, s
--- ARGV[4…] per entry (the layout of bus._scripts.merge): 1 (its key count), m (its
+-- ARGV[4…] per entry (the layout of bus._scripts.merge): 0 (its key count), m (its
 --          argument count), then m arguments:
---          entry id, result ('R…', or '' to record nothing and clear the in-flight marker
---          so that a retry may run again), 1 if it may have a failure history else 0,
---          its reply stream ('' when there is no reply), reply field, value, …
+--          entry id, its idempotency key ('' when not idempotent), result ('R…', or '' to
+--          record nothing and clear the in-flight marker so that a retry may run again),
+--          1 if it may have a failure history else 0, its reply stream ('' when there is
+--          no reply), reply field, value, …
 --
 -- With a reply, the result is the record without its payload ('R<type>\0'): the record is
 -- that and the reply's payload, its last argument (the 'data' field, bus/_envelope.py), so
@@ -27,31 +29,32 @@
 -- written), 'done', or {'duplicate', first} (a concurrent delivery recorded a different
 -- result first: nothing written; the caller completes again with the first result).
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local records, expiry = KEYS[3], KEYS[4]
+local now = records and clock_ms()
 local out = {}
-local k, a = 3, 4
+local a = 4
 while a <= #ARGV do
   local nargs = tonumber(ARGV[a + 1])
-  local id, result, failed, target = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local id, key, result, failed, target = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
   if target ~= '' and result ~= '' then
     result = result .. ARGV[a + 1 + nargs]
   end
-  local dedupe = KEYS[k]
   local outcome = 'done'
   if not leased(stream, group, id, consumer) then
     outcome = 'lost'
-  elseif dedupe ~= stream then
-    local value = redis.call('GET', dedupe)
+  elseif records then
+    local value, held = dedupe_get(records, expiry, key, now)
     if value and string.sub(value, 1, 1) == 'R' and value ~= result then
       outcome = {'duplicate', value}
     elseif result ~= '' then
-      redis.call('SET', dedupe, result, 'EX', ARGV[3])
-    elseif value then
-      redis.call('DEL', dedupe)
+      dedupe_put(records, expiry, key, result, now + 1000 * tonumber(ARGV[3]))
+    elseif held then
+      dedupe_drop(records, expiry, key)
     end
   end
   if outcome == 'done' then
     if target ~= '' then
-      redis.call('XADD', target, '*', unpack(ARGV, a + 6, a + 1 + nargs))
+      redis.call('XADD', target, '*', unpack(ARGV, a + 7, a + 1 + nargs))
     end
     redis.call('XACK', stream, group, id)
     if failed == '1' then
@@ -59,7 +62,9 @@ while a <= #ARGV do
     end
   end
   out[#out + 1] = outcome
-  k = k + tonumber(ARGV[a])
   a = a + 2 + nargs
+end
+if records then
+  dedupe_keep(records, expiry, 1000 * tonumber(ARGV[3]))
 end
 return out

@@ -1,26 +1,40 @@
 -- Claim the right to run an idempotent handler, once per idempotency key.
 --
--- KEYS[i]  rs:{tag}:dedupe:<group>:<key>   per entry
--- ARGV[1]  lease, ms                        ARGV[2]  consumer
--- ARGV[i + 2]  entry id of KEYS[i]
+-- KEYS[1]  rs:{tag}:dedupe:<group>          KEYS[2]  rs:{tag}:dedupe-expiry:<group>
+-- ARGV[1]  lease, ms     ARGV[2]  consumer   ARGV[3]  most records the group may hold
+-- ARGV[2i + 2], ARGV[2i + 3]  entry id and idempotency key of entry i
 --
--- A key holds 'I<entry id>|<consumer>' while a handler runs (expires with the lease) and
--- 'R<result>' once it finished. Returns per entry:
+-- A key holds 'I<entry id>|<consumer>' while a handler runs (expiring with the lease) and
+-- 'R<result>' once it finished (helpers dedupe_*, bus/lua/_shared.lua). Returns per entry:
 --   false          claimed: run the handler
 --   'R…'           the first result: do not run again, reply with it
 --   'I…'           another delivery with the same key is in flight elsewhere: retry later
+--   'Q'            the group holds its quota of records (ARGV[3]) and this key is not
+--                  among them: nothing written, retry later (records expire meanwhile)
 -- A marker left by an earlier holder of this very entry (its lease was taken over) is
 -- claimed again, since that holder can no longer complete.
+--
+-- Expired records are pruned here first, at most two per entry claimed: each claim adds at
+-- most one, so the hash never holds more than the quota through these scripts.
+local records, expiry = KEYS[1], KEYS[2]
+local now = clock_ms()
+local quota = tonumber(ARGV[3])
+dedupe_prune(records, expiry, now, #ARGV - 1)
+local size = redis.call('HLEN', records)
 local out = {}
-for i = 1, #KEYS do
-  local marker = 'I' .. ARGV[i + 2] .. '|' .. ARGV[2]
-  local value = redis.call('GET', KEYS[i])
-  local prefix = 'I' .. ARGV[i + 2] .. '|'
-  if not value or string.sub(value, 1, #prefix) == prefix then
-    redis.call('SET', KEYS[i], marker, 'PX', ARGV[1])
-    out[i] = false
-  else
+for i = 1, (#ARGV - 3) / 2 do
+  local id, key = ARGV[2 * i + 2], ARGV[2 * i + 3]
+  local prefix = 'I' .. id .. '|'
+  local value, held = dedupe_get(records, expiry, key, now)
+  if value and string.sub(value, 1, #prefix) ~= prefix then
     out[i] = value
+  elseif not held and size >= quota then
+    out[i] = 'Q'
+  else
+    dedupe_put(records, expiry, key, prefix .. ARGV[2], now + tonumber(ARGV[1]))
+    size = size + (held and 0 or 1)
+    out[i] = false
   end
 end
+dedupe_keep(records, expiry, tonumber(ARGV[1]))
 return out

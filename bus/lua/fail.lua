@@ -2,15 +2,16 @@
 -- stream, atomically with its acknowledgement. Fenced: only the lease holder may do this.
 --
 -- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<group>
--- KEYS[3]  in-flight dedupe marker, or KEYS[1] for none
+-- KEYS[3]  rs:{tag}:dedupe:<group>      KEYS[4]  rs:{tag}:dedupe-expiry:<group>
+--          (both only when the handler is idempotent: its in-flight marker is cleared)
 -- ARGV[1]  group        ARGV[2]  consumer        ARGV[3]  entry id
 -- ARGV[4]  'retry' or 'dead'                     ARGV[5]  error text (one link of the chain)
 -- ARGV[6]  reason (why it is dead, when it is)   ARGV[7]  redelivery delay, ms
 -- ARGV[8]  lease, ms    ARGV[9]  delivery limit  ARGV[10] raw field cap, bytes
 -- ARGV[11] most raw fields copied                ARGV[12] rs:{tag}:dlq (the dead-letter stream)
 -- ARGV[13] whose letter it counts against ('': no quota)   ARGV[14] most letters per window
--- ARGV[15] the window, ms
--- ARGV[16…] context field, value, … for the DLQ
+-- ARGV[15] the window, ms                      ARGV[16] the idempotency key, or ''
+-- ARGV[17…] context field, value, … for the DLQ
 --
 -- A quota bounds what one principal can make a stream that many write (a saga inbox) store:
 -- letters are counted per principal in '<dlq>:quota:<window number>' (a hash, same slot,
@@ -47,10 +48,10 @@ if history.delivery ~= deliveries then
     table.remove(history.errors, 1)
   end
 end
-if KEYS[3] ~= stream then
-  local value = redis.call('GET', KEYS[3])
+if KEYS[3] then
+  local value = redis.call('HGET', KEYS[3], ARGV[16])
   if value and string.sub(value, 1, 1) == 'I' then
-    redis.call('DEL', KEYS[3])
+    dedupe_drop(KEYS[3], KEYS[4], ARGV[16])
   end
 end
 
@@ -89,7 +90,7 @@ if ARGV[13] ~= '' then
     return 'over'
   end
 end
-for i = 16, #ARGV, 2 do
+for i = 17, #ARGV, 2 do
   letter[#letter + 1] = ARGV[i]
   letter[#letter + 1] = ARGV[i + 1]
 end

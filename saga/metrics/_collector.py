@@ -3,13 +3,19 @@
 What the orchestrators counted comes from :class:`~saga.metrics._transitions.SagaTallies`;
 sagas in flight (per definition, version and status: the partitions' counters), stuck
 sagas (not moved for ``stuck_for_ms`` and not waiting within a wait's deadline, as
-``saga stats`` counts them) and timers due are read from Redis at scrape time, a few
-commands per partition (``bus/_metrics.py`` says why and how).
+``saga stats`` counts them), timers due and the participants' dedupe records are read from
+Redis at scrape time, a few commands per partition (``bus/_metrics.py`` says why and how).
+
+The dedupe records are read here, by the orchestrator, not by the participants' workers: a
+participant's records are written under its own Redis user, which its stolen credentials
+hold too (docs/security.md), so the figure an alert trusts comes from another principal.
+Participants are those workers registered (``Versions.participants``: a name counts only
+with the record its own user wrote), so the labels are as bounded as the ACL users.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from bus import Clock
@@ -81,6 +87,15 @@ SAGAS_STUCK = MetricSpec(
 TIMERS_DUE = MetricSpec(
     "redsaga_timers_due", "gauge", "Durable timers due now and not yet fired.", ("context",), source=REDIS
 )
+DEDUPE_RECORDS = MetricSpec(
+    "redsaga_dedupe_records",
+    "gauge",
+    "A participant's dedupe records in one partition (in-flight markers and first results, live "
+    "or expired and not yet pruned); the engine keeps at most BusConfig.dedupe_quota, so more "
+    "were written past it, with the participant's Redis user.",
+    ("context", "participant", "partition"),
+    source=REDIS,
+)
 SAGA_METRICS = (
     SAGAS_STARTED,
     SAGAS_ENDED,
@@ -93,12 +108,17 @@ SAGA_METRICS = (
     SAGAS_IN_FLIGHT,
     SAGAS_STUCK,
     TIMERS_DUE,
+    DEDUPE_RECORDS,
 )
 """Every metric an orchestrating worker exports beside the bus's."""
 
 
 class SagaMetrics(ScrapeCollector):
-    """The saga metrics of the contexts ``partitions`` belong to (see the module docstring)."""
+    """The saga metrics of the contexts ``partitions`` belong to (see the module docstring).
+
+    ``participants``: the participants registered for a context (``Versions.participants``),
+    whose dedupe records are read.
+    """
 
     specs = SAGA_METRICS
 
@@ -109,10 +129,12 @@ class SagaMetrics(ScrapeCollector):
         clock: Clock,
         *,
         stuck_for_ms: int,
+        participants: Callable[[str], Awaitable[list[str]]],
         timeout_s: float = 5.0,
     ) -> None:
         super().__init__(timeout_s=timeout_s)
         self.redis = redis
+        self.participants = participants
         self.clock = clock
         self.stuck_for_ms = stuck_for_ms
         self.tallies = SagaTallies()
@@ -156,3 +178,8 @@ class SagaMetrics(ScrapeCollector):
             with redis_errors():
                 due = [int(await self.redis.zcount(p.timers, "-inf", timer_now)) for p in partitions]
             figures.set(TIMERS_DUE, (context,), sum(due))
+            for participant in await self.participants(context):
+                with redis_errors():
+                    for p in partitions:
+                        held = await self.redis.hlen(p.commands(participant).dedupe_key(participant))
+                        figures.set(DEDUPE_RECORDS, (context, participant, str(p.index)), int(held))

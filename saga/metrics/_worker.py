@@ -47,7 +47,12 @@ class WorkerMetrics(Exporter):
         self.add(self.bus)
         if orchestrates:
             self.sagas = SagaMetrics(
-                worker.redis, worker.partitions, worker.clock, stuck_for_ms=stuck_for_ms, timeout_s=timeout_s
+                worker.redis,
+                worker.partitions,
+                worker.clock,
+                stuck_for_ms=stuck_for_ms,
+                participants=worker.versions.participants,
+                timeout_s=timeout_s,
             )
             for orchestrator in worker.orchestrators:
                 orchestrator.transitions.append(self.sagas.tallies.transition)

@@ -135,18 +135,27 @@ _SAGA_SCRIPTS: Final = (
 _RELAY_SCRIPTS: Final = (("relay", "publish_rows"),)
 
 
-def acl_rules(app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = ()) -> list[AclUser]:
+def acl_rules(
+    app: App, *, prefix: str = "redsaga", relay_streams: Iterable[str] = (), upgrading_dedupe: bool = False
+) -> list[AclUser]:
     """The ACL users of ``app``: orchestrators, participants, a client, the relay, an operator.
 
     ``relay_streams`` are further stream keys the app's relay publishes to (domain events
     written through the outbox); their ``published`` windows are included.
+    ``upgrading_dedupe``: consumers may also write the dedupe keys of earlier releases (one
+    key per record, ``Stream.legacy_dedupe_key``), which workers of those releases write;
+    without it they only read them (a fallback while they live) and cannot make more keys.
     """
+    legacy = "" if upgrading_dedupe else "%R"
     definitions = list(app.registry)
     contexts = app.registry.contexts
     limits = _limit_grants(app)  # every orchestrator takes tokens of every limit its app declares
-    users = [_orchestrator(prefix, context, definitions, contexts, limits) for context in contexts.values()]
+    users = [
+        _orchestrator(prefix, context, definitions, contexts, limits, legacy=legacy)
+        for context in contexts.values()
+    ]
     users += [
-        _participant(prefix, context, participant.name)
+        _participant(prefix, context, participant.name, legacy)
         for participant in app.participants
         for context in participant.serves
     ]
@@ -189,6 +198,8 @@ def _orchestrator(
     definitions: list[Saga[Any]],
     contexts: Mapping[str, Context],
     limits: tuple[Grant, ...],
+    *,
+    legacy: str,
 ) -> AclUser:
     name = context.name
     ours = [d for d in definitions if d.context.name == name]
@@ -203,7 +214,7 @@ def _orchestrator(
     windows: list[str] = []  # the publish windows of those streams
     read: list[str] = []  # keys of another context it may only read
     for stream in event_waits(ours):
-        keys += _consumer_keys(stream, f"{name}.waits")
+        keys += _consumer_keys(stream, f"{name}.waits", legacy)
         added.append("%W~" + stream.dlq_key)
     children = [s.child.definition.context for d in ours for s in [*d.steps, *d.branch_steps()] if s.child]
     for declared in unique(c for c in children if c.name != name):
@@ -230,7 +241,7 @@ def _orchestrator(
     return AclUser(f"{prefix}.{name}", "orchestrator", name, tuple(grants), note)
 
 
-def _participant(prefix: str, context: Context, participant: str) -> AclUser:
+def _participant(prefix: str, context: Context, participant: str, legacy: str) -> AclUser:
     if participant in (LOCAL, WAITS, CHILD, TASKS):
         raise ValueError(f"participant name {participant!r} is reserved for the orchestrator")
 
@@ -239,7 +250,9 @@ def _participant(prefix: str, context: Context, participant: str) -> AclUser:
 
     own = [
         *_partition_keys(context, lambda k: stream(k).key),
-        *_partition_keys(context, lambda k: stream(k).dedupe_key(participant, "*")),
+        *_partition_keys(context, lambda k: stream(k).dedupe_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).dedupe_expiry_key(participant)),
+        *_partition_keys(context, lambda k: stream(k).legacy_dedupe_key(participant, "*"), legacy),
         *_partition_keys(context, lambda k: stream(k).failures_key(participant)),
         *_partition_keys(context, lambda k: stream(k).lost_key(participant)),
     ]
@@ -405,12 +418,17 @@ def _partition_keys(context: Context, key: Pattern, access: str = "") -> list[st
     return [f"{access}~" + key(PartitionKeys(tag)) for tag in partition_tags(context)]
 
 
-def _consumer_keys(stream: Stream, group: str) -> list[str]:
-    """What consuming ``stream`` as ``group`` touches: the stream and its companion keys."""
+def _consumer_keys(stream: Stream, group: str, legacy: str) -> list[str]:
+    """What consuming ``stream`` as ``group`` touches: the stream and its companion keys.
+
+    ``legacy``: the access to earlier releases' dedupe keys (``%R``, or ``""`` while upgrading).
+    """
     return [
         "~" + stream.key,
         "%W~" + stream.dlq_key,
         "~" + stream.failures_key(group),
-        "~" + stream.dedupe_key(group, "*"),
+        "~" + stream.dedupe_key(group),
+        "~" + stream.dedupe_expiry_key(group),
+        f"{legacy}~" + stream.legacy_dedupe_key(group, "*"),
         "~" + stream.lost_key(group),
     ]

@@ -66,6 +66,16 @@ async def publish_charge(redis: bus.Redis, order: str, *, key: str | None = None
     )
 
 
+RECORDS: Final = COMMANDS.dedupe_key("payments")
+
+
+async def put_record(redis: bus.Redis, key: str, value: bytes, ttl_ms: int = 60_000) -> None:
+    """Keep ``value`` as the payments group's record of ``key``, as the scripts do."""
+    seconds, micros = await redis.time()
+    await redis.hset(RECORDS, key, value)
+    await redis.zadd(COMMANDS.dedupe_expiry_key("payments"), {key: seconds * 1000 + micros // 1000 + ttl_ms})
+
+
 async def replies(redis: bus.Redis) -> list[bus.Envelope]:
     entries = await redis.xrange(REPLIES.key)
     return [bus.decode_fields(f, max_bytes=1 << 20, max_fields=32) for _, f in entries]
@@ -374,14 +384,14 @@ async def test_a_result_recorded_by_a_consumer_that_lost_its_lease_is_refused(re
         entry_id=entry_id.decode(),
         deliveries=1,
         consumer="old",
-        dedupe_key=COMMANDS.dedupe_key("payments", "k"),
+        dedupe_key="k",
     )
     result = encode_result(Charged(order="o1", receipt="late"), CONFIG)
     outcome = await record_call(delivery, result, CONFIG).run(redis)
 
     assert outcome == b"lost"
     assert (await pending(redis, COMMANDS, "payments"))[0]["consumer"] == "new"
-    assert await redis.exists(COMMANDS.dedupe_key("payments", "k")) == 0
+    assert await redis.exists(RECORDS, COMMANDS.dedupe_expiry_key("payments")) == 0
 
 
 async def test_merged_completion_is_fenced_per_entry(redis: bus.Redis) -> None:
@@ -406,7 +416,7 @@ async def test_merged_completion_is_fenced_per_entry(redis: bus.Redis) -> None:
             entry_id=entry_id.decode(),
             deliveries=1,
             consumer="old",
-            dedupe_key=COMMANDS.dedupe_key("payments", envelope.idempotency_key),
+            dedupe_key=envelope.idempotency_key,
         )
         order = envelope.decode(Charge).order
         result = encode_result(Charged(order=order, receipt=f"r-{order}"), CONFIG)
@@ -416,9 +426,9 @@ async def test_merged_completion_is_fenced_per_entry(redis: bus.Redis) -> None:
 
     assert outcomes == [b"done", b"lost", b"done"]
     assert [e["id"] for e in await pending(redis, COMMANDS, "payments")] == [moved.decode()]
-    assert await redis.exists(COMMANDS.dedupe_key("payments", "saga-o2:charge")) == 0
+    assert await redis.hexists(RECORDS, "saga-o2:charge") == 0
     for order in ("o1", "o3"):  # the record, made of the reply's payload, is the result to the byte
-        recorded = await redis.get(COMMANDS.dedupe_key("payments", f"saga-{order}:charge"))
+        recorded = await redis.hget(RECORDS, f"saga-{order}:charge")
         assert recorded == encode_result(Charged(order=order, receipt=f"r-{order}"), CONFIG)
     assert sorted(r.decode(Charged).order for r in await replies(redis)) == ["o1", "o3"]
     # a repeat of the call (redis-py re-sends it when its reply is lost) adds nothing: each
@@ -436,9 +446,12 @@ async def test_merged_completion_answers_duplicate_with_the_first_result(redis: 
     await publish_charge(redis, "o1")
     await redis.xgroup_create(COMMANDS.key, "payments", id="0")
     [[_, [(entry_id, fields)]]] = await redis.xreadgroup("payments", "c", {COMMANDS.key: ">"})
-    key = COMMANDS.dedupe_key("payments", "saga-o1:charge")
+    key = "saga-o1:charge"
+    legacy = COMMANDS.legacy_dedupe_key("payments", key)
     first = encode_result(Charged(order="o1", receipt="first"), CONFIG)
-    await redis.set(key, first)  # a concurrent delivery with the same key finished first
+    # a concurrent delivery with the same key finished first, on a worker of an earlier
+    # release (one key per record): its record is read as a fallback
+    await redis.set(legacy, first, ex=60)
     delivery = Delivery(
         envelope=bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32),
         stream=COMMANDS,
@@ -452,7 +465,8 @@ async def test_merged_completion_answers_duplicate_with_the_first_result(redis: 
     [outcome] = await merge([complete_part(delivery, late, None, CONFIG)]).run(redis)
 
     assert outcome == [b"duplicate", first]
-    assert await redis.get(key) == first
+    assert await redis.get(legacy) == first
+    assert await redis.hexists(RECORDS, key) == 0
     assert len(await pending(redis, COMMANDS, "payments")) == 1  # not acked: completes again
 
 
@@ -465,9 +479,9 @@ async def test_a_completion_sends_its_reply_payload_once_and_records_it(redis: b
     await redis.xgroup_create(COMMANDS.key, "payments", id="0")
     [[_, [(entry_id, fields)]]] = await redis.xreadgroup("payments", "c", {COMMANDS.key: ">"})
     command = bus.decode_fields(fields, max_bytes=1 << 20, max_fields=32)
-    key = COMMANDS.dedupe_key("payments", "saga-o1:charge")
+    key = "saga-o1:charge"
     first = encode_result(Charged(order="o1", receipt="first"), CONFIG)
-    await redis.set(key, first)  # an earlier delivery recorded it; this one is a redelivery
+    await put_record(redis, key, first)  # an earlier delivery recorded it; this one is a redelivery
     delivery = Delivery(
         envelope=command,
         stream=COMMANDS,
@@ -483,7 +497,7 @@ async def test_a_completion_sends_its_reply_payload_once_and_records_it(redis: b
     assert part.args.count(reply.payload) == 1  # the payload goes once: in the reply's fields
 
     assert await merge([part]).run(redis) == [b"done"]  # the same record: no duplicate
-    assert await redis.get(key) == first
+    assert await redis.hget(RECORDS, key) == first
     [sent] = await replies(redis)
     assert (sent.type, sent.decode(Charged)) == ("Charged", Charged(order="o1", receipt="first"))
     assert await pending(redis, COMMANDS, "payments") == []

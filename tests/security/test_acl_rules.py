@@ -82,7 +82,7 @@ def test_every_partition_key_belongs_to_the_orchestrator_and_none_to_another_con
         partition.commands("payments").key, partition.timers, partition.timer_data,
         partition.by_status("running"), partition.counts, partition.drained,
         partition.ending, partition.inbox.dlq_key, partition.inbox.published_key,
-        partition.inbox.dedupe_key("orders", "k"), partition.inbox.failures_key("orders"),
+        partition.inbox.dedupe_key("orders"), partition.inbox.failures_key("orders"),
         ContextKeys("orders").shapes, ContextKeys("orders").workers, CONTEXTS, secret_key("orders"),
         "rs:{orders:sched}:due", "rs:{orders:w:treasury/stream}:wait:k",
     ]  # fmt: skip
@@ -95,16 +95,23 @@ def test_a_participant_reaches_only_its_stream_records_and_what_its_replies_writ
     payments = users_of(demo)["redsaga.orders.payments"]
     partition = Partition("orders", 0)
     stream = partition.commands("payments")
-    own = [stream.key, stream.dedupe_key("payments", "s/charge/do"), stream.failures_key("payments")]
-    own.append(stream.lost_key("payments"))
+    own = [stream.key, stream.dedupe_key("payments"), stream.dedupe_expiry_key("payments")]
+    own += [stream.failures_key("payments"), stream.lost_key("payments")]
     assert [k for k in own if not reaches(payments, k)] == []
+    # one record per key, as earlier releases kept them: read as a fallback, never made
+    legacy = stream.legacy_dedupe_key("payments", "s/charge/do")
+    assert reaches(payments, legacy, "r")
+    assert not reaches(payments, legacy, "w")
+    upgrading = {u.name: u for u in acl_rules(demo, upgrading_dedupe=True)}["redsaga.orders.payments"]
+    assert reaches(upgrading, legacy, "w")  # while workers of an earlier release still write them
     # its replies and dead letters: it adds them, and reads, deletes or trims nobody's
     for added in (partition.inbox.key, stream.dlq_key):
         assert reaches(payments, added, "w")
         assert not reaches(payments, added, "r")
     foreign = [
         partition.saga("s"), partition.history("s"), partition.commands("inventory").key,
-        partition.commands("payments2").key, stream.dedupe_key("inventory", "k"), partition.timers,
+        partition.commands("payments2").key, stream.dedupe_key("inventory"), partition.timers,
+        stream.legacy_dedupe_key("inventory", "k"), stream.dedupe_key("payments2"),
         partition.counts, secret_key("orders"), partition.inbox.published_key,
         Partition("billing", 0).commands("payments").key,
     ]  # fmt: skip
@@ -143,9 +150,12 @@ def test_a_client_adds_to_inboxes_and_reads_sagas_and_nothing_more() -> None:
 
 
 def test_script_commands_are_read_from_the_scripts_themselves() -> None:
-    assert {"xpending", "get", "set", "del", "xadd", "xack", "hdel"} <= set(
+    # the dedupe helpers it calls (bus/lua/_shared.lua) count: the record hash, its expiry set
+    # and the fallback read of an earlier release's record
+    assert {"xpending", "hget", "zscore", "get", "hset", "zadd", "hdel", "zrem", "xadd", "xack"} <= set(
         script_commands("bus", "complete_batch")
     )
+    assert "set" not in script_commands("bus", "complete_batch")  # no record is a key of its own
     assert "xgroup|delconsumer" in script_commands("bus", "delete_consumer")
     assert "xinfo|groups" in script_commands("bus", "trim")
     payments = users_of(demo)["redsaga.orders.payments"]
