@@ -108,7 +108,7 @@ class BusConfig:
     retry_base_ms: int = 1_000
     retry_max_ms: int = 30_000
     dedupe_ttl_s: int = 86_400
-    dedupe_quota: int = 1_000_000
+    dedupe_quota: int = 10_000_000
     publish_dedupe_window_ms: int = 300_000
     max_payload_bytes: int = 1 << 20
     max_entry_bytes: int = (1 << 20) + (64 << 10)

@@ -32,7 +32,7 @@ def test_the_size_limits_on_the_page_are_the_defaults() -> None:
         "`BusConfig.max_payload_bytes` (1 MiB)": config.max_payload_bytes == 1 << 20,
         "`BusConfig.max_entry_bytes` (1 MiB + 64 KiB)": config.max_entry_bytes == (1 << 20) + (64 << 10),
         "`BusConfig.dlq_field_cap_bytes` (64 KiB)": config.dlq_field_cap_bytes == 64 << 10,
-        "`BusConfig.dedupe_quota` (1,000,000)": config.dedupe_quota == 1_000_000,
+        "`BusConfig.dedupe_quota` (10,000,000)": config.dedupe_quota == 10_000_000,
     }
     assert {line: line in text and right for line, right in shown.items()} == dict.fromkeys(shown, True)
 
