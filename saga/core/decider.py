@@ -163,7 +163,8 @@ class _Run:
         self.ignored = ""
         self.started = started
         self.was_terminal = state.status.terminal
-        self._owned: set[str] = set()
+        self._owned: set[str] = set()  # branch records copied by this decision
+        self._own_steps: set[str] = set(state.steps) if started else set()  # step records likewise
         self._bound: dict[str, Step[Any, Any]] = {}
         self.waits = WaitRules(self, signer)
         self.groups = GroupRules(self)
@@ -439,7 +440,7 @@ class _Run:
         if self.state.cursor >= len(self.definition.steps):
             return None
         step = self.definition.steps[self.state.cursor]
-        step_state = self.state.steps.get(step.name)
+        step_state = self.record(step.name)
         return None if step_state is None else (step, step_state)
 
     # -- records ---------------------------------------------------------------------------
@@ -450,16 +451,30 @@ class _Run:
         return self.state.cancel is not None or self.state.expired is not None
 
     def record(self, key: str) -> StepState | None:
-        """The record of a step or branch, ready to be changed (branches are copied on write)."""
-        if "#" not in key:
-            return self.state.steps.get(key)
-        found = self.state.branches.get(key)
-        if found is None or key in self._owned:
+        """The record of a step or branch, ready to be changed.
+
+        Records are copied on write: the working copy shares them with the state it was made
+        from, and the first call for a key puts a copy of its own in their place. So a
+        decision copies the one or two records it changes, not all of them, and a record it
+        left alone is the very object of the state before (the commit's encoder skips it).
+        """
+        if "#" in key:
+            records, owned = self.state.branches, self._owned
+        else:
+            records, owned = self.state.steps, self._own_steps
+        found = records.get(key)
+        if found is None or key in owned:
             return found
-        copy = found.copy()
-        self.state.branches[key] = copy
-        self._owned.add(key)
+        copy = records[key] = found.copy()
+        owned.add(key)
         return copy
+
+    def writable(self, key: str) -> StepState:
+        """The record of a step or branch that has one, ready to be changed (see :meth:`record`)."""
+        found = self.record(key)
+        if found is None:
+            raise KeyError(key)
+        return found
 
     def add_branch(self, key: str) -> StepState:
         """Start the record of branch ``key`` (scheduled), owned by this decision."""
