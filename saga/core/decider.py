@@ -22,6 +22,7 @@ the wait, so replay with the same key decides the same.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -167,13 +168,30 @@ class _Run:
         self._own_steps: set[str] = set(state.steps) if started else set()  # step records likewise
         self._bound: dict[str, Step[Any, Any]] = {}
         self.waits = WaitRules(self, signer)
-        self.groups = GroupRules(self)
-        self.tcc = TccRules(self)
-        self.undo = CompensationRules(self, self.groups)
         self.commands = Commands(self, self.waits)
-        self.operator = OperatorRules(
-            self, waits=self.waits, groups=self.groups, tcc=self.tcc, undo=self.undo
-        )
+
+    # The rule sets most decisions never reach (a reply to a plain step meets only the two
+    # above) are made when first used.
+
+    @functools.cached_property
+    def groups(self) -> GroupRules:
+        """Group steps and their branches."""
+        return GroupRules(self)
+
+    @functools.cached_property
+    def tcc(self) -> TccRules:
+        """TCC steps and child sagas' end reports."""
+        return TccRules(self)
+
+    @functools.cached_property
+    def undo(self) -> CompensationRules:
+        """Compensation."""
+        return CompensationRules(self, self.groups)
+
+    @functools.cached_property
+    def operator(self) -> OperatorRules:
+        """Operator actions."""
+        return OperatorRules(self, waits=self.waits, groups=self.groups, tcc=self.tcc, undo=self.undo)
 
     def decision(self) -> Decision:
         if not self.ignored:
