@@ -60,6 +60,7 @@ from saga.core.tcc_rules import TccRules
 from saga.core.timer_ids import attempt_timer_id
 from saga.core.tokens import Signer
 from saga.core.wait_rules import WaitRules
+from saga.core.working import WorkingCopy
 from saga.definition.saga import Saga, Step
 from saga.errors import DefinitionError
 
@@ -142,10 +143,11 @@ def decide(
     return run.decision()
 
 
-class _Run:
+class _Run(WorkingCopy):
     """One decision in progress (the :class:`~saga.core.rules.Run` its rule sets see).
 
-    It owns the working copy, the records and the forward path, and composes the rule sets.
+    It owns the forward path and composes the rule sets; the working copy and its records,
+    copied on write, are its :class:`~saga.core.working.WorkingCopy` part.
     """
 
     def __init__(
@@ -157,15 +159,13 @@ class _Run:
         *,
         started: bool = False,
     ) -> None:
+        WorkingCopy.__init__(self, state, started)  # not super(): 2k instructions less a decision
         self.definition = definition
-        self.state = state
         self.now_ms = now_ms
         self.effects: list[Effect] = []
         self.ignored = ""
         self.started = started
         self.was_terminal = state.status.terminal
-        self._owned: set[str] = set()  # branch records copied by this decision
-        self._own_steps: set[str] = set(state.steps) if started else set()  # step records likewise
         self._bound: dict[str, Step[Any, Any]] = {}
         self.waits = WaitRules(self, signer)
         self.commands = Commands(self, self.waits)
@@ -201,7 +201,7 @@ class _Run:
                 self.state.signals.clear()
                 if self.state.parent is not None and not self.was_terminal:
                     self.tcc.notify_parent()
-        return Decision(self.state, self.effects, self.ignored, frozenset(self._owned))
+        return Decision(self.state, self.effects, self.ignored, self.touched)
 
     def ignore(self, reason: str) -> None:
         self.ignored = reason
@@ -467,38 +467,6 @@ class _Run:
     def stopping(self) -> bool:
         """Whether the saga goes no further forward: cancel requested or deadline passed."""
         return self.state.cancel is not None or self.state.expired is not None
-
-    def record(self, key: str) -> StepState | None:
-        """The record of a step or branch, ready to be changed.
-
-        Records are copied on write: the working copy shares them with the state it was made
-        from, and the first call for a key puts a copy of its own in their place. So a
-        decision copies the one or two records it changes, not all of them, and a record it
-        left alone is the very object of the state before (the commit's encoder skips it).
-        """
-        if "#" in key:
-            records, owned = self.state.branches, self._owned
-        else:
-            records, owned = self.state.steps, self._own_steps
-        found = records.get(key)
-        if found is None or key in owned:
-            return found
-        copy = records[key] = found.copy()
-        owned.add(key)
-        return copy
-
-    def writable(self, key: str) -> StepState:
-        """The record of a step or branch that has one, ready to be changed (see :meth:`record`)."""
-        found = self.record(key)
-        if found is None:
-            raise KeyError(key)
-        return found
-
-    def add_branch(self, key: str) -> StepState:
-        """Start the record of branch ``key`` (scheduled), owned by this decision."""
-        record = self.state.branches[key] = StepState(status=StepStatus.SCHEDULED)
-        self._owned.add(key)
-        return record
 
     def bound(self, key: str) -> Step[Any, Any]:
         """The step a record key runs; for a branch, its branch step renamed to the key."""
