@@ -60,10 +60,10 @@ class CompensationRules:
         """Undo the latest completed step (or branch) not yet undone; end when none is left."""
         for name in self.undo_order():
             step = self.run.definition.step_named(name)
-            step_state = self.run.state.steps[name]
             if step.is_group:
                 if self.groups.undoing(name):
                     return  # a first-of-N loser's undo is in flight: its outcome first
+                step_state = self.run.writable(name)
                 key = self.groups.next_undo(name)
                 if key is not None:
                     if step_state.status == StepStatus.SUCCEEDED:
@@ -73,7 +73,7 @@ class CompensationRules:
                 if step_state.status == StepStatus.COMPENSATING:
                     step_state.status = move_step(step_state.status, StepStatus.COMPENSATED)
                 continue
-            if step.compensation is not None and step_state.status == StepStatus.SUCCEEDED:
+            if step.compensation is not None and self.run.state.steps[name].status == StepStatus.SUCCEEDED:
                 self.run.dispatch(step, "undo")
                 return
         end = SagaStatus.CANCELLED if self.run.state.cancel is not None else SagaStatus.COMPENSATED

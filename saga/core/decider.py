@@ -22,6 +22,7 @@ the wait, so replay with the same key decides the same.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -59,6 +60,7 @@ from saga.core.tcc_rules import TccRules
 from saga.core.timer_ids import attempt_timer_id
 from saga.core.tokens import Signer
 from saga.core.wait_rules import WaitRules
+from saga.core.working import WorkingCopy
 from saga.definition.saga import Saga, Step
 from saga.errors import DefinitionError
 
@@ -141,10 +143,11 @@ def decide(
     return run.decision()
 
 
-class _Run:
+class _Run(WorkingCopy):
     """One decision in progress (the :class:`~saga.core.rules.Run` its rule sets see).
 
-    It owns the working copy, the records and the forward path, and composes the rule sets.
+    It owns the forward path and composes the rule sets; the working copy and its records,
+    copied on write, are its :class:`~saga.core.working.WorkingCopy` part.
     """
 
     def __init__(
@@ -156,23 +159,39 @@ class _Run:
         *,
         started: bool = False,
     ) -> None:
+        WorkingCopy.__init__(self, state, started)  # not super(): 2k instructions less a decision
         self.definition = definition
-        self.state = state
         self.now_ms = now_ms
         self.effects: list[Effect] = []
         self.ignored = ""
         self.started = started
         self.was_terminal = state.status.terminal
-        self._owned: set[str] = set()
         self._bound: dict[str, Step[Any, Any]] = {}
         self.waits = WaitRules(self, signer)
-        self.groups = GroupRules(self)
-        self.tcc = TccRules(self)
-        self.undo = CompensationRules(self, self.groups)
         self.commands = Commands(self, self.waits)
-        self.operator = OperatorRules(
-            self, waits=self.waits, groups=self.groups, tcc=self.tcc, undo=self.undo
-        )
+
+    # The rule sets most decisions never reach (a reply to a plain step meets only the two
+    # above) are made when first used.
+
+    @functools.cached_property
+    def groups(self) -> GroupRules:
+        """Group steps and their branches."""
+        return GroupRules(self)
+
+    @functools.cached_property
+    def tcc(self) -> TccRules:
+        """TCC steps and child sagas' end reports."""
+        return TccRules(self)
+
+    @functools.cached_property
+    def undo(self) -> CompensationRules:
+        """Compensation."""
+        return CompensationRules(self, self.groups)
+
+    @functools.cached_property
+    def operator(self) -> OperatorRules:
+        """Operator actions."""
+        return OperatorRules(self, waits=self.waits, groups=self.groups, tcc=self.tcc, undo=self.undo)
 
     def decision(self) -> Decision:
         if not self.ignored:
@@ -182,7 +201,7 @@ class _Run:
                 self.state.signals.clear()
                 if self.state.parent is not None and not self.was_terminal:
                     self.tcc.notify_parent()
-        return Decision(self.state, self.effects, self.ignored, frozenset(self._owned))
+        return Decision(self.state, self.effects, self.ignored, self.touched)
 
     def ignore(self, reason: str) -> None:
         self.ignored = reason
@@ -440,7 +459,7 @@ class _Run:
         if self.state.cursor >= len(self.definition.steps):
             return None
         step = self.definition.steps[self.state.cursor]
-        step_state = self.state.steps.get(step.name)
+        step_state = self.record(step.name)
         return None if step_state is None else (step, step_state)
 
     # -- records ---------------------------------------------------------------------------
@@ -449,24 +468,6 @@ class _Run:
     def stopping(self) -> bool:
         """Whether the saga goes no further forward: cancel requested or deadline passed."""
         return self.state.cancel is not None or self.state.expired is not None
-
-    def record(self, key: str) -> StepState | None:
-        """The record of a step or branch, ready to be changed (branches are copied on write)."""
-        if "#" not in key:
-            return self.state.steps.get(key)
-        found = self.state.branches.get(key)
-        if found is None or key in self._owned:
-            return found
-        copy = found.copy()
-        self.state.branches[key] = copy
-        self._owned.add(key)
-        return copy
-
-    def add_branch(self, key: str) -> StepState:
-        """Start the record of branch ``key`` (scheduled), owned by this decision."""
-        record = self.state.branches[key] = StepState(status=StepStatus.SCHEDULED)
-        self._owned.add(key)
-        return record
 
     def bound(self, key: str) -> Step[Any, Any]:
         """The step a record key runs; for a branch, its branch step renamed to the key."""

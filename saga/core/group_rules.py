@@ -115,7 +115,7 @@ class GroupRules:
     def group_of(self, step: Step[Any, Any]) -> tuple[Step[Any, Any], StepState, GroupState]:
         """A branch's group step, its record and its group state."""
         group_step = self.run.definition.step_named(step.within)
-        group_state = self.run.state.steps[group_step.name]
+        group_state = self.run.writable(group_step.name)
         assert group_state.group is not None  # noqa: S101 - a started group has its state
         return group_step, group_state, group_state.group
 
@@ -125,7 +125,7 @@ class GroupRules:
         """Start a group step's first branches (or fail it: a map's items are refused)."""
         spec = step.group
         assert spec is not None  # noqa: S101 - only group steps begin as groups
-        step_state = self.run.state.steps[step.name]
+        step_state = self.run.writable(step.name)
         try:
             total = spec.count(self.run.definition.decode_data(self.run.state.data))
         except TooManyItems as error:
@@ -152,7 +152,7 @@ class GroupRules:
     def fill(self, group_step: Step[Any, Any]) -> None:
         """Start branches in index order while the group is open and has free slots."""
         spec = group_step.group
-        group = self.run.state.steps[group_step.name].group
+        group = self.run.writable(group_step.name).group
         assert spec is not None  # noqa: S101 - a group step
         assert group is not None  # noqa: S101 - a started group
         limit = spec.concurrency or group.total
@@ -218,7 +218,7 @@ class GroupRules:
         A later reason overrides ``won`` (a cancel after a winner undoes the winner too) and
         ``exhausted`` wins over ``failed`` (an unknown outcome must reach an operator).
         """
-        group = self.run.state.steps[group_step.name].group
+        group = self.run.writable(group_step.name).group
         assert group is not None  # noqa: S101 - a started group
         if not group.closed or group.closed == WON or (reason == EXHAUSTED and group.closed == FAILED):
             group.closed = reason
@@ -263,7 +263,7 @@ class GroupRules:
 
     def settle_group(self, group_step: Step[Any, Any]) -> None:
         """Move an open group on, or end a closed one once nothing of it is in flight."""
-        step_state = self.run.state.steps[group_step.name]
+        step_state = self.run.writable(group_step.name)
         group = step_state.group
         spec = group_step.group
         assert group is not None  # noqa: S101 - a started group
@@ -350,7 +350,7 @@ class GroupRules:
 
     def retry_group(self, group_step: Step[Any, Any]) -> bool:
         """Operator retry of a dead-lettered group: send the branches that ran out again."""
-        step_state = self.run.state.steps[group_step.name]
+        step_state = self.run.writable(group_step.name)
         group = step_state.group
         if group is None:
             return False

@@ -207,17 +207,17 @@ class SagaState(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
         return {name: bytes(self.steps[name].output) for name in self.completed}
 
     def working_copy(self) -> SagaState:
-        """A copy a decision may change freely, except the branch records it shares.
+        """A copy a decision may change freely, except the step and branch records it shares.
 
-        ``branches`` is a new dict holding the same records: a decision copies a branch
-        (:meth:`StepState.copy`) before it changes it, since there may be thousands. This
-        copies exactly the mutable parts, several times faster than a JSON round trip
-        (this runs once per decision); ``tests/saga/test_model_copies.py`` checks that no
+        ``steps`` and ``branches`` are new dicts holding the same records: a decision copies
+        a record (:meth:`StepState.copy`) before it changes it, and changes one or two a time.
+        This copies exactly the other mutable parts, several times faster than a JSON round
+        trip (this runs once per decision); ``tests/saga/test_model_copies.py`` checks that no
         mutable object is shared, field by field, so a new field cannot be forgotten here.
         """
         return replace(
             self,
-            steps={name: step.copy() for name, step in self.steps.items()},
+            steps=dict(self.steps),
             completed=list(self.completed),
             cancel=_copied(self.cancel),
             error=_copied(self.error),

@@ -167,9 +167,9 @@ class OperatorRules:
         start = self.run.definition.step_named(event.step)
         self._note("operator redrive", event, step=start.name)
         for step in self.run.definition.steps[start.index :]:
-            step_state = self.run.state.steps[step.name]
-            if step_state.status == StepStatus.PENDING:
+            if self.run.state.steps[step.name].status == StepStatus.PENDING:
                 continue
+            step_state = self.run.writable(step.name)
             if step_state.status == StepStatus.WAITING and self.run.state.wait is not None:
                 step_state.rewait = self.run.state.wait.n  # the wait begins again as itself: next_wait
                 self.waits.release_wait(step_state)

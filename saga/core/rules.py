@@ -50,6 +50,15 @@ class Run(Protocol):
         """The record of a step or a branch (``<group>#<index>``), ready to be changed."""
         ...
 
+    def writable(self, key: str) -> StepState:
+        """The record of a step or branch that has one, ready to be changed (``KeyError`` if none).
+
+        Read a record through ``state.steps`` or ``state.branches``; change it only through
+        this or :meth:`record`: the working copy shares the records it was not asked to change
+        with the decision's input, which must stay as it was.
+        """
+        ...
+
     def add_branch(self, key: str) -> StepState:
         """Start the record of branch ``key`` (scheduled), owned by the decision."""
         ...

@@ -113,7 +113,7 @@ class WaitRules:
         first result. The attempt numbers the step's attempts; the wait's own number
         (:func:`next_wait`) names its resume token and its event registration.
         """
-        step_state = self.run.state.steps[step.name]
+        step_state = self.run.writable(step.name)
         previous = step_state.current("do")
         ended = previous.output if previous is not None and previous.outcome in ("ok", "forced") else None
         number = step_state.count("do") + 1
@@ -277,7 +277,7 @@ class WaitRules:
             return
         wait = self.run.state.wait
         if wait is not None and (wait.step, wait.n) == (event.step, event.n):
-            self.resume(self.run.definition.step_named(event.step), step_state, event.data)
+            self.resume(self.run.definition.step_named(event.step), self.run.writable(event.step), event.data)
             return
         if not self.keep_early("signal", event.step, step_state, event.n, event.data):
             self.run.ignore(
@@ -308,6 +308,7 @@ class WaitRules:
         step_state = self.run.state.steps.get(event.step)
         if not self.run.state.status.terminal and step_state is not None:
             if wait is not None and (wait.step, wait.n, wait.kind) == (event.step, event.n, "event"):
+                step_state = self.run.writable(event.step)
                 self.resume(self.run.definition.step_named(event.step), step_state, event.payload)
                 return
             if self.keep_early("event", event.step, step_state, event.n, event.payload):

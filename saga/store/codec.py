@@ -135,7 +135,8 @@ def encode_state(
     for name, step in state.steps.items():
         field = STEP_PREFIX + name
         encoded = old_fields.get(field)
-        if encoded is not None and old_steps.get(name) == step:
+        old = old_steps.get(name)
+        if encoded is not None and (old is step or old == step):  # a decision copies what it changes
             fields[field] = encoded
             for i in range(len(step.attempts)):
                 start_field = f"{START_PREFIX}{name}:{i}"

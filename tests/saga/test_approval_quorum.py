@@ -15,7 +15,13 @@ from saga.errors import TaskClosed
 from saga.runtime.tasks import TaskClient, role_table
 from saga.templates import ApprovalChain, Decision, approval_chain
 from saga.testing import SagaRunner
+from tests.saga.purity import check_purity
 from tests.saga.test_templates import EXPENSE, Expense, Outbox
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
 
 
 def signers(outbox: Outbox, name: str = "payment", **options: object) -> ApprovalChain[Expense]:

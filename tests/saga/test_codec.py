@@ -83,6 +83,7 @@ def test_an_attempts_start_is_written_once_and_a_reply_leaves_it_alone() -> None
     assert b'{"amount":1}' in dispatched["i:later:0"]
     assert b'{"amount":1}' not in dispatched["s:later"]  # the input is in its own field only
     after = before.working_copy()
+    after.steps["later"] = after.steps["later"].copy()  # the working copy shares its records
     after.steps["later"].status = StepStatus.SUCCEEDED
     after.steps["later"].attempts[0] = attempt(1, "c", b'{"done":1}')
     write = state_write(before, dispatched, after, changed=True)
@@ -135,6 +136,7 @@ def test_a_step_record_that_did_not_change_is_taken_from_the_fields_before() -> 
     before = state()
     fields = encode_state(before)
     after = before.working_copy()
+    after.steps["later"] = after.steps["later"].copy()  # the working copy shares its records
     after.steps["later"].status = StepStatus.DISPATCHED
     marked = {**fields, "s:charge": b"kept as it was"}  # what a re-encoding would not give
     again = encode_state(after, before, marked)
@@ -200,6 +202,7 @@ def test_the_status_name_and_version_come_first_where_the_transition_looks_for_t
     assert list(encode_state(before))[:3] == ["status", "name", "version"]
     after = before.working_copy()
     after.status = SagaStatus.COMPENSATING
+    after.steps["later"] = after.steps["later"].copy()  # the working copy shares its records
     after.steps["later"].status = StepStatus.DISPATCHED
     changed = state_write(before, encode_state(before), after, changed=True).changed
     assert next(iter(changed)) == "status"

@@ -23,6 +23,12 @@ from tests.saga.compose_sagas import (
     parent,
     seats,
 )
+from tests.saga.purity import check_purity
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
 
 
 class Data(msgspec.Struct, frozen=True):

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import saga.testing.runner_sagas as runner_module
 from saga import SagaState, SagaStatus, StepStatus
-from saga.core.decider import Decision
 from saga.core.model import Attempt, GroupState, Note, ParentLink, StepState, Wait
 from tests.saga import test_compose_properties as compose_properties
 from tests.saga import test_properties as properties
+from tests.saga.purity import leaves_input_alone
 
 
 def attempt(n: int) -> Attempt:
@@ -144,17 +144,19 @@ def test_the_fixture_sets_every_field_so_a_new_one_is_noticed() -> None:
     assert_every_field_set(full_state())
 
 
-def test_a_working_copy_is_equal_and_shares_nothing_mutable_but_branch_records() -> None:
+def test_a_working_copy_is_equal_and_shares_nothing_mutable_but_step_and_branch_records() -> None:
     state = full_state()
     copy = state.working_copy()
 
     assert copy == state
-    branch_records = frozenset(id(record) for record in state.branches.values())
-    shared = set(mutable_objects(copy, skip=branch_records)) & set(mutable_objects(state))
+    records = frozenset(id(record) for record in [*state.steps.values(), *state.branches.values()])
+    shared = set(mutable_objects(copy, skip=records)) & set(mutable_objects(state))
     paths = mutable_objects(copy)
     assert not shared, f"shared with the original: {sorted(paths[i] for i in shared)}"
+    assert copy.steps is not state.steps
     assert copy.branches is not state.branches
-    assert all(copy.branches[k] is state.branches[k] for k in state.branches)  # copied on write
+    assert all(copy.steps[k] is state.steps[k] for k in state.steps)  # copied on write
+    assert all(copy.branches[k] is state.branches[k] for k in state.branches)
 
 
 def test_a_step_copy_is_equal_and_shares_nothing_mutable() -> None:
@@ -171,23 +173,14 @@ def test_the_check_catches_a_copy_that_shares_a_list(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(StepState, "copy", shallow)
     with pytest.raises(AssertionError, match="attempts"):
-        test_a_working_copy_is_equal_and_shares_nothing_mutable_but_branch_records()
+        test_a_step_copy_is_equal_and_shares_nothing_mutable()
 
 
 @pytest.fixture
 def decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Wrap the runner's decider: every call must leave the state it was given unchanged."""
-    real = runner_module.decide
     calls = [0]
-
-    def checked(definition: Any, state: SagaState, event: Any, **kwargs: Any) -> Decision:
-        before = msgspec.json.encode(state)
-        decision = real(definition, state, event, **kwargs)
-        assert msgspec.json.encode(state) == before, f"deciding {type(event).__name__} changed its input"
-        calls[0] += 1
-        return decision
-
-    monkeypatch.setattr(runner_module, "decide", checked)
+    monkeypatch.setattr(runner_module, "decide", leaves_input_alone(runner_module.decide, calls))
     return calls
 
 

@@ -24,6 +24,13 @@ from saga.core.redrive import redrive_refusal
 from saga.store.codec import encode_state
 from saga.store.commit import command_envelope
 from saga.store.keys import Partition
+from tests.saga.purity import check_purity
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
+
 
 ORDER = Order(id="o1", customer="c1", lines=[Line(sku="s", quantity=1)], total_cents=100)
 OUTPUTS = {

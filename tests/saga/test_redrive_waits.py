@@ -22,7 +22,14 @@ from saga import SagaStatus
 from saga.core.decider import decide
 from saga.core.model import EventReceived, RedriveRequested
 from saga.testing import SagaRunner
+from tests.saga.purity import check_purity
 from tests.saga.time_sagas import NOON, TREASURY_EVENTS, Approval, AskApproval, FundsReady, Loan, fakes, loan
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
+
 
 LOAN = Loan(id="L1", amount=500)
 YES = Approval(approved=True, by="ann")

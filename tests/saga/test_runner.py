@@ -47,6 +47,7 @@ from saga.testing import (
     sequence,
     succeed,
 )
+from tests.saga.purity import check_purity
 from tests.saga.trips import (
     TIMEOUT,
     BookFlight,
@@ -65,6 +66,12 @@ from tests.saga.trips import (
     define,
     hotel,
 )
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
+
 
 ANN = Trip(traveller="ann")
 

@@ -10,7 +10,14 @@ from saga.definition.human_tasks import User
 from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 from saga.runtime.tasks import role_table
 from saga.testing import FakeParticipant, SagaRunner, succeed
+from tests.saga.purity import check_purity
 from tests.saga.task_sagas import Approval, Refund, lenient, refund
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
+
 
 ROLES = {"managers": {"ann", "bob"}, "leads": {"lee"}}
 

@@ -11,6 +11,7 @@ from saga import DefinitionError, EngineConfig, InvalidInput, InvalidToken, Saga
 from saga.core.decider import decide
 from saga.core.model import SignalReceived
 from saga.testing import SagaRunner, no_reply
+from tests.saga.purity import check_purity
 from tests.saga.time_sagas import (
     NOON,
     TREASURY_EVENTS,
@@ -27,6 +28,12 @@ from tests.saga.time_sagas import (
     loan,
     trip,
 )
+
+
+@pytest.fixture(autouse=True)
+def _decisions_leave_their_input_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_purity(monkeypatch, __name__)
+
 
 LOAN = Loan(id="L1", amount=500)
 YES = Approval(approved=True, by="ann")
