@@ -270,6 +270,7 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     rx.MaxConnectionsError,
     rx.TryAgainError,
     rx.ClusterDownError,
+    rx.ClusterError,  # redirections ran out (TTL exhausted): a slot is moving between masters
     rx.ReadOnlyError,  # a replica promoted under us, or a failover in progress
     rx.TimeoutError,
     rx.RedisClusterException,  # no node of the cluster serves the slot (yet)

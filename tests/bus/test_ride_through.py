@@ -48,6 +48,7 @@ class Flaky:
         bus.RedisUnavailable("Redis unavailable: the cluster is down"),
         rx.ClusterDownError("The cluster is down"),
         rx.TryAgainError("TRYAGAIN"),
+        rx.ClusterError("TTL exhausted."),  # redirected too often while a slot moved
         rx.ConnectionError("Connection refused"),
         rx.ReadOnlyError("You can't write against a read only replica."),
     ],
