@@ -30,7 +30,6 @@ from typing import Any, Final
 import anyio
 import msgspec
 import psycopg
-import structlog
 
 import bus
 from redsaga.cli._logging import configure
@@ -48,6 +47,7 @@ from saga import (
     StepContext,
     command,
 )
+from tests.faults.procs import serve_until_killed
 
 STEPS: Final = ("reserve", "charge", "pack", "ship", "invoice")
 PARTITIONS_ENV: Final = "FAULTS_PARTITIONS"
@@ -322,15 +322,7 @@ async def main() -> None:
         for _ in range(4)
     ]
     worker = SagaWorker(redis, build(Ledger(connections, consumer), redis), config=CONFIG, consumer=consumer)
-    async with anyio.create_task_group() as group:
-
-        async def announce() -> None:
-            await worker.started.wait()
-            structlog.get_logger("faults.app").info("ready", pid=os.getpid())
-
-        group.start_soon(announce)
-        await bus.serve(worker)
-        group.cancel_scope.cancel()
+    await serve_until_killed(worker, "faults.app")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+import structlog
+
+import bus
+from saga import SagaWorker
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +165,16 @@ def owned(procs: Procs) -> Iterator[Procs]:
         yield procs
     finally:
         procs.kill_all()
+
+
+async def serve_until_killed(worker: SagaWorker, logger: str) -> None:
+    """The child's side of :meth:`Procs.start`: serve ``worker``, logging ``ready`` once it consumes."""
+    async with anyio.create_task_group() as group:
+
+        async def announce() -> None:
+            await worker.started.wait()
+            structlog.get_logger(logger).warning("ready", pid=os.getpid())
+
+        group.start_soon(announce)
+        await bus.serve(worker)
+        group.cancel_scope.cancel()

@@ -13,11 +13,11 @@ import time
 
 import anyio
 import msgspec
-import structlog
 
 import bus
 from redsaga.cli._logging import configure
 from saga import App, Command, CommandContext, EngineConfig, Key, Participant, Saga, SagaWorker, command
+from tests.faults.procs import serve_until_killed
 
 URL_ENV = "KEY_REDIS_URL"
 EFFECTS = "{test}:effects"
@@ -93,15 +93,7 @@ async def main() -> None:
     redis = bus.connect(os.environ[URL_ENV])
     _redis.append(redis)
     worker = SagaWorker(redis, app, config=CONFIG)
-    async with anyio.create_task_group() as group:
-
-        async def announce() -> None:
-            await worker.started.wait()
-            structlog.get_logger("key").warning("ready", pid=os.getpid())
-
-        group.start_soon(announce)
-        await bus.serve(worker)
-        group.cancel_scope.cancel()
+    await serve_until_killed(worker, "key")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,11 @@ import time
 
 import anyio
 import msgspec
-import structlog
 
 import bus
 from redsaga.cli._logging import configure
 from saga import App, Command, CommandContext, Participant, RateLimit, Saga, SagaWorker, command
+from tests.faults.procs import serve_until_killed
 
 URL_ENV = "RATE_REDIS_URL"
 RATE_ENV = "RATE_PER_S"
@@ -67,15 +67,7 @@ async def main() -> None:
     redis = bus.connect(os.environ[URL_ENV])
     _redis.append(redis)
     worker = SagaWorker(redis, app(os.environ.get(RATE_ENV, "50/s")))
-    async with anyio.create_task_group() as group:
-
-        async def announce() -> None:
-            await worker.started.wait()
-            structlog.get_logger("rate").warning("ready", pid=os.getpid())
-
-        group.start_soon(announce)
-        await bus.serve(worker)
-        group.cancel_scope.cancel()
+    await serve_until_killed(worker, "rate")
 
 
 if __name__ == "__main__":
