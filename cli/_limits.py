@@ -152,7 +152,8 @@ def lines_command(
     json_output: Json = False,
 ) -> None:
     """Concurrency keys' lines: per value, the sagas holding a slot and how many wait."""
-    views = with_redis(redis_url, lambda redis: read_lines(redis, context, key=key, most=most))
+    keys = None if key is None else {key}
+    views = with_redis(redis_url, lambda redis: read_lines(redis, context, keys=keys, most=most))
     if json_output:
         emit_json(views)
         return

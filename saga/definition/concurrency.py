@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Final
 
@@ -122,19 +122,26 @@ class Key:
         """This key with its name filled in (``saga``'s name when none was given)."""
         if self.name:
             return self
-        return Key(
-            self.value, self.limit, saga, self.skip_if_running, self.debounce,
-            self.priority, self.fairness, self.weights, self.poll,
-        )  # fmt: skip
+        return replace(self, name=saga)
 
     def claim(self, data: Any) -> Claim:
-        """What a saga with start ``data`` asks of the key (:class:`InvalidInput` if it is unusable)."""
-        priority = 0 if self.priority is None else self.priority(data)
+        """What a saga with start ``data`` asks of the key (:class:`InvalidInput` if it is unusable).
+
+        The key's functions are the application's code: one that raises is this start's bad
+        input (refused), never the worker's failure.
+        """
+        try:
+            value = self.value(data)
+            priority = 0 if self.priority is None else self.priority(data)
+            tenant = "" if self.fairness is None else self.fairness(data)
+        except Exception as error:
+            raise InvalidInput(
+                f"concurrency key {self.name}: reading it from the data failed: {error!r}"
+            ) from error
         if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
             raise InvalidInput(f"concurrency key {self.name}: priority {priority!r} is not a number 0-9")
-        tenant = "" if self.fairness is None else self.fairness(data)
         if tenant and (not isinstance(tenant, str) or not _TENANT.fullmatch(tenant)):
             raise InvalidInput(
                 f"concurrency key {self.name}: fairness key {tenant!r} is not 1-64 of: letters digits _.@+=-"
             )
-        return Claim(key_value(self.value(data)), priority, tenant, self.weights.get(tenant, 1))
+        return Claim(key_value(value), priority, tenant, self.weights.get(tenant, 1))

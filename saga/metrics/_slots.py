@@ -13,10 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
-from bus.lowlevel import CommandCall, redis_errors, run_batch
 from bus.metrics import REDIS, Figures, MetricSpec, ScrapeCollector
 from saga.runtime.slot_gate import SlotTallies
-from saga.store.keys import SlotKeys, slot_lines
+from saga.store.slots import read_lines
 
 LINES_READ: Final = 1000
 """Lines read a context at each scrape (the most recently used)."""
@@ -97,25 +96,12 @@ class SlotMetrics(ScrapeCollector):
         in_use: Counter[str] = Counter()
         waiting: Counter[str] = Counter()
         lines: Counter[str] = Counter()
-        with redis_errors():
-            for context, names in sorted(self.keys.items()):
-                indexed = await self.redis.zrevrange(slot_lines(context), 0, LINES_READ - 1)
-                found = [SlotKeys(context, *_text(line).split(":", 1)) for line in indexed]
-                found = [keys for keys in found if keys.name in names]
-                calls = [CommandCall(("ZCARD", k.holders)) for k in found]
-                calls += [CommandCall(("HLEN", k.waiting)) for k in found]
-                counts: list[Any] = await run_batch(self.redis, calls) if calls else []
-                for error in (c for c in counts if isinstance(c, BaseException)):
-                    raise error
-                for keys, held, queued in zip(found, counts[: len(found)], counts[len(found) :], strict=True):
-                    in_use[keys.name] += int(held)
-                    waiting[keys.name] += int(queued)
-                    lines[keys.name] += 1
+        for context, names in sorted(self.keys.items()):
+            for line in await read_lines(self.redis, context, keys=names, most=LINES_READ):
+                in_use[line.key] += len(line.holders)
+                waiting[line.key] += line.waiting
+                lines[line.key] += 1
         for name in sorted({n for names in self.keys.values() for n in names}):
             figures.set(SLOT_IN_USE, (name,), in_use[name])
             figures.set(SLOT_WAITING, (name,), waiting[name])
             figures.set(SLOT_LINES, (name,), lines[name])
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -189,7 +189,7 @@ def _slot_grants(context: str, ours: list[Saga[Any]]) -> tuple[Grant, ...]:
         return ()
     lines = ["~" + SlotKeys(context, "*", "*").everything]
     index = ("~" + slot_lines(context), "~" + slot_waiters(context))
-    return (grant(_SCRIPTS, _SLOT_SCRIPTS, lines), Grant(("zadd", "zrevrange", "hset", "hdel"), index))
+    return (grant(_SCRIPTS, _SLOT_SCRIPTS, lines), Grant(("zadd", "zrevrangebyscore", "hset", "hdel"), index))
 
 
 def _orchestrator(

@@ -231,8 +231,8 @@ class SagaClient(SagaResults):
         decision = decide_start(definition, saga_id, encoded, partition.index, event, signer=signer)
         keep_trace(decision, trace)
         verdicts = await self._slots.gate([(decision, None)]) if self._slots.active else None
-        if verdicts is not None and verdicts.busy:  # its key skips when busy, and is
-            raise verdicts.busy[0]
+        if verdicts is not None and verdicts.refused:  # its key skips when busy, or is unreadable
+            raise verdicts.refused[0]
         if self._rates.active:  # its first command may be over a rate limit: then it waits as a timer
             await self._rates.gate([(decision, None)])
         call, written = commit_call(

@@ -71,7 +71,8 @@ class FlowGates:
         """Pass a decided round through the gates; ``commits`` and ``calls`` are updated in place.
 
         ``None`` when a gate could not ask Redis: every entry of the round fails with the
-        error (left for redelivery) and nothing is committed. Refused starts leave the round.
+        error (left for redelivery) and nothing is committed. Refused entries leave the round
+        with their refusal (a start's is recorded for its client); the others go on.
         """
         try:
             verdicts = Verdicts()
@@ -81,9 +82,9 @@ class FlowGates:
                 verdicts = await self.slots.gate(pairs)
                 changed |= verdicts.held
             if self.rates.active:
-                going = [k for k in range(len(pairs)) if k not in verdicts.busy]
+                going = [k for k in range(len(pairs)) if k not in verdicts.refused]
                 changed |= {going[j] for j in await self.rates.gate([pairs[k] for k in going])}
-            for k in changed - set(verdicts.busy):
+            for k in changed - set(verdicts.refused):
                 item, decision, _, before = commits[k]
                 calls[k], after = self.rebuild(decision)
                 commits[k] = (item, decision, after, before)
@@ -93,9 +94,9 @@ class FlowGates:
             return None
         finally:
             self.forget(decision for _, decision, _, _ in commits)
-        for k in sorted(verdicts.busy, reverse=True):
+        for k in sorted(verdicts.refused, reverse=True):
             item = commits[k][0]
-            outcomes[item[0]] = await refuse(item, verdicts.busy[k])
+            outcomes[item[0]] = await refuse(item, verdicts.refused[k])
             del commits[k], calls[k]
         return verdicts
 

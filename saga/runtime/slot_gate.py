@@ -35,7 +35,7 @@ from saga.core.states import SagaStatus
 from saga.definition.concurrency import Claim, Key
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga
-from saga.errors import KeyBusy
+from saga.errors import InvalidInput, KeyBusy, SagaError
 from saga.runtime.protocol import CANCEL, OperatorRequest
 from saga.store.keys import Partition, SlotKeys
 from saga.store.slots import (
@@ -106,8 +106,10 @@ class Verdicts:
 
     held: set[int] = field(default_factory=set)
     """Decisions whose first commands now wait (their transition calls must be built again)."""
-    busy: dict[int, KeyBusy] = field(default_factory=dict)
-    """Starts refused: their key skips when busy, and it was."""
+    refused: dict[int, SagaError] = field(default_factory=dict)
+    """Decisions refused, each with why: a start whose key skips when busy (:class:`KeyBusy`),
+    or one whose key cannot be read from its data (:class:`InvalidInput`). The rest of the
+    round goes on."""
     waiting: list[_Ask] = field(default_factory=list)
     """The asks held to wait (looked at again once committed: :meth:`SlotGate.settle`)."""
     replaced: list[tuple[str, int, str]] = field(default_factory=list)
@@ -158,6 +160,7 @@ class SlotGate:
         A key whose value cannot be read from the data raises :class:`~saga.InvalidInput`.
         """
         now = self.clock.script_now_ms()
+        verdicts = Verdicts()
         asks: list[_Ask] = []
         calls: list[ScriptCall | CommandCall] = []
         for index, (decision, before) in enumerate(decisions):
@@ -167,7 +170,11 @@ class SlotGate:
             if found is None or not dispatches:
                 continue
             definition, key = found
-            claim = key.claim(definition.decode_data(bytes(state.data)))
+            try:
+                claim = key.claim(definition.decode_data(bytes(state.data)))
+            except InvalidInput as refused:
+                verdicts.refused[index] = refused
+                continue
             keys = SlotKeys(state.context, key.name, claim.value)
             ask = _Ask(
                 index, decision, key, keys, claim, ref_of(state.partition, state.id), dispatches,
@@ -177,7 +184,6 @@ class SlotGate:
             asks.append(ask)
             calls.append(self._ask_call(ask, now))
             calls.append(used_call(state.context, keys, self.clock.now_ms()))
-        verdicts = Verdicts()
         if not asks:
             return verdicts
         replies = [parse_reply(raw) for raw in (await self._run(calls))[::2]]
@@ -185,6 +191,8 @@ class SlotGate:
         for ask, reply in zip(asks, replies, strict=True):
             wakes += self._woken(ask.keys, reply)
             self._judge(ask, reply, verdicts)
+            if ask.debounce:  # in its window, not yet in line
+                continue
             if reply.verdict == WAITING or (reply.verdict == GRANTED and ask.looked_before):
                 context = ask.keys.context  # where it waits, for inspect: recorded, or forgotten
                 wakes.append(waiter_call(context, ask.keys, ask.ref, waiting=reply.verdict == WAITING))
@@ -213,7 +221,7 @@ class SlotGate:
             return
         if reply.verdict == BUSY:
             self.tallies.refused[name] += 1
-            verdicts.busy[ask.index] = KeyBusy(
+            verdicts.refused[ask.index] = KeyBusy(
                 f"saga {state.id} not started: {name} {ask.claim.value!r} has every slot taken "
                 f"({ask.key.limit}) and skips when busy",
                 key=name,
@@ -257,9 +265,9 @@ class SlotGate:
     async def _after_look(self, asks: list[_Ask], replies: list[SlotReply]) -> None:
         wakes: list[CommandCall] = []
         for ask, reply in zip(asks, replies, strict=True):
-            if reply.verdict == GRANTED:
-                woken = SlotReply(GRANTED, 0, 0, [], [(ask.ref, ask.timers)], reply.now_ms)
-                wakes += self._woken(ask.keys, woken)
+            if reply.verdict == GRANTED:  # a slot freed between its ask and its commit
+                self.tallies.woken[ask.key.name] += 1
+                wakes += wake_calls(ask.keys.context, [(ask.ref, ask.timers)], reply.now_ms)
             elif ask.looked_before:
                 wakes += await self._recover(ask, reply)
         if wakes:
@@ -317,7 +325,7 @@ class SlotGate:
             definition, concurrency = key
             try:
                 claim = concurrency.claim(definition.decode_data(bytes(after.data)))
-            except Exception:  # noqa: BLE001, S112 - a saga that could not claim holds no slot
+            except InvalidInput:  # a saga whose key could not be read never took a slot
                 continue
             keys, ref = (
                 SlotKeys(after.context, concurrency.name, claim.value),

@@ -12,13 +12,13 @@ at its next look (``Key.poll``). See docs/flow-control.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 
-from bus.lowlevel import CommandCall, ScriptCall, redis_errors
+from bus.lowlevel import CommandCall, ScriptCall, redis_errors, run_batch
 from saga.definition.concurrency import Claim
 from saga.store.keys import Partition, SlotKeys, slot_lines, slot_waiters
 from saga.store.scripts import SLOT
@@ -146,29 +146,40 @@ class LineView(msgspec.Struct, frozen=True, kw_only=True):
     """When the line was last asked (Unix ms)."""
 
 
-async def read_lines(redis: Any, context: str, *, key: str | None = None, most: int = 100) -> list[LineView]:
-    """The most recently used lines of ``context`` (of one key, if given), plain reads only."""
+async def read_lines(
+    redis: Any, context: str, *, keys: Collection[str] | None = None, most: int = 100
+) -> list[LineView]:
+    """The ``most`` recently used lines of ``context`` (of the named ``keys``, if given).
+
+    Plain reads in two round trips (the index, then every line's holders and size), so the
+    read-only operator and the metrics scrape read them alike.
+    """
     with redis_errors():
         indexed = await redis.zrevrangebyscore(
             slot_lines(context), "+inf", "-inf", start=0, num=most, withscores=True
         )
-        views = []
-        for line, used in indexed:
-            name, _, value = _text(line).partition(":")
-            if key is not None and name != key:
-                continue
-            keys = SlotKeys(context, name, value)
-            holders = [parse_ref(_text(ref))[1] for ref in await redis.zrange(keys.holders, 0, -1)]
-            views.append(
-                LineView(
-                    key=name,
-                    value=value,
-                    holders=holders,
-                    waiting=int(await redis.hlen(keys.waiting)),
-                    used_ms=int(used),
-                )
-            )
-        return views
+    found: list[tuple[SlotKeys, int]] = []
+    for line, used in indexed:
+        name, _, value = _text(line).partition(":")
+        if keys is None or name in keys:
+            found.append((SlotKeys(context, name, value), int(used)))
+    calls = [CommandCall(("ZRANGE", k.holders, 0, -1)) for k, _ in found]
+    calls += [CommandCall(("HLEN", k.waiting)) for k, _ in found]
+    replies: list[Any] = await run_batch(redis, calls) if calls else []
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    holders, sizes = replies[: len(found)], replies[len(found) :]
+    return [
+        LineView(
+            key=k.name,
+            value=k.value,
+            holders=[parse_ref(_text(ref))[1] for ref in held],
+            waiting=int(size),
+            used_ms=used,
+        )
+        for (k, used), held, size in zip(found, holders, sizes, strict=True)
+    ]
 
 
 def parse_reply(raw: Any) -> SlotReply:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import bus
-from saga import Key, KeyBusy, SagaStatus
+from saga import InvalidInput, Key, KeyBusy, SagaStatus
 from saga.definition.concurrency import Claim
 from saga.store.keys import SlotKeys
 from saga.store.slots import acquire_call, parse_reply, release_call
@@ -114,3 +114,10 @@ async def test_the_runner_lines_are_the_scripts_twin(real_redis: bus.Redis) -> N
             assert (reply.verdict, reply.woken) == expected, (seed, step)
             assert sorted(r for r, _ in reply.holders) == sorted(twin.holders), (seed, step)
             assert reply.waiting == len(twin.waiting)
+
+
+def test_a_key_function_that_raises_refuses_the_start_as_bad_input() -> None:
+    saga = withdrawal_saga(Key(lambda d: d.no_such_field))
+    runner = SagaRunner(saga, participants=[ledger])
+    with pytest.raises(InvalidInput, match="concurrency key withdraw: reading it from the data failed"):
+        runner.start(Withdrawal("acct-a"), saga_id="s0")

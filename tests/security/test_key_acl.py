@@ -13,15 +13,17 @@ import anyio
 import pytest
 import redis.exceptions
 
-from saga import App, Key, KeyBusy, Saga, SagaClient, SagaStatus, SagaWorker
-from saga.store.keys import SlotKeys
+from saga import App, Key, KeyBusy, Saga, SagaClient, SagaNotFound, SagaStatus, SagaWorker
+from saga.store.keys import Partition, SlotKeys
 from tests.faults.servers import PrivateRedis
 from tests.flow.key_sagas import LOG, Withdrawal, bank, ledger, withdrawal_saga
+from tests.helpers import dead_letters
 from tests.security.acl_users import Users, applied
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ONE_AT_A_TIME = withdrawal_saga(Key(lambda d: d.account))
 SINGLETON = withdrawal_saga(Key(lambda d: d.account, skip_if_running=True), name="singleton")
+BY_TENANT = withdrawal_saga(Key(lambda d: d.account, fairness=lambda d: d.tenant), name="by_tenant")
 
 
 @pytest.fixture(autouse=True)
@@ -87,4 +89,25 @@ async def test_a_start_request_finding_a_singleton_busy_is_refused_as_key_busy(
                 await client.start(SINGLETON, Withdrawal("acct-a"), saga_id="second", wait_s=10)
             assert await client.start(SINGLETON, Withdrawal("acct-b"), saga_id="other", wait_s=10) == "other"
             workers.cancel_scope.cancel()
+        assert await users.denials() == []
+
+
+async def test_a_start_whose_key_cannot_be_read_is_refused_alone_and_its_round_goes_on(
+    private_redis_server: PrivateRedis,
+) -> None:
+    """Bad input in one start request (a tenant no key may hold) refuses that start, with the
+    reason in a dead letter, and never fails the other entries decided in the same round."""
+    app = bank(BY_TENANT)
+    async with applied(private_redis_server, app) as users:
+        orchestrator, _, client = roles(users, BY_TENANT)
+        await client.start(
+            BY_TENANT, Withdrawal("acct-a", tenant="no spaces allowed"), saga_id="bad", wait_s=0
+        )
+        await client.start(BY_TENANT, Withdrawal("acct-a", tenant="acme"), saga_id="good", wait_s=0)
+        await orchestrator.run_until_idle()
+        assert (await client.get("good")).status == SagaStatus.RUNNING  # its debit was sent
+        with pytest.raises(SagaNotFound):
+            await client.get("bad")
+        [letter] = await dead_letters(users.admin, Partition("bank", 0).inbox)
+        assert "fairness key 'no spaces allowed'" in letter["reason"]
         assert await users.denials() == []
