@@ -18,11 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 # bench/relay.py would shadow the relay package that the function libraries come from
@@ -30,6 +26,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bus  # noqa: E402
+from bench.private_redis import private_redis  # noqa: E402
 from bus import BusConfig, Delivery, Stream  # noqa: E402
 from bus._outcomes import complete_part, dedupe_claim_call, encode_result  # noqa: E402
 from bus._scripts import load_libraries, merge  # noqa: E402
@@ -101,17 +98,6 @@ async def main(url: str, entries: int, batch: int, rounds: int) -> None:
         await redis.aclose()
 
 
-def _private_server() -> tuple[subprocess.Popen[bytes], str, str]:
-    directory = tempfile.mkdtemp(prefix="bench-dedupe-")
-    port = 6421
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", directory],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)  # the server's start; a bench, not a test
-    return server, f"redis://127.0.0.1:{port}/0", directory
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=5000)
@@ -122,10 +108,5 @@ if __name__ == "__main__":
     if args.redis_url:
         asyncio.run(main(args.redis_url, args.entries, args.batch, args.rounds))
     else:
-        server, url, directory = _private_server()
-        try:
+        with private_redis("bench-dedupe-") as url:
             asyncio.run(main(url, args.entries, args.batch, args.rounds))
-        finally:
-            server.terminate()
-            server.wait()
-            shutil.rmtree(directory, ignore_errors=True)

@@ -18,11 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 # bench/relay.py would shadow the relay package that the function libraries come from
@@ -30,6 +26,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bus  # noqa: E402
+from bench.private_redis import private_redis  # noqa: E402
 from bus import BusConfig, Stream  # noqa: E402
 from bus._outcomes import dead_letter_call  # noqa: E402
 from bus._scripts import load_libraries  # noqa: E402
@@ -88,17 +85,6 @@ async def main(url: str, letters: int, rounds: int) -> None:
         await redis.aclose()
 
 
-def _private_server() -> tuple[subprocess.Popen[bytes], str, str]:
-    directory = tempfile.mkdtemp(prefix="bench-quota-")
-    port = 6420
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", directory],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)  # the server's start; a bench, not a test
-    return server, f"redis://127.0.0.1:{port}/0", directory
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--letters", type=int, default=5000)
@@ -108,10 +94,5 @@ if __name__ == "__main__":
     if args.redis_url:
         asyncio.run(main(args.redis_url, args.letters, args.rounds))
     else:
-        server, url, directory = _private_server()
-        try:
+        with private_redis("bench-quota-") as url:
             asyncio.run(main(url, args.letters, args.rounds))
-        finally:
-            server.terminate()
-            server.wait()
-            shutil.rmtree(directory, ignore_errors=True)
