@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  the stream                 KEYS[2]  rs:{tag}:failures:<group>
 -- KEYS[3]  rs:{tag}:dedupe:<group>      KEYS[4]  rs:{tag}:dedupe-expiry:<group>
---          (both only when the handler is idempotent: its in-flight marker is cleared)
+--          (both only when the handler is idempotent: its own in-flight marker is cleared,
+--          never the marker of another delivery of the same key)
 -- ARGV[1]  group        ARGV[2]  consumer        ARGV[3]  entry id
 -- ARGV[4]  'retry' or 'dead'                     ARGV[5]  error text (one link of the chain)
 -- ARGV[6]  reason (why it is dead, when it is)   ARGV[7]  redelivery delay, ms
@@ -50,7 +51,8 @@ if history.delivery ~= deliveries then
 end
 if KEYS[3] then
   local value = redis.call('HGET', KEYS[3], ARGV[16])
-  if value and string.sub(value, 1, 1) == 'I' then
+  local ours = 'I' .. id .. '|'  -- another delivery's marker is its own to clear
+  if value and string.sub(value, 1, #ours) == ours then
     dedupe_drop(KEYS[3], KEYS[4], ARGV[16])
   end
 end

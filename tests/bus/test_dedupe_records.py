@@ -70,6 +70,18 @@ async def test_an_expired_record_is_no_record_and_claims_prune_expired_ones(redi
     assert await redis.zcard(EXPIRY) == 2
 
 
+async def test_a_delivery_turned_away_leaves_the_marker_of_the_one_in_flight(redis: bus.Redis) -> None:
+    holder = "1-1|another-consumer"  # a first delivery of the key, its handler still running
+    await put_record(redis, "saga-o1:charge", b"I" + holder.encode())
+    await publish_charge(redis, "o1")  # a second delivery of the same key
+    await _run(redis, effects := [])
+
+    assert effects == []
+    assert len(await pending(redis, COMMANDS, "payments")) == 1  # it waits for a redelivery
+    # and the first keeps its claim: a third delivery would be turned away as well
+    assert await redis.hget(RECORDS, "saga-o1:charge") == b"I" + holder.encode()
+
+
 async def test_a_group_adds_no_record_past_its_quota_the_delivery_waits(redis: bus.Redis) -> None:
     config = replace(CONFIG, dedupe_quota=2)
     for order in ("o1", "o2"):
