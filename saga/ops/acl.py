@@ -89,6 +89,7 @@ _SCRIPTS: Final = ("fcall",)
 """redsaga's Lua runs as functions an admin loaded (``bus/_scripts.py``)."""
 _CONSUME: Final = (
     "xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers",
+    "xread",  # an idempotent group's wake-up before it reads and claims (bus/_intake.py): it consumes nothing
     "exists", "xinfo|groups",  # the worker's metrics and /readyz: its groups' pending and lag
 )  # fmt: skip
 _READ: Final = (
@@ -114,17 +115,12 @@ _CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys", "mget")
 
 _CONSUMER_SCRIPTS: Final = (
     ("bus", "epoch"), ("bus", "ack"), ("bus", "record"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
+    ("bus", "read_claim"),  # an idempotent group's read (a participant's, the orchestrator's local actions)
     ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
     ("bus", "publish"),  # the dead letter of an entry deleted while pending (GroupConsumer)
 )  # fmt: skip
-_PARTICIPANT_SCRIPTS: Final = (
-    *(s for s in _CONSUMER_SCRIPTS if s != ("bus", "epoch")),
-    ("bus", "read_claim"),
-)
-"""A participant reads ``rs:epoch`` (``GET``) and never runs the function that writes it; its
-handlers are idempotent, so it reads new commands and claims their keys in one function."""
-_WAKE_UP: Final = ("xread",)
-"""An idempotent consumer's wait for new entries, which consumes nothing (``bus/_intake.py``)."""
+_PARTICIPANT_SCRIPTS: Final = tuple(s for s in _CONSUMER_SCRIPTS if s != ("bus", "epoch"))
+"""A participant reads ``rs:epoch`` (``GET``) and never runs the function that writes it."""
 _PUBLISH_SCRIPTS: Final = (("bus", "publish"), ("bus", "publish_batch"))
 _LIMIT_SCRIPTS: Final = ((scripts.PACKAGE, scripts.RATE_TAKE.name), (scripts.PACKAGE, scripts.RATE_SET.name))
 """Run on a rate limit's keys only (``_limit_grants``), never on a partition's."""
@@ -276,7 +272,7 @@ def _participant(prefix: str, context: Context, participant: str, legacy: str) -
         # it records that it runs, at start: its own record, and its name in the set (no other's)
         Grant(("set",), ("%W~" + registry.participant(participant),)),
         Grant(("sadd",), ("%W~" + registry.participants,)),
-        grant((*_SCRIPTS, *_CONSUME, *_WAKE_UP), _PARTICIPANT_SCRIPTS, own),
+        grant((*_SCRIPTS, *_CONSUME), _PARTICIPANT_SCRIPTS, own),
         Grant(("get", "hgetall"), tuple(read)),
     )
     note = f"participant {participant!r} serving context {context.name!r}"
