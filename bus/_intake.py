@@ -1,12 +1,15 @@
 """What comes into one consumer group: entries read from Redis, each admitted or refused.
 
-:class:`Intake` reads new entries (``XREADGROUP >``, the lean raw path on real Redis) and
-takes over expired ones (``XAUTOCLAIM``, with each entry's delivery count), and turns every
-entry into a :class:`~bus._delivery.Delivery` with its route and decoded message -- or into
-a :class:`Refused` that says why it cannot be handled (deleted, malformed, unauthenticated,
+:class:`Intake` reads new entries (``XREADGROUP >``, the lean raw path on real Redis; an
+idempotent group reads them and claims their idempotency keys in one function,
+``lua/read_claim.lua``, behind a wake-up in the same write) and takes over expired ones
+(``XAUTOCLAIM``, with each entry's delivery count), and turns every entry into a
+:class:`~bus._delivery.Delivery` with its route and decoded message -- or into a
+:class:`Refused` that says why it cannot be handled (deleted, malformed, unauthenticated,
 over the delivery limit, no handler, a bad ``reply_to``). It changes nothing in Redis but
-for the dead letter of an entry deleted while pending; the consumer (``bus/_consumer.py``)
-acts on what it returns.
+for the dead letter of an entry deleted while pending and the dedupe claims (at read, or
+for the entries read without one); the consumer (``bus/_consumer.py``) acts on what it
+returns.
 """
 
 from __future__ import annotations
