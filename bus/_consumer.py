@@ -36,7 +36,7 @@ from bus._errors import (
     Unauthenticated,
     redis_errors,
 )
-from bus._intake import Entry, Intake, Refused
+from bus._intake import Claim, Entry, Intake, Refused
 from bus._log import Logger, get_logger
 from bus._outcomes import (
     RESULT_PREFIX,
@@ -45,7 +45,6 @@ from bus._outcomes import (
     claim_refused,
     complete_part,
     dead_letter_call,
-    dedupe_claim_call,
     encode_result,
     error_chain,
     fail_call,
@@ -156,9 +155,13 @@ class GroupConsumer:
         read waits (see ``bus/_slots.py``).
         """
         wanted = await self.rt.slots.reserve(self.rt.read_share)
+        claims: dict[str, Claim] = {}  # an idempotent group's keys are claimed as it reads
         try:
             with redis_errors():
-                entries = await self.intake.read_new(wanted, block_ms)
+                if self.sub.idempotent:
+                    entries, claims = await self.intake.read_claimed(wanted, block_ms)
+                else:
+                    entries = await self.intake.read_new(wanted, block_ms)
         except BaseException:
             self.rt.slots.release(wanted)
             raise
@@ -168,7 +171,7 @@ class GroupConsumer:
             now_ms = self.rt.clock.now_ms()
             for entry_id, _, _ in entries:  # an id's first part: when Redis added the entry
                 self.queue_wait.observe(max(0, now_ms - int(entry_id.partition("-")[0])) / 1000)
-        await self._process(handlers, entries)
+        await self._process(handlers, entries, claims)
         return len(entries)
 
     async def reclaim(self, handlers: HandlerPool) -> int:
@@ -229,7 +232,10 @@ class GroupConsumer:
     async def _beat_one(self, delivery: Delivery) -> bool:
         return not await self.heartbeat([delivery])
 
-    async def _process(self, handlers: HandlerPool, entries: list[Entry]) -> None:
+    async def _process(
+        self, handlers: HandlerPool, entries: list[Entry], claims: dict[str, Claim] | None = None
+    ) -> None:
+        claims = claims or {}  # the dedupe claims made as they were read (the others' are made here)
         ready: list[tuple[Delivery, Route, Any]] = []
         for entry_id, fields, deliveries in entries:
             if entry_id in self.inflight:  # our own handler still runs it: not a second copy now
@@ -237,28 +243,18 @@ class GroupConsumer:
                     self.rt.slots.release()
                 self._parked[entry_id] = (handlers, (entry_id, fields, deliveries))
                 continue
-            admitted = self.intake.admit(entry_id, fields, deliveries, self._beat_one)
+            claim = claims.get(entry_id)
+            admitted = self.intake.admit(entry_id, fields, deliveries, self._beat_one, claim)
             if isinstance(admitted, Refused):
                 self._refuse(entry_id, admitted)
             else:
                 ready.append(admitted)
-        deduped = [item for item in ready if item[0].dedupe_key]
         try:
-            # The claim rides in the completer's next pipeline (with other streams' claims and
-            # completions) instead of a round trip of its own; a failure is not retried there
-            # but raised here, as before.
-            claims = (
-                await self.rt.completer.call(
-                    dedupe_claim_call([d for d, _, _ in deduped], self.rt.config), retry=False
-                )
-                if deduped
-                else []
-            )
+            verdicts = await self.intake.verdicts(ready, claims)
         except BusError:
             # Unclaimed entries stay pending under this consumer; the reclaimer retries them.
             self.rt.slots.release(len(ready))
             raise
-        verdicts = dict(zip((d.entry_id for d, _, _ in deduped), claims, strict=True))
         batches: dict[Route, list[tuple[Any, Delivery]]] = {}
         for delivery, route, message in ready:
             verdict = verdicts.get(delivery.entry_id)
@@ -278,9 +274,12 @@ class GroupConsumer:
     def _refuse(self, entry_id: str, refused: Refused) -> None:
         """Dead-letter an entry that cannot be handled, or acknowledge one the group skips."""
         if refused.dead:
-            self._dead(entry_id, refused.reason, refused.envelope)
+            self._dead(entry_id, refused.reason, refused.envelope, refused.dedupe_key)
         else:
-            self._settle(entry_id, self._ack_call(entry_id), "skipped")
+            call = ack_call(
+                self.stream, self.sub.group, self.rt.consumer, [entry_id], dedupe_key=refused.dedupe_key
+            )
+            self._settle(entry_id, call, "skipped")
 
     async def _run(self, delivery: Delivery, route: Route, message: Any) -> None:
         with delivery.scope as scope:
@@ -406,7 +405,9 @@ class GroupConsumer:
         )
         self._settle(delivery.entry_id, call, "failure recorded")
 
-    def _dead(self, entry_id: str, reason: str, envelope: Envelope | None = None) -> None:
+    def _dead(
+        self, entry_id: str, reason: str, envelope: Envelope | None = None, dedupe_key: bytes | None = None
+    ) -> None:
         self.log.warning("dead-lettering entry", entry=entry_id, reason=reason)
         call = dead_letter_call(
             self.stream,
@@ -417,6 +418,7 @@ class GroupConsumer:
             error=reason,
             reason=reason,
             config=self.rt.config,
+            dedupe_key=dedupe_key,
             envelope=envelope,
             quota=UNVERIFIED if self.sub.bounded_letters else "",
         )

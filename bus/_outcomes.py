@@ -201,7 +201,7 @@ def dead_letter_call(
     reason: str,
     config: BusConfig,
     delay_ms: int = 0,
-    dedupe_key: str | None = None,
+    dedupe_key: str | bytes | None = None,
     envelope: Envelope | None = None,
     quota: str = "",
 ) -> ScriptCall:
@@ -251,9 +251,19 @@ def dead_letter_call(
     return FAIL.call(keys, args)
 
 
-def ack_call(stream: Stream, group: str, consumer: str, entry_ids: Sequence[str]) -> ScriptCall:
-    """Acknowledge entries this consumer still holds (fenced)."""
-    return ACK.call([stream.key, stream.failures_key(group)], [group, consumer, *entry_ids])
+def ack_call(
+    stream: Stream, group: str, consumer: str, entry_ids: Sequence[str], *, dedupe_key: bytes | None = None
+) -> ScriptCall:
+    """Acknowledge entries this consumer still holds (fenced).
+
+    ``dedupe_key``: the idempotency key of the one entry in ``entry_ids``, whose in-flight
+    marker is cleared if it is that entry's own (``None``: no marker to clear).
+    """
+    keys = [stream.key, stream.failures_key(group)]
+    if dedupe_key is None:
+        return ACK.call(keys, [group, consumer, *entry_ids])
+    [entry_id] = entry_ids
+    return ACK.call([*keys, *stream.dedupe_keys(group)], [group, consumer, entry_id, dedupe_key])
 
 
 def heartbeat_call(deliveries: Sequence[Delivery], lease_ms: int) -> ScriptCall:

@@ -61,6 +61,7 @@ a flush landing between two commands of one write)."""
 _HASH = "0" * 8  # where the hash goes while the text is hashed
 _NAME = re.compile(rf"{LIBRARY_PREFIX}(?P<package>\w+)_(?P<version>[0-9a-f]{{8}})")
 _HELPER = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_COMMENT = re.compile(r"--[^\n]*")
 _FLAGS = re.compile(r"^-- flags: ([a-z-]+(?:, [a-z-]+)*)", re.MULTILINE)
 
 
@@ -143,15 +144,19 @@ def _function_name(version: str, script: str) -> str:
 
 
 def shared_helpers(source: str) -> str:
-    """The source of the shared helpers that ``source`` calls (to read every command a script runs)."""
+    """The shared helpers that ``source`` calls, directly or not (to read every command a script runs)."""
     text = _shared()
     starts = [(match.start(), match.group(1)) for match in _HELPER.finditer(text)]
     ends = [start for start, _ in starts[1:]] + [len(text)]
-    return "".join(
-        text[start:end]
-        for (start, name), end in zip(starts, ends, strict=True)
-        if re.search(rf"\b{name}\(", source)
-    )
+    helpers = {name: text[start:end] for (start, name), end in zip(starts, ends, strict=True)}
+    called: set[str] = set()
+    reading = _COMMENT.sub("", source)
+    while True:
+        found = {name for name in helpers if name not in called and re.search(rf"\b{name}\(", reading)}
+        if not found:
+            return "".join(body for name, body in helpers.items() if name in called)
+        called |= found
+        reading = _COMMENT.sub("", "".join(helpers[name] for name in found))
 
 
 @dataclass(frozen=True, slots=True)

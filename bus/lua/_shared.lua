@@ -39,6 +39,9 @@ end
 --                      keep `value` as `key`'s record until `due` (ms).
 -- dedupe_drop(records, expiry, key)
 --                      forget `key`'s record.
+-- dedupe_release(records, expiry, key, id)
+--                      forget `key`'s record if it is the in-flight marker of the entry `id`
+--                      (a marker of another delivery of the key is that one's to clear).
 -- dedupe_prune(records, expiry, now, most)
 --                      forget at most `most` records expired by `now`.
 -- dedupe_keep(records, expiry, ms)
@@ -66,6 +69,14 @@ local function dedupe_drop(records, expiry, key)
   redis.call('ZREM', expiry, key)
 end
 
+local function dedupe_release(records, expiry, key, id)
+  local value = redis.call('HGET', records, key)
+  local ours = 'I' .. id .. '|'
+  if value and string.sub(value, 1, #ours) == ours then
+    dedupe_drop(records, expiry, key)
+  end
+end
+
 local function dedupe_prune(records, expiry, now, most)
   local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, most)
   if #gone > 0 then
@@ -78,6 +89,102 @@ local function dedupe_keep(records, expiry, ms)
   for _, key in ipairs({records, expiry}) do
     if redis.call('PTTL', key) < ms then
       redis.call('PEXPIRE', key, ms)
+    end
+  end
+end
+
+-- dedupe_claim_all(records, expiry, lease, consumer, quota, ids, keys)
+--                      claim keys[i] for the entry ids[i], each as lua/dedupe_claim.lua says
+--                      (its header gives the verdicts), after pruning at most 2 * #ids + 2
+--                      expired records: one verdict per entry.
+local function dedupe_claim_all(records, expiry, lease, consumer, quota, ids, keys)
+  local now = clock_ms()
+  dedupe_prune(records, expiry, now, 2 * #ids + 2)
+  local size = redis.call('HLEN', records)
+  local out = {}
+  for i = 1, #ids do
+    local key, prefix = keys[i], 'I' .. ids[i] .. '|'
+    local value, held = dedupe_get(records, expiry, key, now)
+    if value and string.sub(value, 1, #prefix) ~= prefix then
+      out[i] = value
+    elseif not held and size >= quota then
+      out[i] = 'Q'
+    else
+      dedupe_put(records, expiry, key, prefix .. consumer, now + lease)
+      size = size + (held and 0 or 1)
+      out[i] = false
+    end
+  end
+  dedupe_keep(records, expiry, lease)
+  return out
+end
+
+-- packed_uint(e, at, n)
+--                      the big-endian unsigned integer of the n bytes of `e` from `at`, or
+--                      nil when `e` ends before them.
+-- envelope_key(e)      the key a packed envelope (an entry's field 'e', bus/_envelope.py) is
+--                      deduped on: its item 'idem', or its item 'id' when 'idem' is ''. nil
+--                      unless `e` is a MessagePack array (fixarray, array 16/32) of at least
+--                      eight items whose first eight are ints (fixint, int and uint 8-64) or
+--                      strs (fixstr, str 8/16/32), 'id' and 'idem' strs. Read byte by byte:
+--                      fakeredis's Lua has no cmsgpack.
+local function packed_uint(e, at, n)
+  if at + n - 1 > #e then
+    return nil
+  end
+  local value = 0
+  for i = at, at + n - 1 do
+    value = value * 256 + string.byte(e, i)
+  end
+  return value
+end
+
+local function envelope_key(e)
+  local b = string.byte(e, 1)
+  local items, at
+  if b and b >= 0x90 and b <= 0x9f then
+    items, at = b - 0x90, 2
+  elseif b == 0xdc or b == 0xdd then
+    local n = b == 0xdc and 2 or 4
+    items, at = packed_uint(e, 2, n), 2 + n
+  end
+  if not items or items < 8 then
+    return nil
+  end
+  local id
+  for item = 1, 8 do
+    b = string.byte(e, at)
+    local size
+    if not b then
+      return nil
+    elseif b <= 0x7f or b >= 0xe0 then  -- positive and negative fixint
+      at = at + 1
+    elseif b >= 0xcc and b <= 0xd3 then  -- uint 8/16/32/64, then int 8/16/32/64
+      at = at + 1 + 2 ^ ((b - 0xcc) % 4)
+    elseif b >= 0xa0 and b <= 0xbf then  -- fixstr
+      size, at = b - 0xa0, at + 1
+    elseif b >= 0xd9 and b <= 0xdb then  -- str 8/16/32
+      local n = 2 ^ (b - 0xd9)
+      size, at = packed_uint(e, at + 1, n), at + 1 + n
+      if not size then
+        return nil
+      end
+    else
+      return nil
+    end
+    if size then
+      if at + size - 1 > #e then
+        return nil
+      end
+      local value = string.sub(e, at, at + size - 1)
+      at = at + size
+      if item == 2 then
+        id = value
+      elseif item == 8 then
+        return value ~= '' and value or id
+      end
+    elseif item == 2 or item == 8 then
+      return nil
     end
   end
 end

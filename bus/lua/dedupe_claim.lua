@@ -15,26 +15,10 @@
 -- claimed again, since that holder can no longer complete.
 --
 -- Expired records are pruned here first, at most two per entry claimed: each claim adds at
--- most one, so the hash never holds more than the quota through these scripts.
-local records, expiry = KEYS[1], KEYS[2]
-local now = clock_ms()
-local quota = tonumber(ARGV[3])
-dedupe_prune(records, expiry, now, #ARGV - 1)
-local size = redis.call('HLEN', records)
-local out = {}
+-- most one, so the hash never holds more than the quota through these scripts. The claims
+-- are dedupe_claim_all's (bus/lua/_shared.lua), which lua/read_claim.lua makes too.
+local ids, keys = {}, {}
 for i = 1, (#ARGV - 3) / 2 do
-  local id, key = ARGV[2 * i + 2], ARGV[2 * i + 3]
-  local prefix = 'I' .. id .. '|'
-  local value, held = dedupe_get(records, expiry, key, now)
-  if value and string.sub(value, 1, #prefix) ~= prefix then
-    out[i] = value
-  elseif not held and size >= quota then
-    out[i] = 'Q'
-  else
-    dedupe_put(records, expiry, key, prefix .. ARGV[2], now + tonumber(ARGV[1]))
-    size = size + (held and 0 or 1)
-    out[i] = false
-  end
+  ids[i], keys[i] = ARGV[2 * i + 2], ARGV[2 * i + 3]
 end
-dedupe_keep(records, expiry, tonumber(ARGV[1]))
-return out
+return dedupe_claim_all(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ids, keys)

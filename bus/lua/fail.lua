@@ -50,11 +50,7 @@ if history.delivery ~= deliveries then
   end
 end
 if KEYS[3] then
-  local value = redis.call('HGET', KEYS[3], ARGV[16])
-  local ours = 'I' .. id .. '|'  -- another delivery's marker is its own to clear
-  if value and string.sub(value, 1, #ours) == ours then
-    dedupe_drop(KEYS[3], KEYS[4], ARGV[16])
-  end
+  dedupe_release(KEYS[3], KEYS[4], ARGV[16], id)
 end
 
 if ARGV[4] == 'retry' and deliveries < tonumber(ARGV[9]) then

@@ -89,6 +89,7 @@ _SCRIPTS: Final = ("fcall",)
 """redsaga's Lua runs as functions an admin loaded (``bus/_scripts.py``)."""
 _CONSUME: Final = (
     "xreadgroup", "xgroup|create", "xautoclaim", "xpending", "xinfo|consumers",
+    "xread",  # an idempotent group's wake-up before it reads and claims (bus/_intake.py): it consumes nothing
     "exists", "xinfo|groups",  # the worker's metrics and /readyz: its groups' pending and lag
 )  # fmt: skip
 _READ: Final = (
@@ -114,6 +115,7 @@ _CATALOGUE_READS: Final = ("smembers", "hgetall", "hkeys", "mget")
 
 _CONSUMER_SCRIPTS: Final = (
     ("bus", "epoch"), ("bus", "ack"), ("bus", "record"), ("bus", "complete_batch"), ("bus", "dedupe_claim"),
+    ("bus", "read_claim"),  # an idempotent group's read (a participant's, the orchestrator's local actions)
     ("bus", "fail"), ("bus", "heartbeat"), ("bus", "delete_consumer"), ("bus", "trim"),
     ("bus", "publish"),  # the dead letter of an entry deleted while pending (GroupConsumer)
 )  # fmt: skip

@@ -39,11 +39,13 @@ CONFIG = BusConfig(
 )
 
 
-def payments_app(effects: list[str], *, fail_times: int = 0, permanent: bool = False) -> Bus:
+def payments_app(
+    effects: list[str], *, fail_times: int = 0, permanent: bool = False, idempotent: bool = True
+) -> Bus:
     app = Bus("payments")
     failures = {"left": fail_times}
 
-    @app.handler(COMMANDS, Charge)
+    @app.handler(COMMANDS, Charge, idempotent=idempotent)
     async def charge(command: Charge, delivery: Delivery) -> Charged:
         if permanent:
             raise bus.PermanentError(f"card declined for {command.order}")

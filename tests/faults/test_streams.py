@@ -208,7 +208,8 @@ async def test_stream_deleted_under_a_blocked_reader_wakes_it_and_the_group_is_r
     out its block (nor take it for a failure and back off): it recreates the group at once."""
     effects: list[str] = []
     # the block is far longer than the test's bound: only the server's wake-up ends it
-    worker = Worker(real_redis, payments_app(effects), config=BusConfig(block_ms=4_500))
+    app = payments_app(effects, idempotent=False)  # an idempotent group waits in XREAD: below
+    worker = Worker(real_redis, app, config=BusConfig(block_ms=4_500))
     stream = worker.consumers[0].stream
     with structlog.testing.capture_logs() as logs:
         async with anyio.create_task_group() as tg:
@@ -230,13 +231,43 @@ async def test_stream_deleted_under_a_blocked_reader_wakes_it_and_the_group_is_r
     assert report["log_level"] == "error"
 
 
-def blocked_reader(redis: bus.Redis) -> Callable[[], Awaitable[bool]]:
-    """A check: is a client of this test's database blocked in XREADGROUP?"""
+async def test_stream_deleted_under_an_idempotent_reader_is_found_by_the_next_entry_added(
+    real_redis: bus.Redis,
+) -> None:
+    """An idempotent group waits in ``XREAD`` (it consumes nothing; its read and claim follow in
+    the same write, ``bus/_intake.py``), which Redis does not wake when the stream is deleted.
+    Nothing is waiting then; the next entry added makes the stream again and wakes it, its read
+    meets ``NOGROUP``, and the group is recreated from ``0`` at once: the entry is handled well
+    within the block."""
+    effects: list[str] = []
+    worker = Worker(real_redis, payments_app(effects), config=BusConfig(block_ms=4_500))
+    stream = worker.consumers[0].stream
+    with structlog.testing.capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await worker.started.wait()
+            await publish_charge(real_redis, "o1")
+            await eventually(lambda: effects == ["o1"], 10, "o1 was handled")
+            await eventually(blocked_reader(real_redis, "xread"), 10, "the reader waits again")
+
+            await real_redis.delete(stream.key)
+            await publish_charge(real_redis, "o2")
+
+            with anyio.fail_after(3):  # under the block: the entry woke the reader
+                await eventually(lambda: effects == ["o1", "o2"], 10, "o2 was handled")
+            worker.stop()
+    [report] = [log for log in logs if log.get("incident") == "group_recreated"]
+    assert report["event"].startswith("consumer group vanished")
+    assert report["error"].startswith("NOGROUP")
+
+
+def blocked_reader(redis: bus.Redis, command: str = "xreadgroup") -> Callable[[], Awaitable[bool]]:
+    """A check: is a client of this test's database blocked in ``command``?"""
 
     async def check() -> bool:
         clients = await redis.client_list()
         db = redis.connection_pool.connection_kwargs.get("db", 0)
-        return any(c["cmd"] == "xreadgroup" and c["flags"] == "b" and int(c["db"]) == db for c in clients)
+        return any(c["cmd"] == command and c["flags"] == "b" and int(c["db"]) == db for c in clients)
 
     return check
 

@@ -160,8 +160,20 @@ def test_script_commands_are_read_from_the_scripts_themselves() -> None:
     assert "xinfo|groups" in script_commands("bus", "trim")
     payments = users_of(demo)["redsaga.orders.payments"]
     # "publish": a consumer dead-letters an entry deleted while pending with the publish script
-    for name in ("ack", "record", "complete_batch", "fail", "heartbeat", "dedupe_claim", "publish"):
+    for name in (
+        "ack",
+        "record",
+        "complete_batch",
+        "fail",
+        "heartbeat",
+        "dedupe_claim",
+        "read_claim",
+        "publish",
+    ):
         assert set(script_commands("bus", name)) <= set(payments.commands), name
+    # it reads new commands and claims their keys in one function, behind a wake-up (XREAD)
+    assert {"xreadgroup", "xinfo|groups", "hset", "zadd"} <= set(script_commands("bus", "read_claim"))
+    assert "xread" in payments.commands
     assert "hset" in payments.commands  # fail.lua records the failure history
     assert "hgetall" in payments.commands  # the registered partition count, read at start
 
