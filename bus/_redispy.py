@@ -40,6 +40,7 @@ class would not speak TLS. A TLS option therefore never meets a plain connection
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
@@ -52,6 +53,8 @@ from redis.asyncio.connection import (
     SSLConnection,
     parse_url,
 )
+
+from bus._deadline import ReadDeadline
 
 _ReleasedEvent: Any
 try:
@@ -97,17 +100,23 @@ class LeanConnection(AbstractConnection):
     async def read_replies(self, count: int) -> list[Any]:
         """Read ``count`` raw replies (an error reply in place) within one socket timeout.
 
-        What ``read_response`` does per reply, once per batch: its timeout context, its
+        What ``read_response`` does per reply, once per batch: its timeout (a
+        :class:`~bus._deadline.ReadDeadline`, moved rather than made per read), its
         error mapping (a timeout or ``OSError`` closes the connection and raises redis-py's
         ``TimeoutError`` or ``ConnectionError``), and the health-check bookkeeping.
         """
         read = self._parser.read_response  # type: ignore[attr-defined]
+        deadline = self._read_deadline
+        if self.socket_timeout is not None:
+            deadline.arm(self.socket_timeout)
         try:
-            async with asyncio.timeout(self.socket_timeout):
-                replies = [await read() for _ in range(count)]
-        except TimeoutError:
-            await self.disconnect(nowait=True)
-            raise rx.TimeoutError(f"Timeout reading from {self._host_error()}") from None
+            replies = [await read() for _ in range(count)]
+        except asyncio.CancelledError:
+            timed_out = deadline.passed()
+            await self.disconnect(nowait=True)  # a read cut short: never reuse the connection
+            if timed_out:
+                raise rx.TimeoutError(f"Timeout reading from {self._host_error()}") from None
+            raise
         except OSError as error:
             await self.disconnect(nowait=True)
             host = self._host_error()
@@ -116,9 +125,15 @@ class LeanConnection(AbstractConnection):
             # a read cut short leaves replies on the wire: never reuse the connection
             await self.disconnect(nowait=True)
             raise
+        finally:
+            deadline.disarm()
         if self.health_check_interval:
             self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
         return replies
+
+    @functools.cached_property
+    def _read_deadline(self) -> ReadDeadline:
+        return ReadDeadline()
 
     async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
