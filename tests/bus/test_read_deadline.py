@@ -34,7 +34,9 @@ async def test_a_read_past_the_socket_timeout_is_redis_pys_timeout_and_the_next_
         await client.aclose()
 
 
-async def test_a_cancelled_read_stays_a_cancellation_and_its_connection_is_dropped(real_redis_url: str) -> None:
+async def test_a_cancelled_read_stays_a_cancellation_and_its_connection_is_dropped(
+    real_redis_url: str,
+) -> None:
     client = bus.connect(real_redis_url, bus.ClientConfig(socket_timeout_s=5.0, retries=0))
     try:
         with anyio.move_on_after(0.1) as scope:
