@@ -59,25 +59,34 @@ async def test_reads_within_the_timeout_schedule_one_timer_not_one_each() -> Non
         return call_at(when, callback, *args)
 
     deadline = ReadDeadline()
-    loop.call_at = counting_call_at  # type: ignore[method-assign]
+    loop.call_at = counting_call_at  # type: ignore[method-assign,assignment]
     try:
         for _ in range(100):
             deadline.arm(30.0)
             await asyncio.sleep(0)  # a read that yields once
             deadline.disarm()
     finally:
-        del loop.call_at  # type: ignore[method-assign]
+        del loop.call_at
     assert len(scheduled) == 1
 
 
 async def test_a_passed_deadline_cancels_the_armed_task_and_says_so() -> None:
     deadline = ReadDeadline()
-    deadline.arm(0.01)
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.Event().wait()  # a read that never returns
-    assert deadline.passed()  # and the cancellation was taken back
-    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
-    deadline.disarm()
+
+    async def read_that_never_returns() -> tuple[bool, int]:
+        deadline.arm(0.01)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return deadline.passed(), asyncio.current_task().cancelling()  # type: ignore[union-attr]
+        finally:
+            deadline.disarm()
+        raise AssertionError("the read returned")
+
+    # bounded: a deadline that never fires fails here instead of hanging the suite
+    passed, cancelling = await asyncio.wait_for(asyncio.create_task(read_that_never_returns()), 5)
+    assert passed
+    assert cancelling == 0  # the cancellation was taken back
 
 
 async def test_a_moved_deadline_is_checked_again_when_the_first_timer_fires() -> None:
