@@ -16,8 +16,9 @@ from typing import Any
 
 import msgspec
 
-from redsaga.ids import derived_id, message_type
+from redsaga.ids import message_type
 from saga.core.child_messages import CHILD, StartChild, child_saga_id
+from saga.core.command_ids import command_id as derive_command_id
 from saga.core.group_rules import completed_output
 from saga.core.model import NULL, Attempt, Dispatch, Kind, ParentLink, StartTimer, StepState
 from saga.core.rules import Run
@@ -63,7 +64,7 @@ class Commands:
         assert step_state is not None  # noqa: S101 - only started steps and branches are sent
         self.run.cancel_timer(step_state)  # a TCC step's expiry timer, once it is confirmed or undone
         n = step_state.count(kind) + 1
-        command_id = derived_id(self.run.state.id, f"{step.name}:{kind}:{n}")
+        command_id = derive_command_id(self.run.state.id, step.name, kind, n)
         target_status = {
             "do": StepStatus.DISPATCHED,
             "undo": StepStatus.COMPENSATING,

@@ -7,7 +7,7 @@ starts inside. All are MessagePack arrays in their Structs' field order below, t
 fields at their defaults left out (a pending record is an empty array).
 
 Left out as well, and put back on reading: an attempt's command id when it is the derived
-one (``derived_id(saga id, '<record key>:<kind>:<n>')``, what the decider makes); a step's
+one (:func:`~saga.core.command_ids.command_id`, what the decider makes); a step's
 output when it is one of its attempts' (its index instead); its timer when it is its last
 attempt's timeout, retry or rate timer, which the decider names ``<saga id>:<key>:<kind>:<n>:<purpose>``
 (1, 2 or 3 instead). A step's status, an attempt's kind and outcome are small integers
@@ -17,14 +17,13 @@ JSON the messages carried, a ``null`` as ``nil``. The saga hash's ``meta`` names
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Annotated, Final
 
 import msgspec
 from msgspec.structs import asdict, astuple
 
-from redsaga.ids import derived_id
+from saga.core.command_ids import command_id
 from saga.core.model import NULL, Attempt, GroupState, Kind, Outcome, StepState
 from saga.core.states import StepStatus
 from saga.core.timer_ids import attempt_timer_id
@@ -52,7 +51,6 @@ _KindCode = Annotated[int, msgspec.Meta(ge=0, lt=len(KINDS))]
 _OutcomeCode = Annotated[int, msgspec.Meta(ge=0, lt=len(OUTCOMES))]
 
 _pack = msgspec.msgpack.Encoder()
-_command_id = functools.lru_cache(maxsize=4096)(derived_id)
 
 
 class _Start(msgspec.Struct, gc=False, array_like=True):
@@ -175,7 +173,7 @@ def _encode_step(saga_id: str, key: str, step: StepState, starts: list[_Start] |
     attempts: list[list[object]] = []
     for a in step.attempts:
         start = _Start(
-            "" if a.command_id == _command_id(saga_id, f"{key}:{a.kind}:{a.n}") else a.command_id,
+            "" if a.command_id == command_id(saga_id, key, a.kind, a.n) else a.command_id,
             a.participant,
             a.input_type,
             bytes(a.input),
@@ -239,7 +237,7 @@ def decode_step(saga_id: str, key: str, raw: bytes, fields: Mapping[str, bytes] 
             Attempt(
                 n=a.n,
                 kind=kind,
-                command_id=start.command_id or _command_id(saga_id, f"{key}:{kind}:{a.n}"),
+                command_id=start.command_id or command_id(saga_id, key, kind, a.n),
                 participant=start.participant,
                 input_type=start.input_type,
                 input=msgspec.Raw(start.input),
