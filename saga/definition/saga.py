@@ -52,6 +52,7 @@ from saga.definition.step import (
     command,
     invoke,
 )
+from saga.definition.step_index import StepIndex
 from saga.definition.waits import (
     Duration,
     EventWait,
@@ -122,6 +123,7 @@ class Saga(Generic[D]):
         """At most ``limit`` sagas per value of this key run at once (saga/definition/concurrency.py)."""
         self.steps: list[Step[D, Any]] = []
         self.compensations: dict[str, Compensation] = {}
+        self._index = StepIndex(self.steps, self.branch_steps)
         self._encoder = msgspec.json.Encoder()
         try:
             self._data_decoder = msgspec.json.Decoder(data)
@@ -456,7 +458,7 @@ class Saga(Generic[D]):
     @property
     def takes_signals(self) -> bool:
         """Whether any step waits for a signal (then builders may make resume tokens)."""
-        return any(step.kind == "signal" for step in self.steps)
+        return self._index.takes_signals
 
     def step_named(self, name: str) -> Step[D, Any]:
         """The step called ``name`` (``KeyError`` naming the saga when there is none).
@@ -473,12 +475,9 @@ class Saga(Generic[D]):
                 return step.group.branch(int(index))
             except IndexError:
                 raise KeyError(f"saga {self.key} has no branch {name!r}") from None
-        for step in self.steps:
-            if step.name == name:
-                return step
-        for step in self.branch_steps():  # a parallel group's branch, by its own name
-            if step.name == name:
-                return step
+        found = self._index.find(name)  # a parallel group's branch is also found by its own name
+        if found is not None:
+            return found
         raise KeyError(f"saga {self.key} has no step {name!r}")
 
     def encode_data(self, data: object) -> bytes:
