@@ -110,7 +110,7 @@ def encode_state(
     changed status, and a new saga's definition, at the head of the fields that changed.
     """
     fields = {
-        "status": state.status.value.encode(),
+        "status": state.status.encode(),  # a StrEnum: its own text
         "name": state.name.encode(),
         "version": str(state.version).encode(),
         "created": str(state.created_ms).encode(),

@@ -263,7 +263,7 @@ def commit_call(
     context's orchestrator for whoever reads it.
     """
     state = decision.state
-    old_status = before.state.status.value if before else ""
+    old_status: str = before.state.status if before else ""  # a StrEnum: .value costs a lookup
     tag = before.tag if before else ""
     write = state_write(
         before.state if before else None,
@@ -288,11 +288,11 @@ def commit_call(
         partition, state, decision.effects, cause=getattr(event, "id", ""), now_ms=now_ms, seal=seal
     )
     terminal = state.status.terminal
-    announced = state.status.value != old_status and state.status in SETTLED
+    announced = state.status != old_status and state.status in SETTLED
     keys = _touched_keys(
         partition,
         state.id,
-        (old_status, state.status.value),
+        (old_status, state.status),
         new=before is None,
         inbox=delivery is not None,
         timers=bool(timers or cancels),
