@@ -30,6 +30,11 @@ Internals used (``redis.asyncio`` unless named otherwise):
    (:func:`close_cluster`).
 9. ``RedisCluster.nodes_manager.get_node_from_slot()`` and ``.initialize()`` (public names
    of an undocumented object): the master of a slot and a fresh read of the slot map.
+10. ``redis.event.EventDispatcher._event_listeners_mapping``,
+    ``redis.event.AsyncReAuthConnectionListener`` and ``Connection._re_auth_token``: a
+    released connection's event is not dispatched when redis-py's re-authentication is
+    its only listener and the connection has no token to re-authenticate with
+    (:meth:`LeanPool.release`).
 
 The TLS rule: the lean connection class is always a subclass of the class redis-py picks
 for the URL (``parse_url``: TCP or TLS); a URL whose class has no lean twin (a Unix socket)
@@ -59,8 +64,9 @@ from bus._deadline import ReadDeadline
 _ReleasedEvent: Any
 try:
     from redis.event import AsyncAfterConnectionReleasedEvent as _ReleasedEvent
+    from redis.event import AsyncReAuthConnectionListener as _ReAuthListener
 except ImportError:  # pragma: no cover - tests/bus/test_redispy.py fails on such a redis-py
-    _ReleasedEvent = None
+    _ReleasedEvent = _ReAuthListener = None
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -231,7 +237,8 @@ class LeanPool(BlockingConnectionPool):
     every command and pipeline. When a connection is free and nobody waits for one, taking
     it (and giving it back) cannot wait, so it is done directly; the connection is still
     checked (``ensure_connection``: connected, nothing unread) and released connections
-    still notify redis-py's listeners. Anything else (no free connection, waiters,
+    still notify redis-py's listeners (except its re-authentication when the connection has
+    no token to re-authenticate with: internal 10). Anything else (no free connection, waiters,
     maintenance mode) goes through redis-py unchanged. Not recorded in redis-py's optional
     OpenTelemetry pool metrics (redsaga does not enable them).
     """
@@ -276,7 +283,17 @@ class LeanPool(BlockingConnectionPool):
             await connection.disconnect()
         self._available_connections.append(connection)
         dispatcher: Any = self._event_dispatcher
+        if getattr(connection, "_re_auth_token", None) is None and _only_re_auth_listens(dispatcher):
+            return  # the one listener would find nothing to do, and a dispatch takes a lock
         await dispatcher.dispatch_async(_ReleasedEvent(connection))
+
+
+def _only_re_auth_listens(dispatcher: Any) -> bool:
+    """Whether redis-py's re-authentication is all that listens to released connections."""
+    mapping = getattr(dispatcher, "_event_listeners_mapping", None)
+    if not isinstance(mapping, dict):
+        return False
+    return all(type(listener) is _ReAuthListener for listener in mapping.get(_ReleasedEvent, ()))
 
 
 class GuardedConnection(AbstractConnection):

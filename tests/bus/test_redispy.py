@@ -125,6 +125,40 @@ async def test_6_the_pool_has_what_the_checkout_without_a_wait_needs(real_redis:
     assert len(pool._available_connections) == max(len(free), 1)
 
 
+async def test_10_a_release_reaches_a_pending_re_auth_and_every_other_listener(real_redis: bus.Redis) -> None:
+    pool = real_redis.connection_pool
+    assert isinstance(pool, _redispy.LeanPool)
+    assert _redispy._ReAuthListener is not None, moved("redis.event.AsyncReAuthConnectionListener")
+    mapping = getattr(pool._event_dispatcher, "_event_listeners_mapping", None)
+    assert isinstance(mapping, dict), moved("EventDispatcher._event_listeners_mapping")
+    assert _redispy._only_re_auth_listens(pool._event_dispatcher), moved("the default release listeners")
+    connection = await pool.get_connection()
+    assert connection._re_auth_token is None, moved("Connection._re_auth_token")
+
+    re_auths: list[object] = []
+
+    async def re_auth() -> None:
+        re_auths.append(connection._re_auth_token)
+
+    connection.re_auth = re_auth  # type: ignore[method-assign]
+    connection._re_auth_token = token = object()  # a token the credential provider refreshed
+    await pool.release(connection)
+    assert re_auths == [token], "a connection with a new token must be re-authenticated on release"
+
+    heard: list[object] = []
+
+    class Listener:
+        async def listen(self, event: object) -> None:
+            heard.append(event.connection)  # type: ignore[attr-defined]
+
+    pool._event_dispatcher.register_listeners({_redispy._ReleasedEvent: [Listener()]})
+    assert not _redispy._only_re_auth_listens(pool._event_dispatcher)
+    connection = await pool.get_connection()
+    connection._re_auth_token = None
+    await pool.release(connection)
+    assert heard == [connection], "an application's own listener hears every release"
+
+
 def test_7_cluster_nodes_connect_with_the_guarded_class() -> None:
     for scheme, expected, tls in (
         ("redis+cluster", _redispy.GuardedTCPConnection, None),
