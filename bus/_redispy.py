@@ -62,6 +62,7 @@ from redis.asyncio.connection import (
 from bus._deadline import ReadDeadline
 
 _ReleasedEvent: Any
+_ReAuthListener: Any
 try:
     from redis.event import AsyncAfterConnectionReleasedEvent as _ReleasedEvent
     from redis.event import AsyncReAuthConnectionListener as _ReAuthListener
