@@ -8,6 +8,7 @@ past the task client's authorizer and claim: ``saga signal`` is refused.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -15,6 +16,7 @@ import httpx
 import msgspec
 import pytest
 from redis import exceptions as rx
+from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
 import bus
@@ -55,6 +57,13 @@ class Opened:
 
 @pytest.fixture
 async def opened(private_redis_server: PrivateRedis) -> AsyncIterator[Opened]:
+    async with open_refund(private_redis_server) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def open_refund(private_redis_server: PrivateRedis) -> AsyncIterator[Opened]:
+    """A refund's task opened and claimed by ann, each process its own ACL user and keyring."""
     async with applied(private_redis_server, APP) as users:
         both = issue_keyrings(users.master, users.reach, ["orchestrator:refunds", "participant:tasks"])
         config = EngineConfig(bus=BusConfig(lease_ms=5_000), auth=Authenticator(both))
@@ -157,3 +166,24 @@ async def test_a_leaked_token_cannot_answer_a_task_past_the_authorizer(opened: O
     log = [(e.action, e.by) for e in await opened.tasks.log("r1")]
     assert log == [("opened", "engine"), ("claimed", "ann"), ("completed", "ann")]
     assert await RedisTaskStore(users.admin).token(REFUNDS, task.id) == ""  # forgotten once closed
+
+
+async def test_no_log_line_holds_a_task_token(private_redis_server: PrivateRedis) -> None:
+    """Every line logged at any level while a task opens, is refused to mallory, answered
+    by ann and closed: none holds the token (nor its signature alone)."""
+    with capture_logs() as logs:
+        async with open_refund(private_redis_server) as opened:
+            web = SagaClient(
+                opened.users.client("redsaga.client"), APP.registry, config=opened.users.config("client:web")
+            )
+            with pytest.raises(NotAuthorized):
+                await web.signal(opened.token, {"answer": {"approved": True}, "by": "mallory"}, by="mallory")
+            await opened.tasks.complete(opened.task.id, Approval(approved=True), by="ann")
+            with anyio.fail_after(30):
+                await opened.worker.run_until_idle()
+            assert (await web.get("r1")).status == SagaStatus.COMPLETED
+            signature = opened.token.rpartition(".")[2]
+    assert len(logs) > 5, "the lifecycle logs something (else this test checks nothing)"
+    logged = repr(logs)
+    assert opened.token not in logged
+    assert signature not in logged
