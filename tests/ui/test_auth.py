@@ -85,3 +85,14 @@ def test_saga_ui_beyond_the_loopback_refuses_to_start_without_authentication(
     assert result.exit_code == 1, result.output
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_saga_ui_without_authentication_on_purpose_warns_before_it_starts() -> None:
+    result = CliRunner().invoke(
+        cli, ["ui", "--host", "0.0.0.0", "--port", "0", "--redis-url", "redis://127.0.0.1:1/0", "--no-auth"],  # noqa: S104
+        env={"REDSAGA_UI_TOKEN": "", "REDSAGA_UI_TOKEN_FILE": "", "REDSAGA_UI_BASIC_FILE": ""},
+    )  # fmt: skip
+    first, *rest = result.stderr.strip().splitlines()
+    assert first == "warning: the UI on 0.0.0.0 asks for no authentication (--no-auth)"
+    assert result.exit_code == 1, result.output  # it then needs Redis, which is not there
+    assert len(rest) == 1
