@@ -35,7 +35,7 @@ import anyio
 from bus._app import Bus
 from bus._auth import Authenticator
 from bus._backoff import Backoff
-from bus._client import Redis
+from bus._client import Redis, is_embedded
 from bus._clock import Clock, SystemClock
 from bus._completer import Completer
 from bus._config import BusConfig
@@ -62,7 +62,10 @@ class Worker:
     """Consumes the subscriptions of ``apps`` with leases, retries and dead letters.
 
     ``auth`` signs and checks entries (``bus/_auth.py``; default: what ``REDSAGA_KEYRING``
-    says); it must hold a keyring for every principal the subscriptions act as.
+    says); it must hold a keyring for every principal the subscriptions act as. Without a
+    keyring the worker refuses to start (:class:`AuthError`) unless signing was turned off
+    on purpose (``REDSAGA_VERIFY=off``, :data:`SIGNING_OFF`) or ``redis`` is the embedded
+    in-process Redis; running unauthenticated, it says so in a warning at start-up.
     ``epoch_writer`` false makes the worker only read ``rs:epoch`` (``bus/_epoch.py``): what a
     participant's ACL user may do.
     """
@@ -82,6 +85,11 @@ class Worker:
         config = config or BusConfig()
         clock = clock or SystemClock()
         auth = Authenticator.from_env() if auth is None else auth
+        who = f"the worker of {apps[0].name!r}"
+        if not is_embedded(redis):  # nobody else can write the in-process Redis
+            auth.refuse_unsigned(who)
+        if not auth.enabled:
+            _log.warning("running unauthenticated: nothing is signed, every entry is accepted", process=who)
         for subscription in (s for app in apps for s in app.subscriptions):
             auth.require_reader(subscription.principal, subscription.audience)
         self.runtime = Runtime(

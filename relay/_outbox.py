@@ -46,7 +46,8 @@ class Outbox:
         auth: Signs each row's envelope as it is written, in the caller's transaction, so
             the relay publishes it as signed by the process that wrote it and needs no key
             of its own (``bus/_auth.py``). Default: what ``REDSAGA_KEYRING`` says when a
-            row is written; signing off without it.
+            row is written. Without a keyring a write raises :class:`bus.AuthError` unless
+            signing was turned off on purpose (``REDSAGA_VERIFY=off``, :data:`bus.SIGNING_OFF`).
         principal: Who rows are signed as (default: this process's participant, service,
             orchestrator or client keyring, in that order of preference).
 
@@ -81,6 +82,8 @@ class Outbox:
         ``signer`` to this outbox's principal.
         """
         auth = self.auth
+        if not auth.enabled:
+            auth.refuse_unsigned("this outbox")  # an unsigned row would be dead-lettered by its readers
         if not auth.enabled or envelope.mac:
             return envelope
         who = signer or self._principal or auth.signer_for("participant", "service", "orchestrator", "client")

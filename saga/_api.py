@@ -50,7 +50,7 @@ from saga.runtime.participant import CommandContext as CommandContext
 from saga.runtime.participant import Participant as Participant
 from saga.runtime.schedule_runner import ScheduleClient as ScheduleClient
 from saga.runtime.sync_client import SyncSagaClient as SyncSagaClient
-from saga.runtime.tasks import TaskClient as TaskClient
+from saga.runtime.task_client import TaskClient as TaskClient
 from saga.runtime.tasks import role_table as role_table
 from saga.runtime.worker import SagaWorker as SagaWorker
 from saga.versions.migrator import run_migration as run_migration

@@ -58,7 +58,8 @@ class SagaWorker:
         self.app = app
         self.config = config or EngineConfig()
         self.config.check_partitions(app.contexts)
-        self.config.check_signing(f"the SagaWorker of {app.name!r}", redis)
+        # Refused here, naming the SagaWorker; running unauthenticated, its bus worker says so.
+        self.config.check_signing(f"the SagaWorker of {app.name!r}", redis, warn=False)
         self.clock = clock or SystemClock()
         self.redis = redis
         self.cache = SagaCache(self.config.cache_size)

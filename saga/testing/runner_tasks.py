@@ -29,7 +29,8 @@ from saga.definition.registry import Registry
 from saga.runtime.config import EngineConfig
 from saga.runtime.participant import Participant
 from saga.runtime.protocol import SIGNAL, signal_token, to_event
-from saga.runtime.tasks import CLAIM_TTL_MS, Authorizer, TaskClient, task_contexts, task_participant
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import CLAIM_TTL_MS, Authorizer, task_contexts, task_participant
 from saga.store.keys import Partition
 from saga.store.tasks import MemoryTaskStore
 from saga.testing.fakes import FakeParticipant, participants_of

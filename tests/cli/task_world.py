@@ -8,7 +8,8 @@ import anyio
 import bus
 from bus import FakeClock
 from saga import App, EngineConfig, SagaClient, SagaWorker
-from saga.runtime.tasks import TaskClient, role_table
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import role_table
 from tests.saga.task_sagas import Refund, refund
 
 AUTHORIZER = "tests.cli.task_world:authorize"

@@ -12,7 +12,8 @@ import bus
 from bus import FakeClock
 from saga import App, EngineConfig, Saga, SagaClient, SagaStatus, SagaWorker
 from saga.errors import TaskClosed
-from saga.runtime.tasks import TaskClient, role_table
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import role_table
 from saga.templates import ApprovalChain, Decision, approval_chain
 from saga.testing import SagaRunner
 from tests.saga.purity import check_purity

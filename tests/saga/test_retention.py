@@ -11,7 +11,8 @@ from redsaga.examples.orders import order_fulfilment
 from redsaga.examples.stateless import app
 from saga import App, EngineConfig, SagaAdmin, SagaClient, SagaStatus, SagaWorker
 from saga.definition.human_tasks import TaskResult
-from saga.runtime.tasks import TaskClient, role_table
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import role_table
 from saga.store.keys import Partition
 from tests.saga.task_sagas import Approval, Refund, refund
 

@@ -20,7 +20,8 @@ from saga import App, EngineConfig, Saga, SagaClient, SagaStatus, SagaWorker
 from saga.core import task_rules as rules
 from saga.core.task_rules import Task
 from saga.definition.human_tasks import Escalation, Role, User
-from saga.runtime.tasks import TaskClient, role_table
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import role_table
 from saga.store.keys import Partition
 from tests.helpers import eventually
 

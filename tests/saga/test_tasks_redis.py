@@ -14,7 +14,8 @@ from saga.core.times import utc_text
 from saga.definition.human_tasks import User
 from saga.errors import InvalidAnswer, NotAuthorized, TaskAlreadyClaimed, TaskClosed
 from saga.ops.admin import SagaAdmin
-from saga.runtime.tasks import CLAIM_TTL_MS, TaskClient, role_table
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import CLAIM_TTL_MS, role_table
 from saga.store.keys import Partition, partition_of
 from saga.store.tasks import RedisTaskStore
 from tests.helpers import while_deciding

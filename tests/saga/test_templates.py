@@ -12,7 +12,8 @@ import bus
 from bus import FakeClock, PermanentError, TransientError
 from saga import App, CommandContext, EngineConfig, Participant, SagaClient, SagaStatus, SagaWorker, command
 from saga.runtime.protocol import RETRY, OperatorRequest
-from saga.runtime.tasks import TaskClient, role_table
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import role_table
 from saga.templates import Decision, approval_chain, batch, chunked
 from saga.testing import FakeParticipant, SagaRunner, fail_transiently, succeed
 

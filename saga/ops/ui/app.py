@@ -41,7 +41,8 @@ from saga.ops.durations import parse_duration
 from saga.ops.ui import formatting
 from saga.ops.ui.auth import Authenticate, UiAuth
 from saga.ops.ui.pages import SORTS, Filters, compensations, status_counts, step_bars
-from saga.runtime.tasks import TaskClient, nobody
+from saga.runtime.task_client import TaskClient
+from saga.runtime.tasks import nobody
 from saga.versions.registry import Versions
 
 _HERE = Path(__file__).parent
