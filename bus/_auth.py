@@ -53,6 +53,9 @@ import msgspec
 
 from bus._envelope import Envelope
 from bus._errors import AuthError, Unauthenticated
+from bus._log import get_logger
+
+_log = get_logger("redsaga.bus")
 
 Mode = Literal["require", "log", "off"]
 MODES: Final = ("require", "log", "off")
@@ -310,6 +313,18 @@ class Authenticator:
                 f"({KEYRING_ENV}, written by `saga keys issue`), or set {VERIFY_ENV}=off to run "
                 "without (development only)"
             )
+
+    def check_running(self, who: str, *, embedded: bool, warn: bool = True) -> None:
+        """The one rule for a process about to write or act on entries.
+
+        :meth:`refuse_unsigned` unless its Redis is the embedded in-process one (``embedded``:
+        nobody else can write it); a process that runs unauthenticated then says so once at
+        start-up (``warn``: a worker does; a client used by one-shot commands does not).
+        """
+        if not embedded:
+            self.refuse_unsigned(who)
+        if warn and not self.keyrings:
+            _log.warning("running unauthenticated: nothing is signed, every entry is accepted", process=who)
 
     def require(self, who: str) -> None:
         """Raise :class:`AuthError` unless signing is off or this process holds ``who``'s keyring."""

@@ -85,11 +85,7 @@ class Worker:
         config = config or BusConfig()
         clock = clock or SystemClock()
         auth = Authenticator.from_env() if auth is None else auth
-        who = f"the worker of {apps[0].name!r}"
-        if not is_embedded(redis):  # nobody else can write the in-process Redis
-            auth.refuse_unsigned(who)
-        if not auth.enabled:
-            _log.warning("running unauthenticated: nothing is signed, every entry is accepted", process=who)
+        auth.check_running(f"the worker of {apps[0].name!r}", embedded=is_embedded(redis))
         for subscription in (s for app in apps for s in app.subscriptions):
             auth.require_reader(subscription.principal, subscription.audience)
         self.runtime = Runtime(

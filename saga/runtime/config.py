@@ -7,11 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bus import Authenticator, BusConfig
-from bus.lowlevel import get_logger, is_embedded
+from bus.lowlevel import is_embedded
 from saga.errors import PartitionOutOfRange
 from saga.runtime.liveness import health_file_from_env
-
-_log = get_logger("redsaga.saga")
 
 if TYPE_CHECKING:
     from saga.definition.context import Context
@@ -106,10 +104,8 @@ class EngineConfig:
         URL), which no other process can write. A process that runs unauthenticated says so
         at start-up (``warn``: a worker does; a client, used by one-shot commands, does not).
         """
-        if not is_embedded(redis):  # type: ignore[arg-type]  # any client: only its type is looked at
-            self.auth.refuse_unsigned(who)
-        if warn and not self.auth.enabled:
-            _log.warning("running unauthenticated: nothing is signed, every entry is accepted", process=who)
+        embedded = is_embedded(redis)  # type: ignore[arg-type]  # any client: only its type is looked at
+        self.auth.check_running(who, embedded=embedded, warn=warn)
 
     def check_partitions(self, contexts: Iterable[Context]) -> None:
         """Refuse partition indexes that none of ``contexts`` (those a worker serves) has.
