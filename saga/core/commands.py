@@ -1,7 +1,7 @@
 """The commands the decider sends: attempts, their builders, timeouts and retry policies.
 
 Part of the pure decider (``saga/core/decider.py``). Every ``do``, ``undo`` and ``confirm``
-attempt is one :class:`~saga.core.model.Dispatch` with a command id derived from the saga, the
+attempt is one :class:`~saga.core.effects.Dispatch` with a command id derived from the saga, the
 step and the attempt number (so redeliveries and replays send the same command), and, when
 the step (or compensation) has a timeout, a timer. The command is what the step's builder
 returns; a local action's attempt carries a :class:`LocalCall` for the worker instead, and a
@@ -19,8 +19,9 @@ import msgspec
 from redsaga.ids import message_type
 from saga.core.child_messages import CHILD, StartChild, child_saga_id
 from saga.core.command_ids import command_id as derive_command_id
+from saga.core.effects import Dispatch, StartTimer
 from saga.core.group_rules import completed_output
-from saga.core.model import NULL, Attempt, Dispatch, Kind, ParentLink, StartTimer, StepState
+from saga.core.model import NULL, Attempt, Kind, ParentLink, StepState
 from saga.core.rules import Run
 from saga.core.states import StepStatus, move_step
 from saga.core.timer_ids import attempt_timer_id
@@ -186,6 +187,7 @@ class Commands:
                 step=step.name,
                 attempt=n,
                 command_id=command_id,
+                incarnation=self.run.state.created_ms,
             ),
         )
         return CHILD, message_type(StartChild), _json.encode(message)

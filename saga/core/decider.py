@@ -30,12 +30,11 @@ import msgspec
 from saga.core.commands import Commands
 from saga.core.compensation_rules import CompensationRules
 from saga.core.decision import Decision
+from saga.core.effects import CancelTimer, Effect, StartTimer
 from saga.core.group_rules import GroupRules, renamed
 from saga.core.model import (
     Attempt,
     CancelRequested,
-    CancelTimer,
-    Effect,
     Event,
     EventReceived,
     ForceCompleted,
@@ -48,7 +47,6 @@ from saga.core.model import (
     SagaState,
     SignalReceived,
     Started,
-    StartTimer,
     StepReplied,
     StepState,
     TimerFired,
@@ -97,6 +95,7 @@ def start(
         created_ms=event.at_ms,
         updated_ms=event.at_ms,
         parent=event.parent,
+        stamped=True,
     )
     run = _Run(definition, state, event.at_ms, signer, started=True)
     run.advance()

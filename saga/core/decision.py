@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from saga.core.model import Effect, SagaState
+from saga.core.effects import Effect
+from saga.core.model import SagaState
 
 
 @dataclass(slots=True)

@@ -39,14 +39,8 @@ import msgspec
 
 from redsaga.ids import derived_id
 from saga.core.child_messages import CHILD, CancelChild, child_saga_id
-from saga.core.model import (
-    NULL,
-    Dispatch,
-    GroupState,
-    Note,
-    SagaState,
-    StepState,
-)
+from saga.core.effects import Dispatch
+from saga.core.model import NULL, GroupState, Note, SagaState, StepState
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step
 from saga.definition.saga import Saga, Step

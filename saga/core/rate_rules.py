@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from typing import Literal
 
 from saga.core.child_messages import CHILD
-from saga.core.model import Attempt, Dispatch, Effect, SagaState, StartTimer, StepState
+from saga.core.effects import Dispatch, Effect, StartTimer
+from saga.core.model import Attempt, SagaState, StepState
 from saga.core.timer_ids import attempt_timer_id
 from saga.definition.rate import Limits, RateLimit
 

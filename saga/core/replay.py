@@ -20,19 +20,10 @@ from typing import Any
 import msgspec
 
 from saga.core.decider import Decision, decide, start
+from saga.core.effects import CancelTimer, Dispatch, Effect, StartTimer
+from saga.core.history_entry import HistoryEntry
 from saga.core.migration import migrate_state
-from saga.core.model import (
-    CancelTimer,
-    Dispatch,
-    Effect,
-    Event,
-    HistoryEntry,
-    Migrated,
-    Recorded,
-    SagaState,
-    Started,
-    StartTimer,
-)
+from saga.core.model import Event, Migrated, Recorded, SagaState, Started
 from saga.core.rate_rules import hold_recorded
 from saga.core.tokens import Signer
 from saga.definition.registry import Registry

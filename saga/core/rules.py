@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import msgspec
 
-    from saga.core.model import Attempt, Effect, Kind, Outcome, SagaState, StepState
+    from saga.core.effects import Effect
+    from saga.core.model import Attempt, Kind, Outcome, SagaState, StepState
     from saga.definition.saga import Saga, Step
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from saga.core.decision import Decision
-from saga.core.model import Dispatch, Effect, SagaState
+from saga.core.effects import Dispatch, Effect
+from saga.core.model import SagaState
 from saga.core.rate_rules import held, hold
 from saga.core.states import SagaStatus
 from saga.core.timer_ids import attempt_timer_id

@@ -24,8 +24,9 @@ from typing import Any
 
 import msgspec
 
+from saga.core.effects import NotifyParent, StartTimer
 from saga.core.group_rules import completed_output
-from saga.core.model import Note, NotifyParent, StartTimer, StepState
+from saga.core.model import Note, StepState
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus
 from saga.definition.step import Step

@@ -23,21 +23,18 @@ from typing import Any, Literal
 import msgspec
 
 from redsaga.ids import derived_id
+from saga.core.effects import CancelTimer, StartTimer, UnwatchEvent, WatchEvent
 from saga.core.model import (
     NULL,
     Attempt,
-    CancelTimer,
     EventReceived,
     Note,
     Outcome,
     SignalReceived,
-    StartTimer,
     StepState,
     TimerFired,
-    UnwatchEvent,
     Wait,
     WaitKind,
-    WatchEvent,
 )
 from saga.core.rules import Run
 from saga.core.states import SagaStatus, StepStatus, move_saga, move_step

@@ -14,17 +14,8 @@ from collections.abc import Sequence
 import msgspec
 
 from bus import DeadLetter
-from saga.core.model import (
-    Attempt,
-    GroupState,
-    HistoryEntry,
-    Kind,
-    Note,
-    ParentLink,
-    SagaState,
-    StepState,
-    Wait,
-)
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Attempt, GroupState, Kind, Note, ParentLink, SagaState, StepState, Wait
 from saga.core.rate_rules import held
 from saga.core.states import SagaStatus, StepStatus
 from saga.core.task_rules import TaskLog

@@ -27,7 +27,9 @@ import msgspec
 from bus import Envelope, Publisher, uuid7
 from bus.lowlevel import redis_errors
 from saga.core.decider import Decision, decide
-from saga.core.model import Dispatch, Event, HistoryEntry, SagaState, StepState
+from saga.core.effects import Dispatch
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Event, SagaState, StepState
 from saga.core.states import SagaStatus
 from saga.core.tokens import Signer
 from saga.definition.saga import Saga

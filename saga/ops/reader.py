@@ -20,7 +20,8 @@ from typing import Any
 
 from bus import Clock, DeadLetter, LetterFilter, Stream, SystemClock, dead_letters
 from bus.lowlevel import RideThrough, redis_errors, rides_through
-from saga.core.model import HistoryEntry, SagaState
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import SagaState
 from saga.core.replay import ReplayReport, replay_history
 from saga.core.states import SagaStatus
 from saga.core.task_rules import TaskLog

@@ -11,24 +11,26 @@ from typing import Literal
 
 import msgspec
 
-from saga.core.model import (
-    CancelRequested,
+from saga.core.effects import (
     CancelTimer,
     Dispatch,
     Effect,
-    ForceCompleted,
-    HistoryEntry,
-    Migrated,
     NotifyParent,
+    StartTimer,
+    UnwatchEvent,
+    WatchEvent,
+)
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import (
+    CancelRequested,
+    ForceCompleted,
+    Migrated,
     Recorded,
     RedriveRequested,
     RetryRequested,
     Started,
-    StartTimer,
     StepReplied,
     TimerFired,
-    UnwatchEvent,
-    WatchEvent,
 )
 from saga.core.states import SagaStatus
 from saga.core.task_rules import TaskLog

@@ -24,7 +24,8 @@ from typing import Any, Final
 
 import msgspec
 
-from saga.core.model import HistoryEntry, SagaState
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import SagaState
 from saga.core.replay import replay_history
 from saga.core.task_rules import TaskLog
 from saga.definition.registry import Registry
@@ -147,8 +148,10 @@ def state_differences(recorded: SagaState, replayed: SagaState) -> list[str]:
 def _parts(state: SagaState) -> dict[str, Any]:
     """The state as JSON values by field, each step and branch record on its own.
 
-    Not its id or revision: the revision is compared apart. ``null`` and a field left out
-    are the same (the default of every optional field and raw value).
+    Not its id or revision: the revision is compared apart. Nor whether it is stamped: that
+    is a fact of the release that started the saga, not a decision (a replay always starts
+    it afresh). ``null`` and a field left out are the same (the default of every optional
+    field and raw value).
     """
     plain: dict[str, Any] = _without_nulls(msgspec.json.decode(_json.encode(state)))
     parts = {name: value for name, value in plain.items() if name not in _NOT_COMPARED}
@@ -165,7 +168,7 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-_NOT_COMPARED: Final = frozenset({"id", "revision", "steps", "branches"})
+_NOT_COMPARED: Final = frozenset({"id", "revision", "steps", "branches", "stamped"})
 _json = msgspec.json.Encoder()
 
 

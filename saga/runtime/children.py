@@ -12,8 +12,12 @@ When the child ends, its final transition writes a ``ParentReport`` entry on the
 own inbox (the transition's slot); the child context's orchestrator forwards it to the
 parent's inbox as the reply to the parent's attempt (:func:`parent_reply`): the child's
 output (its last step's output) when it completed, a permanent failure otherwise. The reply
-id derives from the child's id, so a repeated forward is deduped by the publish window and,
-after it, ignored by the parent's decider (the attempt has ended).
+id derives from the child's id and the parent's incarnation, so a repeated forward is
+deduped by the publish window and, after it, ignored by the parent's decider (the attempt
+has ended), while the child of a later parent under the same id reports under an id of its
+own. It names the parent's
+incarnation (the link's, under the child orchestrator's MAC) as a participant's reply does,
+so a report copied into a later parent under the same id is refused as a replay.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from saga.runtime.saga_cache import SagaCache
 from saga.runtime.tracing import trace_of
 from saga.store.commit import ParentReport
 from saga.store.keys import Partition
-from saga.store.trust import orchestrator_of
+from saga.store.trust import INCARNATION, orchestrator_of
 
 _log = get_logger("redsaga.saga")
 _json = msgspec.json.Encoder()
@@ -92,7 +96,7 @@ def parent_reply(
         failure = StepFailed(error=report.error, error_type=CHILD_FAILED, permanent=True)
         type_name, payload = FAILED, _json.encode(failure)
     return Envelope(
-        id=derived_id(report.child, "ended:reply"),
+        id=derived_id(report.child, f"ended:reply:{link.incarnation}"),
         type=type_name,
         payload=payload,
         source=source,
@@ -105,6 +109,7 @@ def parent_reply(
             "step": link.step,
             "kind": "do",
             "replied-by": report.child,
+            **({INCARNATION: str(link.incarnation)} if link.incarnation else {}),
             **trace_headers(*trace),
         },
     )

@@ -22,7 +22,8 @@ from typing import Any
 from bus import Clock
 from bus.lowlevel import ScriptCall, get_logger
 from saga.core.decision import Decision
-from saga.core.model import Dispatch, SagaState
+from saga.core.effects import Dispatch
+from saga.core.model import SagaState
 from saga.core.rate_rules import gives_back, hold, takes
 from saga.definition.rate import Limits, RateLimit
 from saga.store.rates import run_calls, take_call

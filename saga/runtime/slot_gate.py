@@ -28,7 +28,8 @@ import msgspec
 from bus import Clock, Envelope, Publisher, uuid7
 from bus.lowlevel import Batcher, CommandCall, ScriptCall, get_logger, run_batch
 from saga.core.decision import Decision
-from saga.core.model import Dispatch, SagaState
+from saga.core.effects import Dispatch
+from saga.core.model import SagaState
 from saga.core.rate_rules import held_attempts
 from saga.core.slot_rules import ended, gives_up_slot, hold_for_slot, needing_slot, slot_timers
 from saga.core.states import SagaStatus

@@ -67,6 +67,7 @@ class _Meta(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     expired: Note | None = msgspec.field(default=None, name="X")
     signals: dict[str, bytes] = msgspec.field(default_factory=dict, name="s")
     parent: ParentLink | None = msgspec.field(default=None, name="p")
+    stamped: bool = msgspec.field(default=False, name="t")
 
 
 _meta_decoder = msgspec.msgpack.Decoder(_Meta)
@@ -127,6 +128,7 @@ def encode_state(
                 expired=state.expired,
                 signals={key: bytes(value) for key, value in state.signals.items()},
                 parent=state.parent,
+                stamped=state.stamped,
             )
         ),
     }
@@ -181,6 +183,7 @@ def decode_state(saga_id: str, raw: Mapping[bytes, bytes], *, context: str, part
         expired=meta.expired,
         signals={key: msgspec.Raw(value) for key, value in meta.signals.items()},
         parent=meta.parent,
+        stamped=meta.stamped,
         revision=int(fields.get("rev", b"0")),
         created_ms=int(fields["created"]),
         updated_ms=int(fields["updated"]),

@@ -23,23 +23,18 @@ from bus import Delivery, Envelope, derived_id
 from bus.lowlevel import ScriptCall
 from bus.tracing import trace_headers
 from saga.core.decider import Decision
-from saga.core.model import (
+from saga.core.effects import (
     CancelTimer,
     Dispatch,
     Effect,
-    Event,
-    HistoryEntry,
-    Kind,
     NotifyParent,
-    ParentLink,
-    SagaState,
     StartTimer,
-    TimerFired,
-    TimerPurpose,
     UnwatchEvent,
     WatchEvent,
     idempotency_key,
 )
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Event, Kind, ParentLink, SagaState, TimerFired, TimerPurpose
 from saga.core.states import SETTLED
 from saga.definition.waits import WAITS
 from saga.store.codec import Loaded, expected, new_tag, state_write
@@ -65,7 +60,7 @@ class WatchRequest(msgspec.Struct, gc=False, kw_only=True, omit_defaults=True):
     message_type: str
     key: str
     attempt: int = 0
-    """The waiting attempt, when it is not ``n`` (see :class:`~saga.core.model.WatchEvent`)."""
+    """The waiting attempt, when it is not ``n`` (see :class:`~saga.core.effects.WatchEvent`)."""
 
     @classmethod
     def of(cls, saga_id: str, partition: int, effect: WatchEvent | UnwatchEvent) -> WatchRequest:

@@ -1,7 +1,7 @@
 """A saga's history as stored: compact MessagePack entries that point at the saga hash.
 
 Each history entry (``rs:{ctx:p}:hist:<id>``, one list element per event) says what was
-decided: a :class:`~saga.core.model.HistoryEntry`, written by :func:`encode_entry` as a
+decided: a :class:`~saga.core.history_entry.HistoryEntry`, written by :func:`encode_entry` as a
 MessagePack array of format :data:`FORMAT`::
 
     [FORMAT, event, [effect, …], status, revision, ignored]
@@ -48,18 +48,23 @@ from typing import Any, Final
 import msgspec
 from msgspec.structs import astuple
 
-from saga.core.model import (
-    Attempt,
-    CancelRequested,
+from saga.core.effects import (
     CancelTimer,
     Dispatch,
     Effect,
+    NotifyParent,
+    StartTimer,
+    UnwatchEvent,
+    WatchEvent,
+)
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import (
+    Attempt,
+    CancelRequested,
     EventReceived,
     ForceCompleted,
-    HistoryEntry,
     Kind,
     Migrated,
-    NotifyParent,
     ParentLink,
     Recorded,
     RedriveRequested,
@@ -67,11 +72,8 @@ from saga.core.model import (
     SagaState,
     SignalReceived,
     Started,
-    StartTimer,
     StepReplied,
     TimerFired,
-    UnwatchEvent,
-    WatchEvent,
 )
 from saga.core.states import SagaStatus
 from saga.core.timer_ids import attempt_timer_id

@@ -16,7 +16,9 @@ from typing import Any, TypeVar
 
 from bus import Stream
 from saga.core.decider import Decision
-from saga.core.model import CancelTimer, Event, HistoryEntry, SagaState, StartTimer
+from saga.core.effects import CancelTimer, StartTimer
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Event, SagaState
 from saga.store.codec import Loaded, encode_state, state_write
 from saga.store.commit import CommitResult, TimerTemplate, WatchRequest
 from saga.store.keys import Partition

@@ -27,7 +27,8 @@ from typing import Protocol
 
 from bus import Stream
 from saga.core.decider import Decision
-from saga.core.model import Event, HistoryEntry, TimerFired
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Event, TimerFired
 from saga.store.codec import Loaded
 from saga.store.commit import CommitResult, TimerTemplate, WatchRequest
 from saga.store.keys import Partition

@@ -14,7 +14,8 @@ from typing import Any
 from bus import Stream
 from bus.lowlevel import redis_errors, run_batch
 from saga.core.decider import Decision
-from saga.core.model import Event, HistoryEntry
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Event
 from saga.store import wait_index
 from saga.store.branches import load_saga
 from saga.store.codec import Loaded

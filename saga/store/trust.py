@@ -164,12 +164,20 @@ def check_fresh(
     is still in the partition's timers (the script that fires a timer removes it in the same
     step, judged by the one timer clock, so a genuine firing never finds it there). Raises
     :class:`bus.Unauthenticated` (dead-lettered with the reason). A reply without the header
-    or a timer without the times (written before they were recorded) is left to the
-    decider's match on the attempt or the timer id.
+    or a timer firing without the times (written before they were recorded) is left to the
+    decider's match on the attempt or the timer id only in a saga started before they were
+    (one not :attr:`~saga.core.model.SagaState.stamped`); a stamped saga refuses it.
     """
     if not isinstance(event, StepReplied | TimerFired):
         return
     created, due = stamps
+    if state.stamped and not (created and (due or isinstance(event, StepReplied))):
+        raise Unauthenticated(
+            f"{envelope.type} for saga {state.id} names no incarnation, but every entry of this "
+            f"saga does (it was created at {state.created_ms}): a replay of an entry written "
+            "before incarnations were stamped",
+            envelope.signer,
+        )
     if created and created != state.created_ms:
         raise Unauthenticated(
             f"{envelope.type} for saga {state.id} belongs to its incarnation created at {created}, "

@@ -15,15 +15,9 @@ from typing import Any
 
 import msgspec
 
-from saga.core.model import (
-    Dispatch,
-    ForceCompleted,
-    HistoryEntry,
-    Outcome,
-    RedriveRequested,
-    SagaState,
-    StepReplied,
-)
+from saga.core.effects import Dispatch
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import ForceCompleted, Outcome, RedriveRequested, SagaState, StepReplied
 from saga.core.replay import replay_history
 from saga.core.states import SAGA_TRANSITIONS, SagaStatus, StepStatus
 from saga.core.tokens import Signer

@@ -33,19 +33,16 @@ import msgspec
 
 from bus import FakeClock, Stream, derived_id
 from saga.core.decider import Decision
+from saga.core.effects import Dispatch, NotifyParent, UnwatchEvent, WatchEvent
+from saga.core.history_entry import HistoryEntry
 from saga.core.migration import Migration, MigrationDecision
 from saga.core.model import (
     CancelRequested,
-    Dispatch,
     Event,
     ForceCompleted,
-    HistoryEntry,
-    NotifyParent,
     RedriveRequested,
     RetryRequested,
     SagaState,
-    UnwatchEvent,
-    WatchEvent,
 )
 from saga.core.query import SagaQuery
 from saga.core.states import TERMINAL, SagaStatus

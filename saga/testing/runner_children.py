@@ -17,7 +17,8 @@ import msgspec
 
 from bus import Envelope, FakeClock
 from saga.core.child_messages import CancelChild, StartChild
-from saga.core.model import CancelRequested, NotifyParent, ParentLink, SagaState
+from saga.core.effects import NotifyParent
+from saga.core.model import CancelRequested, ParentLink, SagaState
 from saga.definition.composition import child_output_type
 from saga.definition.registry import Registry
 from saga.definition.saga import Saga

@@ -18,11 +18,11 @@ import msgspec
 from bus import FakeClock, PermanentError
 from saga.core.decider import Decision, decide
 from saga.core.decider import start as decide_start
+from saga.core.history_entry import HistoryEntry
 from saga.core.migration import Migration, MigrationDecision, decide_migration
 from saga.core.model import (
     CancelRequested,
     Event,
-    HistoryEntry,
     Kind,
     ParentLink,
     SagaState,

@@ -17,8 +17,9 @@ import msgspec
 
 from bus import Clock, SystemClock, uuid7
 from bus.lowlevel import redis_errors
+from saga.core.history_entry import HistoryEntry
 from saga.core.migration import Migration, current_step, decide_migration
-from saga.core.model import HistoryEntry, SagaState
+from saga.core.model import SagaState
 from saga.errors import MigrationRefused
 from saga.store.codec import (
     STEP_PREFIX,

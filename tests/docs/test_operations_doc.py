@@ -25,6 +25,7 @@ runner = CliRunner()
 _MASKS = [
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"), "<time>"),
     (re.compile(r"\b\d{13}-\d+\b"), "<entry>"),
+    (re.compile(r"\b\d{13}\b"), "<ms>"),  # a time in ms, as the incarnation header
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
     (re.compile(r"\b\d+[dhm] \d+[hms]\b|\b\d+(?:\.\d+)?m?s\b"), "<duration>"),
 ]

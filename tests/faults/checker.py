@@ -42,7 +42,7 @@ import psycopg
 
 import bus
 from saga import SagaClient, SagaState, SagaStatus
-from saga.core.model import HistoryEntry
+from saga.core.history_entry import HistoryEntry
 from saga.store.keys import Partition, partition_of
 from saga.store.redis_store import RedisStore
 from tests.helpers import scan_keys

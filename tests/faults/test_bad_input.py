@@ -226,8 +226,12 @@ async def test_duplicate_late_and_unmatched_replies_are_recorded_and_change_noth
     replies = await replies_of(rig)
     # attempt 1's reply, arriving after attempt 2 succeeded
     late = repacked(replies[0], cause=reserve.attempts[0].command_id, n=1, id="late-1")
-    unknown_step = repacked(replies[0], id="odd-1", hdr={"step": "no_such_step", "kind": "do"})
-    out_of_order = repacked(replies[-1], id="ooo-1", hdr={"step": "charge_payment", "kind": "undo"})
+    unknown_step = repacked(
+        replies[0], id="odd-1", hdr={"step": "no_such_step", "kind": "do", "inc": str(done.created_ms)}
+    )
+    out_of_order = repacked(
+        replies[-1], id="ooo-1", hdr={"step": "charge_payment", "kind": "undo", "inc": str(done.created_ms)}
+    )
     sent = [*replies, *replies, late, unknown_step, out_of_order]  # every reply twice more
     for fields in sent:
         await real_redis.xadd(INBOX.key, fields)  # type: ignore[arg-type]

@@ -177,6 +177,6 @@ async def _add_bad_entries(redis: bus.Redis, saga_id: str) -> None:
         created_at_ms=1,
         correlation_id=saga_id,
         causation_id=command_id,
-        headers={"step": "reserve_stock", "kind": "do"},
+        headers={"step": "reserve_stock", "kind": "do", "inc": str(state.created_ms)},
     )
     await redis.xadd(PARTITION.inbox.key, reply.to_fields())  # type: ignore[arg-type]

@@ -38,7 +38,7 @@ from redsaga.examples.contracts import (
 )
 from redsaga.examples.orders import order_fulfilment
 from saga import App, CommandContext, Participant, SagaAdmin, SagaClient, SagaStatus, SagaWorker
-from saga.core.model import Dispatch
+from saga.core.effects import Dispatch
 from saga.errors import ActionRefused
 from saga.ops.trace import TraceMismatch, decode_trace, encode_trace, replay_trace
 from tests.helpers import envelope_items

@@ -35,7 +35,8 @@ from hypothesis import strategies as st
 from bus import TransientError
 from saga import Command, CommandContext, Retry, Saga, SagaStatus, command
 from saga.core.decider import decide
-from saga.core.model import Dispatch, StepReplied, TimerFired
+from saga.core.effects import Dispatch
+from saga.core.model import StepReplied, TimerFired
 from saga.testing import (
     Behaviour,
     FakeParticipant,

@@ -251,7 +251,7 @@ async def test_a_bad_reply_is_dead_lettered_and_the_saga_keeps_waiting(
         created_at_ms=1,
         correlation_id="s1",
         causation_id=attempt.command_id,
-        headers={"step": "reserve_stock", "kind": "do"},
+        headers={"step": "reserve_stock", "kind": "do", "inc": str(state.created_ms)},
     )
     await redis.xadd(PARTITION.inbox.key, reply.to_fields())  # type: ignore[arg-type]
     for fields in await redis.xrange(PARTITION.commands("inventory").key):  # keep the participant out of it
@@ -300,13 +300,14 @@ async def test_reply_for_an_unknown_step_is_recorded_and_ignored(redis: bus.Redi
     worker, client, _ = await worker_and_client(redis)
     await client.start(order_fulfilment, ORDER, saga_id="s1")
     await worker.bus_worker.setup()
+    created = (await client.get("s1")).created_ms
     reply = bus.Envelope(
         id="x",
         type="Whatever",
         payload=b"{}",
         correlation_id="s1",
         causation_id="c",
-        headers={"step": "no_such_step", "kind": "do"},
+        headers={"step": "no_such_step", "kind": "do", "inc": str(created)},
     )
     await redis.xadd(PARTITION.inbox.key, reply.to_fields())  # type: ignore[arg-type]
     await worker.run_until_idle()

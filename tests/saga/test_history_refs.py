@@ -10,20 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from saga.core.model import (
-    Attempt,
-    CancelTimer,
-    Dispatch,
-    Effect,
-    HistoryEntry,
-    Migrated,
-    Recorded,
-    SagaState,
-    Started,
-    StartTimer,
-    StepReplied,
-    StepState,
-)
+from saga.core.effects import CancelTimer, Dispatch, Effect, StartTimer
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Attempt, Migrated, Recorded, SagaState, Started, StepReplied, StepState
 from saga.core.states import SagaStatus, StepStatus
 from saga.store.history import FORMAT, encode_entry, event_id, read_history
 from saga.testing import decode_history

@@ -329,8 +329,8 @@ async def test_the_migrate_script_refuses_a_saga_that_moved_since_it_was_read(re
     await SagaWorker(redis, app_v1, config=CONFIG, clock=clock, consumer="x").run_until_idle()
     before = await everything(redis)
 
+    from saga.core.history_entry import HistoryEntry
     from saga.core.migration import decide_migration
-    from saga.core.model import HistoryEntry
 
     decision = decide_migration(v1_to_v2, stale.state, event_id="m1", at_ms=clock.now_ms(), by="t")
     assert decision.state is not None

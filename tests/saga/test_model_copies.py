@@ -89,9 +89,11 @@ def full_state() -> SagaState:
             step="child",
             attempt=1,
             command_id="c9",
+            incarnation=1700000000000,
         ),
         trace="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
         trace_state="vendor=1",
+        stamped=True,
     )
 
 

@@ -9,16 +9,15 @@ from redsaga.examples.contracts import Line, Order
 from redsaga.examples.orders import order_fulfilment
 from saga import SagaState, SagaStatus, StepStatus
 from saga.core.decider import decide, start
+from saga.core.effects import Dispatch, idempotency_key
 from saga.core.model import (
     CancelRequested,
-    Dispatch,
     ForceCompleted,
     RedriveRequested,
     RetryRequested,
     Started,
     StepReplied,
     TimerFired,
-    idempotency_key,
 )
 from saga.core.redrive import redrive_refusal
 from saga.store.codec import encode_state

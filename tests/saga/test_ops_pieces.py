@@ -10,7 +10,8 @@ from redsaga.cli._format import parse_duration
 from redsaga.examples.orders import order_fulfilment
 from saga import SagaStatus
 from saga.core.decider import decide, start
-from saga.core.model import HistoryEntry, Started, StepReplied
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import Started, StepReplied
 from saga.core.replay import replay_history
 from saga.ops.graph import path_graph
 from tests.ops import changed

@@ -17,7 +17,8 @@ import pytest
 import bus
 from bus import Stream
 from saga.core.decider import Decision
-from saga.core.model import CancelRequested, CancelTimer, Effect, Event, SagaState, Started, StartTimer
+from saga.core.effects import CancelTimer, Effect, StartTimer
+from saga.core.model import CancelRequested, Event, SagaState, Started
 from saga.core.states import SagaStatus
 from saga.store.codec import Loaded, state_write
 from saga.store.commit import WatchRequest

@@ -23,7 +23,8 @@ import pytest
 import bus
 from bus import FakeClock, SystemClock
 from saga import App, EngineConfig, SagaClient, SagaStatus, SagaWorker
-from saga.core.model import HistoryEntry, TimerFired
+from saga.core.history_entry import HistoryEntry
+from saga.core.model import TimerFired
 from saga.store.keys import Partition, partition_of
 from saga.store.redis_store import RedisStore
 from tests.faults.servers import PrivateRedis

@@ -178,7 +178,12 @@ async def test_an_undo_reply_that_is_not_json_is_dead_lettered_and_the_saga_stay
 ) -> None:
     before = await world.state()
     command_id = before.steps["reserve_stock"].attempts[-1].command_id
-    headers = {"saga": "order_fulfilment@1", "step": "reserve_stock", "kind": "undo"}
+    headers = {
+        "saga": "order_fulfilment@1",
+        "step": "reserve_stock",
+        "kind": "undo",
+        "inc": str(before.created_ms),
+    }
     envelope = Envelope(
         id=bus.uuid7(), type="StockReleased", payload=b"\xff not json", correlation_id=ORDER.id,
         causation_id=command_id, headers=headers,

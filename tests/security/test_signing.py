@@ -260,7 +260,7 @@ async def test_a_bad_payload_is_dead_lettered_on_first_delivery_and_the_saga_sta
     await world.orchestrator.run_until_idle()
     state = await world.client.get(ORDER.id)
     command_id = state.steps["reserve_stock"].attempts[-1].command_id
-    undo = {"step": "reserve_stock", "kind": "undo"}
+    undo = {"step": "reserve_stock", "kind": "undo", "inc": str(state.created_ms)}
     await forge(
         world,
         "participant:inventory",
