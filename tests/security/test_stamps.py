@@ -158,3 +158,22 @@ async def test_a_saga_started_before_the_stamps_still_takes_replies_without_them
     state = await world.state()
     assert state.steps["reserve_stock"].status == StepStatus.SUCCEEDED
     assert msgspec.json.decode(state.steps["reserve_stock"].output)["reservation_id"] == "r-old"
+
+
+async def test_a_timer_firing_without_stamps_is_refused_by_a_saga_started_with_them(world: World) -> None:
+    """A firing as a release before the stamps wrote it: the timer's event without the times."""
+    timer_id = (await world.state()).steps["reserve_stock"].timer
+    assert timer_id is not None
+    fired = Envelope(
+        id=timer_id,
+        type="TimerFired",
+        payload=msgspec.json.encode(["timeout", "reserve_stock", "do", 1]),
+        correlation_id=ORDER.id,
+    )
+    signed = world.users.auth("orchestrator:orders").sign(fired, "orchestrator:orders", "orchestrator:orders")
+    await world.users.admin.zrem(ORDERS.timers, timer_id)  # as if the scheduler had fired it
+    await world.redis.xadd(ORDERS.inbox.key, signed.to_fields())  # type: ignore[arg-type]
+    await world.step("redsaga.orders")
+    assert (await world.state()).steps["reserve_stock"].status == StepStatus.DISPATCHED  # not timed out
+    [reason] = await world.reasons()
+    assert "TimerFired for saga o-1 names no incarnation" in reason
