@@ -56,8 +56,9 @@ async def run_rated(redis: bus.Redis, url: str, logs: Path) -> None:
         sum(1 for t in calls if first + s * 10**9 <= t < first + (s + 1) * 10**9) for s in range(WINDOW_S)
     ]
     assert RATE * 0.95 <= measured <= RATE * 1.05, (measured, per_second)
-    # no second of it goes over the limit by more than 5% (the burst aside)
-    assert max(per_second[1:]) <= RATE * 1.05 + 1, per_second
+    # no second of it goes over what a token bucket allows: the rate, plus the tokens saved
+    # while commands came late (at most the burst; a loaded machine delays some of them)
+    assert max(per_second[1:]) <= RATE * 1.05 + BURST, per_second
     assert per_second[0] <= RATE + BURST + 1, per_second
 
 
