@@ -2,7 +2,7 @@
 
 One step sends ``Call`` to the participant ``api``, limited to ``RATE_ENV`` commands a second
 (burst ``BURST``). The participant records each effect once, with the time it ran it (its own
-clock, in ns), in ``test:calls``: the test measures the rate the participant saw.
+clock, in ns), in :data:`CALLS`: the test measures the rate the participant saw.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from tests.faults.procs import serve_until_killed
 URL_ENV = "RATE_REDIS_URL"
 RATE_ENV = "RATE_PER_S"
 BURST = 5
+CALLS = "{test}:calls"
+"""One hash tag for the records and their dedupe keys: one script on a cluster too."""
 RECORD = "if redis.call('SET', KEYS[1], 1, 'NX') then redis.call('RPUSH', KEYS[2], ARGV[1]) end"
 
 
@@ -51,7 +53,7 @@ _redis: list[bus.Redis] = []
 @api.handles(Call)
 async def handle_call(_message: Call, ctx: CommandContext) -> Called:
     """The effect: recorded once per idempotency key, with when it ran."""
-    keys = (f"test:applied:{ctx.idempotency_key}", "test:calls")
+    keys = (f"{{test}}:applied:{ctx.idempotency_key}", CALLS)
     await _redis[0].eval(RECORD, 2, *keys, time.time_ns())  # type: ignore[misc]
     return Called()
 

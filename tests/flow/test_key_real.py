@@ -84,6 +84,6 @@ async def test_accounts_spread_over_a_cluster_share_their_lines_across_partition
     redis = bus.connect(cluster.url)
     try:
         await flush(redis)
-        await run_bank(redis, cluster.url, tmp_path / "logs", sagas_per_account=6, kill=True)
+        await run_bank(redis, cluster.url, tmp_path / "logs", sagas_per_account=PER_ACCOUNT, kill=True)
     finally:
         await redis.aclose()

@@ -12,7 +12,7 @@ from saga import EngineConfig, Key, KeyBusy, SagaAdmin, SagaClient, SagaNotFound
 from saga.core.rate_rules import held
 from saga.store.keys import SlotKeys
 from saga.store.slots import ref_of
-from tests.flow.key_sagas import LOG, Withdrawal, bank, withdrawal_saga
+from tests.flow.key_sagas import ENDS, FAILS, LOG, Withdrawal, bank, forget, withdrawal_saga
 
 pytestmark = [pytest.mark.anyio, pytest.mark.on_cluster]
 CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
@@ -20,9 +20,9 @@ CONFIG = EngineConfig(bus=bus.BusConfig(lease_ms=10_000))
 
 @pytest.fixture(autouse=True)
 def fresh_log() -> Iterator[None]:
-    LOG.clear()
+    forget()
     yield
-    LOG.clear()
+    forget()
 
 
 def runs(saga_ids: list[str]) -> list[str]:
@@ -110,6 +110,36 @@ async def test_a_saga_cancelled_in_line_leaves_it_and_runs_nothing(redis: bus.Re
     assert await redis.hkeys(keys.all()[1]) == [ref_of(0, "s2").encode()]
     await SagaWorker(redis, bank(saga), config=CONFIG, clock=clock).run_until_idle()
     assert runs(["s0", "s1", "s2"]) == ["s0", "s2"]
+
+
+@pytest.mark.parametrize("end", list(ENDS))
+async def test_the_holder_gives_its_slot_to_the_next_in_line_however_it_ends(
+    redis: bus.Redis, end: str
+) -> None:
+    how = ENDS[end]
+    clock = FakeClock()
+    saga = withdrawal_saga(Key(lambda d: d.account, poll=600.0))  # no look at the line: the end wakes it
+    orchestrator_only = SagaWorker(redis, bank(saga, with_ledger=False), config=CONFIG, clock=clock)
+    client = SagaClient(redis, orchestrator_only.app.registry, clock=clock)
+    for what, error in how.fails.items():
+        FAILS[("holder", what)] = error
+    await client.start(saga, Withdrawal("acct-a"), saga_id="holder")
+    await client.start(saga, Withdrawal("acct-a"), saga_id="next")
+    await orchestrator_only.run_until_idle()
+    assert await waiting_for_slot(client, "next")
+    worker = SagaWorker(redis, bank(saga), config=CONFIG, clock=clock)
+    await worker.run_until_idle()
+    if how.then:
+        assert await waiting_for_slot(client, "next")  # the holder is still running
+        if how.then == "cancel":
+            await client.cancel("holder", reason="no longer wanted")
+        else:
+            clock.advance(60.0)  # its one retry fails too
+        await worker.run_until_idle()
+    assert (await client.get("holder")).status == how.status
+    assert ("next", "debit") in LOG
+    assert (await client.get("next")).status == SagaStatus.COMPLETED
+    assert await redis.zcard(SlotKeys("bank", "withdraw", "acct-a").holders) == 0
 
 
 async def test_a_singleton_that_skips_refuses_a_start_while_one_runs(redis: bus.Redis) -> None:

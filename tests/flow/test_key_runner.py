@@ -14,14 +14,14 @@ from saga.store.keys import SlotKeys
 from saga.store.slots import acquire_call, parse_reply, release_call
 from saga.testing import FakeParticipant, SagaRunner, no_reply
 from saga.testing.runner_slots import Line
-from tests.flow.key_sagas import LOG, Debit, Notify, Withdrawal, ledger, withdrawal_saga
+from tests.flow.key_sagas import ENDS, FAILS, LOG, Debit, Notify, Withdrawal, forget, ledger, withdrawal_saga
 
 
 @pytest.fixture(autouse=True)
 def fresh_log() -> Iterator[None]:
-    LOG.clear()
+    forget()
     yield
-    LOG.clear()
+    forget()
 
 
 def silent() -> FakeParticipant:
@@ -31,6 +31,10 @@ def silent() -> FakeParticipant:
 
 def started(saga_ids: list[str]) -> list[str]:
     return [saga_id for saga_id, what in LOG if what == "debit" and saga_id in saga_ids]
+
+
+def waiting(runner: SagaRunner, saga_id: str) -> bool:
+    return any(t.purpose == "slot" for t in runner.timers(saga_id))
 
 
 def test_one_saga_per_account_at_a_time_in_start_order() -> None:
@@ -75,11 +79,36 @@ def test_a_lower_limit_of_two_with_a_slow_participant() -> None:
     runner = SagaRunner(saga, participants=[silent()])
     ids = [runner.start(Withdrawal("acct-a"), saga_id=f"s{n}") for n in range(4)]
     runner.run_until_idle()
-    waiting = [i for i in ids if any(t.purpose == "slot" for t in runner.timers(i))]
-    assert waiting == ["s2", "s3"]
+    assert [i for i in ids if waiting(runner, i)] == ["s2", "s3"]
     runner.cancel("s3")
     runner.run_until_idle()
     assert runner.status("s3") == SagaStatus.CANCELLED
+
+
+@pytest.mark.parametrize("end", list(ENDS))
+def test_the_holder_gives_its_slot_to_the_next_in_line_however_it_ends(end: str) -> None:
+    how = ENDS[end]
+    saga = withdrawal_saga(Key(lambda d: d.account, poll=600.0))  # no look at the line: the end wakes it
+    runner = SagaRunner(saga, participants=[ledger])
+    for what, error in how.fails.items():
+        FAILS[("holder", what)] = error
+    runner.pause("ledger")
+    runner.start(Withdrawal("acct-a"), saga_id="holder")
+    runner.start(Withdrawal("acct-a"), saga_id="next")
+    runner.run_until_idle()
+    assert waiting(runner, "next")
+    runner.resume("ledger")
+    runner.run_until_idle()
+    if how.then:
+        assert waiting(runner, "next")  # the holder is still running
+        if how.then == "cancel":
+            runner.cancel("holder", reason="no longer wanted")
+            runner.run_until_idle()
+        else:
+            runner.advance(seconds=60)  # its one retry fails too
+    assert runner.status("holder") == how.status
+    assert started(["next"]) == ["next"]
+    assert runner.status("next") == SagaStatus.COMPLETED
 
 
 @pytest.mark.anyio

@@ -27,6 +27,7 @@ from saga import (
 )
 from saga.core.rate_rules import held
 from saga.store.keys import LimitKeys, Partition, partition_of
+from saga.store.rates import set_limit
 from tests.flow.rate_app import Call, Called, Job
 from tests.helpers import age_pending, pending
 
@@ -75,6 +76,45 @@ async def test_commands_over_the_limit_wait_as_timers_and_go_when_their_tokens_a
         assert await sent(redis, "inventory") == 2 + second  # one token a second, no more
     assert await held_steps(client, ids) == []
     assert {(await client.get(i)).status for i in ids} == {SagaStatus.COMPLETED}
+
+
+async def test_a_running_worker_follows_a_limit_changed_by_an_operator(redis: bus.Redis) -> None:
+    """The worker keeps no copy of a limit: each take reads the operator's rate from the bucket.
+
+    ``saga limits set`` writes it there with the Redis clock; here its function is given the
+    worker's virtual clock, so every second below is a virtual one.
+    """
+    clock = FakeClock()
+    limit = RateLimit("inventory", "2/s", burst=1)
+    worker = SagaWorker(redis, limited(limit), config=CONFIG, clock=clock)
+    client = SagaClient(redis, worker.app.registry, clock=clock)
+
+    async def sent_per_second(first: int, sagas: int, seconds: int) -> list[int]:
+        for n in range(first, first + sagas):
+            await client.start(order_fulfilment, order(n), saga_id=f"s{n}")
+        await worker.run_until_idle()
+        counts, before = [], await sent(redis, "inventory")
+        for _ in range(seconds):
+            clock.advance(1.0)
+            await worker.run_until_idle()
+            counts.append(await sent(redis, "inventory") - before)
+            before += counts[-1]
+        return counts
+
+    assert await sent_per_second(0, 8, seconds=3) == [2, 2, 2]
+    clock.advance(10.0)  # the first batch done, the bucket full again
+    await worker.run_until_idle()
+    await set_limit(
+        redis,
+        "inventory",
+        rate=10.0,
+        burst=None,
+        declared=limit,
+        by="ops",
+        change_id="c1",
+        now_ms=clock.now_ms(),
+    )
+    assert await sent_per_second(100, 40, seconds=3) == [10, 10, 10]
 
 
 async def test_a_step_limit_holds_only_that_steps_commands(redis: bus.Redis) -> None:
