@@ -6,14 +6,14 @@ The connection and pool it runs on (and every redis-py internal they use) are in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import ResponseError
 
 from bus._cluster import is_cluster
 from bus._cluster_batch import send_cluster_batch
-from bus._redispy import LeanConnection, is_lean_class
+from bus._redispy import LeanConnection, LeanPool
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -22,9 +22,8 @@ if TYPE_CHECKING:
 
 def is_lean(client: Redis) -> bool:
     """Whether ``client`` was built by :func:`bus.connect` for a real server (lean paths apply)."""
-    if is_cluster(client):
-        return False
-    return is_lean_class(client.connection_pool.connection_class)
+    pool = getattr(client, "connection_pool", None)
+    return type(pool) is LeanPool and pool.lean_connections
 
 
 async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, parse: bool = True) -> list[Any]:
@@ -43,36 +42,52 @@ async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, pars
     needs a lean client (:func:`is_lean`). Clients not built by :func:`bus.connect`
     (fakeredis) get redis-py's pipeline.
     """
-    if is_cluster(client):
-        if not parse:
-            raise TypeError("raw replies need a client built by bus.connect for a single server")
-        return await send_cluster_batch(cast("RedisCluster", client), commands)
-    if not is_lean(client):
+    pool = getattr(client, "connection_pool", None)
+    if type(pool) is not LeanPool or not pool.lean_connections:
+        if is_cluster(client):
+            if not parse:
+                raise TypeError("raw replies need a client built by bus.connect for a single server")
+            return await send_cluster_batch(cast("RedisCluster", client), commands)
         if not parse:
             raise TypeError("raw replies need a client built by bus.connect for a real server")
         return await _redis_py_pipeline(client, commands)
-    pool = client.connection_pool
-    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-    callbacks = client.response_callbacks if parse else {}
+    connection = pool.take() or await pool.get_connection()
     try:
-        replies: list[Any] = await connection.retry.call_with_retry(
-            lambda: _exchange(connection, commands, callbacks),
-            lambda _error: connection.disconnect(),
-        )
+        try:
+            replies: list[Any] = await connection.exchange(commands)
+        except Exception as error:  # noqa: BLE001 - redis-py's retry policy decides, as below
+            replies = await _retried(connection, commands, error)
     finally:
-        await pool.release(connection)
+        if not pool.give_back(connection):
+            await pool.release(connection)
+    if parse:
+        callbacks = client.response_callbacks
+        for index, (args, reply) in enumerate(zip(commands, replies, strict=True)):
+            callback = callbacks.get(args[0])
+            if callback is not None and not isinstance(reply, ResponseError):
+                replies[index] = callback(reply)
     return replies
 
 
-async def _exchange(
-    connection: LeanConnection, commands: Sequence[tuple[Any, ...]], callbacks: Mapping[Any, Any]
+async def _retried(
+    connection: LeanConnection, commands: Sequence[tuple[Any, ...]], error: Exception
 ) -> list[Any]:
-    await connection.send_packed_command(connection.pack_commands(commands))
-    replies = await connection.read_replies(len(commands))
-    for index, (args, reply) in enumerate(zip(commands, replies, strict=True)):
-        callback = callbacks.get(args[0])
-        if callback is not None and not isinstance(reply, ResponseError):
-            replies[index] = callback(reply)
+    """The batch under the connection's retry policy, its first attempt having raised ``error``.
+
+    The first attempt is made outside the policy (it costs a few calls a batch that almost
+    never fail); here the policy sees that attempt's error as its own first failure, so it
+    retries, backs off and gives up exactly as if it had made it.
+    """
+    first: list[Exception] = [error]
+
+    async def attempt() -> list[Any]:
+        if first:
+            raise first.pop()
+        return await connection.exchange(commands)
+
+    replies: list[Any] = await connection.retry.call_with_retry(
+        attempt, lambda _error: connection.disconnect()
+    )
     return replies
 
 

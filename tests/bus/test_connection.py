@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from redis.exceptions import ConnectionError as ConnectionError_
 from redis.exceptions import ResponseError
 
 import bus
 from bus._connection import send_batch
+from bus._redispy import LeanConnection
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +61,45 @@ async def test_the_embedded_server_takes_the_same_batches(fake_redis: bus.Redis)
     replies = await send_batch(fake_redis, [("HGETALL", "s"), ("HSET", "h", "f", "v"), ("HGETALL", "h")])
     assert isinstance(replies[0], ResponseError)
     assert replies[1:] == [1, {b"f": b"v"}]
+
+
+async def test_a_link_closed_under_a_free_connection_is_sent_again_on_a_new_one(
+    real_redis: bus.Redis,
+) -> None:
+    pool = real_redis.connection_pool
+    assert await send_batch(real_redis, [("SET", "k", "v")]) == [True]
+    connection = pool._available_connections[-1]
+    connection._writer.transport.close()  # closing now; the loop reports it lost a turn later
+    assert await send_batch(real_redis, [("GET", "k"), ("ECHO", "x")]) == [b"v", b"x"]
+    assert connection.is_connected  # connected again by the retry, not dropped from the pool
+    assert connection in pool._available_connections
+
+
+async def test_a_failing_batch_is_tried_as_often_as_the_retry_policy_says(
+    real_redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = bus.connect(real_redis_url, bus.ClientConfig(retries=2))
+    attempts: list[int] = []
+
+    async def lost(self: object, commands: object) -> list[object]:
+        attempts.append(1)
+        raise ConnectionError_("link lost")
+
+    monkeypatch.setattr(LeanConnection, "exchange", lost)
+    with pytest.raises(ConnectionError_):
+        await send_batch(client, [("PING",)])
+    assert len(attempts) == 3  # the first try and two retries, as redis-py's own pipeline makes
+    monkeypatch.undo()
+    assert await send_batch(client, [("PING",)], parse=False) == [b"PONG"]  # the connection came back
+    await client.aclose()
+
+
+async def test_an_error_no_retry_covers_ends_the_batch_at_once(real_redis: bus.Redis) -> None:
+    with pytest.raises(TypeError, match="must be str, int, float or bytes"):  # hiredis's packer
+        await send_batch(real_redis, [("SET", "k", object())])
+    assert await send_batch(real_redis, [("ECHO", "next")]) == [b"next"]
+
+
+async def test_a_batch_bigger_than_the_socket_buffer_waits_for_it_to_drain(real_redis: bus.Redis) -> None:
+    big = b"x" * (8 << 20)
+    assert await send_batch(real_redis, [("SET", "big", big), ("STRLEN", "big")]) == [True, 8 << 20]

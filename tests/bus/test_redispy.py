@@ -1,4 +1,4 @@
-"""One test per redis-py internal that bus/_redispy.py uses (its docstring numbers them).
+"""One test per redis-py internal that bus/_redispy/ uses (its __init__ docstring numbers them).
 
 A redis-py release that moves one of them fails here, naming it, rather than slowing the lean
 paths down, breaking a cluster failover or turning TLS off somewhere else. These run in both
@@ -15,6 +15,7 @@ import textwrap
 import warnings
 from importlib.metadata import version
 
+import anyio
 import pytest
 from redis import exceptions as rx
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -24,6 +25,8 @@ import bus
 from bus import _redispy
 from bus._cluster import cluster_client, owner_of, slot_of
 from bus._connection import is_lean, send_batch
+from bus._redispy import connection as lean
+from bus._redispy import pool as lean_pool
 
 pytestmark = pytest.mark.anyio
 
@@ -31,21 +34,75 @@ REDIS_PY = version("redis")
 
 
 def moved(internal: str) -> str:
-    return f"redis-py {REDIS_PY} changed {internal}: update bus/_redispy.py (and its docstring's list)"
+    return f"redis-py {REDIS_PY} changed {internal}: update bus/_redispy/ (and the list in its __init__.py)"
 
 
-async def test_1_the_parser_reads_one_reply_at_a_time(real_redis: bus.Redis) -> None:
+async def test_1_the_hiredis_parser_gives_its_reader_and_stream(real_redis: bus.Redis) -> None:
     pool = real_redis.connection_pool
     connection = await pool.get_connection()
     try:
-        assert callable(getattr(getattr(connection, "_parser", None), "read_response", None)), moved(
-            "Connection._parser.read_response"
-        )
-        await connection.send_packed_command(connection.pack_commands([("PING",), ("ECHO", "x")]))
-        assert await connection._parser.read_response() == b"PONG", moved("Connection._parser.read_response")
-        assert await connection._parser.read_response() == b"x", moved("Connection._parser.read_response")
+        parser = getattr(connection, "_parser", None)
+        assert type(parser) is lean._HiredisParser, moved("Connection._parser (redis-py's hiredis parser)")
+        for name in ("_reader", "_stream", "_read_size", "_connected", "handle_push_response"):
+            assert hasattr(parser, name), moved(f"_AsyncHiredisParser.{name}")
+        assert parser._stream is connection._reader, moved("_AsyncHiredisParser._stream")
+        assert parser._connected is True, moved("_AsyncHiredisParser._connected")
+        assert parser._reader.gets() is lean._NOT_ENOUGH_DATA, moved("redis._parsers.hiredis.NOT_ENOUGH_DATA")
+        assert await connection.exchange([("PING",), ("ECHO", "x")]) == [b"PONG", b"x"]
+        # a push message (RESP3) goes to the parser's own handling, and the reply after it is read
+        parser._reader.feed(b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n+OK\r\n")
+        assert await connection.read_replies(1) == [b"OK"]
+        # the reader makes redis-py's own errors of error replies: the lost-link family is raised,
+        # alone or first in an array, and the connection is dropped (a read cut short)
+        for wire in (b"-LOADING Redis is loading\r\n", b"*2\r\n-LOADING Redis is loading\r\n:1\r\n"):
+            parser._reader.feed(wire)
+            with pytest.raises(rx.BusyLoadingError):
+                await connection.read_replies(1)
+            assert not connection.is_connected
+            await connection.connect()
+            parser = connection._parser
     finally:
         await pool.release(connection)
+
+
+async def test_1_another_parser_is_read_through_its_read_response(real_redis_url: str) -> None:
+    from redis._parsers import _AsyncRESP2Parser
+
+    options = _redispy.pool_options(real_redis_url)
+    pool = _redispy.LeanPool(**{**options, "parser_class": _AsyncRESP2Parser})
+    client = bus.Redis(connection_pool=pool)
+    try:
+        assert await send_batch(client, [("PING",), ("ECHO", "x")], parse=False) == [b"PONG", b"x"]
+        connection = pool._available_connections[-1]
+        assert callable(getattr(connection._parser, "read_response", None)), moved(
+            "Connection._parser.read_response"
+        )
+        assert not connection.ready()  # its checks are redis-py's own: the pool's checkout makes them
+    finally:
+        await client.aclose()
+        await pool.disconnect()
+
+
+async def test_1_a_ready_connection_is_one_with_nothing_unread(real_redis: bus.Redis) -> None:
+    pool = real_redis.connection_pool
+    assert isinstance(pool, _redispy.LeanPool)
+    connection = await pool.get_connection()
+    try:
+        assert connection.ready()
+        await connection.send_packed_command(connection.pack_commands([("PING",)]))
+        stream = connection._parser._stream
+        with anyio.fail_after(5):
+            while not getattr(stream, "_buffer", None):  # the reply lands unread
+                await asyncio.sleep(0)
+        assert not connection.ready(), moved("asyncio.StreamReader._buffer")
+    finally:
+        await pool.release(connection)
+    assert pool.take() is None  # not taken as it is: redis-py's checkout drops what is unread
+    assert await send_batch(real_redis, [("ECHO", "mine")]) == [b"mine"]
+    taken = pool.take()
+    assert taken is not None
+    assert taken.ready()
+    assert pool.give_back(taken)
 
 
 async def test_2_a_connected_connection_writes_to_its_stream_writer(real_redis: bus.Redis) -> None:
@@ -113,9 +170,9 @@ async def test_5_redis_py_writes_through_the_guarded_send(real_redis_url: str) -
 async def test_6_the_pool_has_what_the_checkout_without_a_wait_needs(real_redis: bus.Redis) -> None:
     pool = real_redis.connection_pool
     assert isinstance(pool, _redispy.LeanPool)
-    for name in (*_redispy._LEAN_POOL_NEEDS, "_in_maintenance"):
+    for name in (*lean_pool._LEAN_POOL_NEEDS, "_in_maintenance"):
         assert hasattr(pool, name), moved(f"BlockingConnectionPool.{name}")
-    assert _redispy._ReleasedEvent is not None, moved("redis.event.AsyncAfterConnectionReleasedEvent")
+    assert lean_pool._ReleasedEvent is not None, moved("redis.event.AsyncAfterConnectionReleasedEvent")
     assert pool.lean_checkout, moved("the blocking pool's internals")
     free = list(pool._available_connections)
     connection = await pool.get_connection()
@@ -128,10 +185,10 @@ async def test_6_the_pool_has_what_the_checkout_without_a_wait_needs(real_redis:
 async def test_10_a_release_reaches_a_pending_re_auth_and_every_other_listener(real_redis: bus.Redis) -> None:
     pool = real_redis.connection_pool
     assert isinstance(pool, _redispy.LeanPool)
-    assert _redispy._ReAuthListener is not None, moved("redis.event.AsyncReAuthConnectionListener")
+    assert lean_pool._ReAuthListener is not None, moved("redis.event.AsyncReAuthConnectionListener")
     mapping = getattr(pool._event_dispatcher, "_event_listeners_mapping", None)
     assert isinstance(mapping, dict), moved("EventDispatcher._event_listeners_mapping")
-    assert _redispy._only_re_auth_listens(pool._event_dispatcher), moved("the default release listeners")
+    assert lean_pool._only_re_auth_listens(pool._event_dispatcher), moved("the default release listeners")
     connection = await pool.get_connection()
     assert connection._re_auth_token is None, moved("Connection._re_auth_token")
 
@@ -151,8 +208,8 @@ async def test_10_a_release_reaches_a_pending_re_auth_and_every_other_listener(r
         async def listen(self, event: object) -> None:
             heard.append(event.connection)  # type: ignore[attr-defined]
 
-    pool._event_dispatcher.register_listeners({_redispy._ReleasedEvent: [Listener()]})
-    assert not _redispy._only_re_auth_listens(pool._event_dispatcher)
+    pool._event_dispatcher.register_listeners({lean_pool._ReleasedEvent: [Listener()]})
+    assert not lean_pool._only_re_auth_listens(pool._event_dispatcher)
     connection = await pool.get_connection()
     connection._re_auth_token = None
     await pool.release(connection)
