@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
+from hiredis import PushNotification
 from redis import exceptions as rx
 from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
 from redis._parsers.hiredis import _AsyncHiredisParser as _HiredisParser
@@ -18,11 +19,6 @@ from redis.asyncio.connection import AbstractConnection, Connection, SSLConnecti
 from bus._deadline import ReadDeadline
 
 _SERVER_CLOSED: Final = "Connection closed by server."
-_PushType: type | None
-try:
-    from hiredis import PushNotification as _PushType
-except ImportError:  # pragma: no cover - hiredis before 3.2 reads no push messages
-    _PushType = None
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -115,7 +111,7 @@ class LeanConnection(AbstractConnection):
                     raise rx.ConnectionError(_SERVER_CLOSED)
                 reader.feed(data)
                 continue
-            if _PushType is not None and isinstance(reply, _PushType):
+            if isinstance(reply, PushNotification):
                 reply = await parser.handle_push_response(reply)
                 continue
             if isinstance(reply, rx.ConnectionError):
