@@ -109,15 +109,23 @@ from saga.store.keys import Partition
 
 COMMANDS = [0]
 _pack_command = LeanConnection.pack_command
+_pack_batch = LeanConnection.pack_batch
 
 
 def _count(self, *args):  # type: ignore[no-untyped-def]
-    """Count every command sent; pipelines pack each of their commands through here too."""
+    """Count every command redis-py sends on a lean connection."""
     COMMANDS[0] += 1
     return _pack_command(self, *args)
 
 
+def _count_batch(self, commands):  # type: ignore[no-untyped-def]
+    """Count every command of a lean batch (``bus._connection.send_batch``)."""
+    COMMANDS[0] += len(commands)
+    return _pack_batch(self, commands)
+
+
 LeanConnection.pack_command = _count  # type: ignore[method-assign]
+LeanConnection.pack_batch = _count_batch  # type: ignore[method-assign]
 
 CONFIG = EngineConfig(retention_s=0, auth=bus.SIGNING_OFF)  # the defaults; retention off to count bytes
 ORCHESTRATOR_APP = App("bench-orders", sagas=[order_fulfilment])

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from hiredis import PushNotification
+from hiredis import pack_command as _hiredis_pack
 from redis import exceptions as rx
 from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
 from redis._parsers.hiredis import _AsyncHiredisParser as _HiredisParser
@@ -19,12 +20,6 @@ from redis.asyncio.connection import AbstractConnection, Connection, SSLConnecti
 from bus._deadline import ReadDeadline
 
 _SERVER_CLOSED: Final = "Connection closed by server."
-
-_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis is a dependency; the fallback keeps redis-py's
-    _hiredis_pack = None
 
 
 class LeanConnection(AbstractConnection):
@@ -43,9 +38,14 @@ class LeanConnection(AbstractConnection):
 
     def pack_command(self, *args: Any) -> list[bytes]:
         """Pack one command into RESP (command names with spaces are split like redis-py)."""
-        if _hiredis_pack is None:
-            return super().pack_command(*args)
         return [_hiredis_pack(_split_name(args))]
+
+    def pack_batch(self, commands: Sequence[tuple[Any, ...]]) -> bytes:
+        """Pack ``commands`` into the bytes of one write."""
+        if len(commands) == 1:
+            packed: bytes = _hiredis_pack(_split_name(commands[0]))
+            return packed
+        return b"".join([_hiredis_pack(_split_name(args)) for args in commands])
 
     async def connect(self) -> None:
         """Connect unless connected (redis-py goes through its retry wrapper either way)."""
@@ -140,23 +140,18 @@ class LeanConnection(AbstractConnection):
         :meth:`send_packed_command` and :meth:`read_replies` in one call, with the write
         made straight to the transport when the link is up and the health check not due.
         """
+        data = self.pack_batch(commands)
         writer = self._writer
-        if (
-            writer is None
-            or _hiredis_pack is None
-            or (self.health_check_interval and asyncio.get_running_loop().time() > self.next_health_check)
+        if writer is None or (
+            self.health_check_interval and asyncio.get_running_loop().time() > self.next_health_check
         ):
-            await self.send_packed_command(self.pack_commands(commands))
+            await self.send_packed_command([data])
             return await self.read_replies(len(commands))
         transport = writer.transport
         if transport.is_closing():
             await self.disconnect(nowait=True)
             raise rx.ConnectionError("Connection closed by the server before write")
-        pack = _hiredis_pack
-        if len(commands) == 1:
-            transport.write(pack(_split_name(commands[0])))
-        else:
-            transport.write(b"".join([pack(_split_name(args)) for args in commands]))
+        transport.write(data)
         if transport.get_write_buffer_size():
             await self._drain(writer)
         return await self.read_replies(len(commands))

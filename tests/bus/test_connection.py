@@ -103,3 +103,26 @@ async def test_an_error_no_retry_covers_ends_the_batch_at_once(real_redis: bus.R
 async def test_a_batch_bigger_than_the_socket_buffer_waits_for_it_to_drain(real_redis: bus.Redis) -> None:
     big = b"x" * (8 << 20)
     assert await send_batch(real_redis, [("SET", "big", big), ("STRLEN", "big")]) == [True, 8 << 20]
+
+
+async def test_a_due_health_check_runs_before_the_batch(
+    real_redis: bus.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = real_redis.connection_pool
+    assert await send_batch(real_redis, [("SET", "k", "v")]) == [True]
+    connection = pool._available_connections[-1]
+    checks: list[float] = []
+    check_health = connection.check_health
+
+    async def checked() -> None:
+        checks.append(connection.next_health_check)
+        await check_health()
+
+    monkeypatch.setattr(connection, "check_health", checked)
+    connection.next_health_check = 0  # due: redis-py's PING goes first, on the same connection
+    replies = await send_batch(real_redis, [("GET", "k"), ("OBJECT ENCODING", "k")], parse=False)
+    assert replies == [b"v", b"embstr"]  # a command name with a space is split, as redis-py does
+    assert checks == [0]
+    assert connection.next_health_check > 0
+    assert await send_batch(real_redis, [("GET", "k")]) == [b"v"]
+    assert checks == [0]  # not due again
