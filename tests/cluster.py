@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,11 +36,16 @@ NODE_TIMEOUT_MS = 1000
 """``cluster-node-timeout``: how long a master may be unreachable before its replica takes over."""
 
 
-def _node_port() -> int:
-    """A free port whose cluster-bus port (port + 10000) is valid and free too."""
+def _node_port(taken: Collection[int] = ()) -> int:
+    """A free port whose cluster-bus port (port + 10000) is valid and free too.
+
+    Neither may be a port or bus port of the nodes ``taken`` before it: both are free until
+    the nodes start, so a port picked later could be an earlier node's bus port.
+    """
+    used = {*taken, *(port + 10000 for port in taken)}
     while True:
         port = _free_port()
-        if port + 10000 < 65536 and _is_free(port + 10000):
+        if port + 10000 < 65536 and not {port, port + 10000} & used and _is_free(port + 10000):
             return port
 
 
@@ -105,7 +110,9 @@ class LocalCluster:
                 pytest.fail(reason)
             pytest.skip(reason)
         try:
-            self.ports = [_node_port() for _ in range(2 * MASTERS)]
+            self.ports = []
+            for _ in range(2 * MASTERS):
+                self.ports.append(_node_port(self.ports))
             for port in self.ports:
                 self._spawn(server, port)
             for port in self.ports:
