@@ -22,7 +22,6 @@ class Registry:
         self._by_key: dict[tuple[str, int], Saga[Any]] = {}
         self.contexts: dict[str, Context] = {}
         self._children: dict[str, frozenset[str]] = {}
-        self._child_definitions: dict[str, frozenset[tuple[str, str]] | None] = {}
         for definition in sagas:
             definition.validate()
             key = (definition.name, definition.version)
@@ -73,35 +72,6 @@ class Registry:
                 if step.child is not None and step.child.definition.context.name != context
             )
         return found
-
-    def may_start_child(self, parent: str, definition: Saga[Any]) -> bool | None:
-        """Whether context ``parent``'s sagas may start ``definition`` as a child; ``None``: unknown.
-
-        Yes when ``definition`` names ``parent`` in its ``parents``, or when this registry holds
-        a definition of ``parent`` with a child step (a branch's included) that runs it. No
-        when this registry holds definitions of ``parent`` and none runs it, or when
-        ``definition`` names other parents. Unknown when neither the parent's code nor a
-        declaration is here (a child context deployed apart, not declared).
-        """
-        if parent in definition.parents:
-            return True
-        runs = self._child_definitions.get(parent, ())
-        if runs == ():
-            runs = self._child_definitions[parent] = self._children_of(parent)
-        if runs is None:
-            return False if definition.parents else None
-        return (definition.context.name, definition.name) in runs
-
-    def _children_of(self, context: str) -> frozenset[tuple[str, str]] | None:
-        parents = [d for d in self._by_key.values() if d.context.name == context]
-        if not parents:
-            return None
-        return frozenset(
-            (step.child.definition.context.name, step.child.definition.name)
-            for parent in parents
-            for step in [*parent.steps, *parent.branch_steps()]
-            if step.child is not None
-        )
 
     def context(self, name: str | None) -> Context:
         """The context ``name``, or the only one when ``name`` is ``None``."""

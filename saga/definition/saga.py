@@ -10,8 +10,7 @@ in the message).
 The pieces a saga is declared with are composed, each in its own module: its bounded
 context (``context.py``), the steps and what builders read (``step.py``), the decorator core
 that makes and checks every step and branch (``declare.py``), the composed steps -- groups,
-maps, child sagas, TCC (``composition.py``) -- the waits (``waits.py``) and the check of a
-whole definition (``validation.py``). This module
+maps, child sagas, TCC (``composition.py``) -- and the waits (``waits.py``). This module
 also names the definition's types for the layers that use them (``__all__``).
 """
 
@@ -54,7 +53,6 @@ from saga.definition.step import (
     invoke,
 )
 from saga.definition.step_index import StepIndex
-from saga.definition.validation import validate_definition
 from saga.definition.waits import (
     Duration,
     EventWait,
@@ -110,7 +108,6 @@ class Saga(Generic[D]):
         context: str | Context = "default",
         deadline: timedelta | None = None,
         concurrency: Key | None = None,
-        parents: Sequence[str] = (),
     ) -> None:
         if not NAME.fullmatch(name) or "@" in name:
             raise DefinitionError(f"invalid saga name {name!r} (letters, digits, _ . -)")
@@ -124,8 +121,6 @@ class Saga(Generic[D]):
         """Seconds from the start after which an unfinished saga is compensated (``None``: never)."""
         self.concurrency = None if concurrency is None else concurrency.named(name)
         """At most ``limit`` sagas per value of this key run at once (saga/definition/concurrency.py)."""
-        self.parents = frozenset(Context(parent).name for parent in parents)
-        """Other contexts whose sagas may start this one as a child (docs/security.md)."""
         self.steps: list[Step[D, Any]] = []
         self.compensations: dict[str, Compensation] = {}
         self._index = StepIndex(self.steps, self.branch_steps)
@@ -437,7 +432,28 @@ class Saga(Generic[D]):
 
     def validate(self) -> None:
         """Check what needs the whole definition; raise :class:`DefinitionError` on a mistake."""
-        validate_definition(self)
+        if not self.steps:
+            raise DefinitionError("has no steps", saga=self.name)
+        used = set()
+        for step in [*self.steps, *self.branch_steps()]:
+            where = Where(self.name, step.name)
+            if step.group is not None and not step.group.branches:
+                raise where.error(f"a {step.kind} group needs at least one branch")
+            if step.child is not None:
+                step.child.definition.validate()
+            names = [("compensate", step.compensate)] if step.compensate else []
+            if step.tcc is not None:
+                names.append(("confirm", step.tcc.confirm))
+            for what, name in names:
+                if name not in self.compensations:
+                    raise where.error(
+                        f"{what}={name!r} names no declared compensation "
+                        f"(declared: {', '.join(sorted(self.compensations)) or 'none'})"
+                    )
+                used.add(name)
+        unused = set(self.compensations) - used
+        if unused:
+            raise DefinitionError(f"compensations {', '.join(sorted(unused))} undo no step", saga=self.name)
 
     @property
     def takes_signals(self) -> bool:

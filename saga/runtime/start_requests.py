@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from bus import Delivery, Envelope, PermanentError, TransientError
-from bus.lowlevel import ScriptCall, get_logger
+from bus.lowlevel import ScriptCall
 from saga.core.decider import Decision
 from saga.core.decider import start as decide_start
 from saga.core.model import Started
@@ -29,9 +29,7 @@ from saga.runtime.start_verdict import Refusal, record_refusal
 from saga.runtime.tracing import keep_trace, trace_of
 from saga.store.codec import Loaded
 from saga.store.keys import Partition, check_saga_id
-from saga.store.trust import authorize, credited, orchestrator_of
-
-_log = get_logger("redsaga.saga")
+from saga.store.trust import authorize, credited
 
 Transition = Callable[[Partition, Loaded | None, Decision, Any, Delivery], tuple[ScriptCall, Loaded]]
 """Builds the transition call committing a decision, and the saga as it will be after it."""
@@ -48,21 +46,6 @@ class StartPlanner:
         self.config = config
         self.transition = transition
         """The orchestrator's transition call builder (the same for starts as for any decision)."""
-        self._warned: set[tuple[str, str]] = set()
-
-    def _undeclared(self, parent: str, name: str) -> None:
-        """Say once per parent context and definition that a child start was taken unchecked."""
-        if (parent, name) in self._warned:
-            return
-        self._warned.add((parent, name))
-        _log.warning(
-            "a child start accepted without a record of its parent",
-            parent=parent,
-            saga=name,
-            fix=f"declare Saga({name!r}, ..., parents=[{parent!r}]) where this context's workers "
-            f"load it, or serve {parent!r}'s definitions here; until then any saga of "
-            f"{parent!r} may start any definition of this context",
-        )
 
     def plan(
         self,
@@ -88,12 +71,6 @@ class StartPlanner:
             raise PermanentError(f"start request names no definition: {event.saga!r}") from error
         except UnknownDefinition as error:
             raise TransientError(f"{error}; a worker serving it must take this start request") from error
-        parent = (
-            event.parent.context
-            if event.parent is not None and event.parent.context != self.context
-            else None
-        )
-        parent_starts = None if parent is None else self.registry.may_start_child(parent, definition)
         authorize(
             self.config.auth,
             self.context,
@@ -103,10 +80,7 @@ class StartPlanner:
             envelope,
             delivery.principal,
             self.registry.child_contexts(self.context),
-            parent_starts=parent_starts,
         )
-        if parent is not None and parent_starts is None and delivery.principal == orchestrator_of(parent):
-            self._undeclared(parent, definition.name)
         if loaded is not None:
             existing = loaded.state
             if existing.name == definition.name and bytes(existing.data) == bytes(event.data):

@@ -17,9 +17,7 @@ a signal                               anyone who signs (the resume token is the
 a start request                        a client, an operator, the context's own
                                        orchestrator, or the orchestrator of the context
                                        its parent link names (a parent starting its
-                                       child: only a definition that context's sagas run
-                                       as a child, or that names it in ``parents=``),
-                                       never one of this context's child contexts
+                                       child), never one of this context's child contexts
 a cancel request                       a client, an operator, the context's own
                                        orchestrator, or the orchestrator of the saga's
                                        parent's context
@@ -126,33 +124,23 @@ def authorize(  # noqa: PLR0917 - called twice, by the orchestrator
     envelope: Envelope,
     signer: str,
     children: frozenset[str] = frozenset(),
-    *,
-    parent_starts: bool | None = None,
 ) -> None:
     """Refuse ``event`` (from ``envelope``, signed by ``signer``) unless its signer may send it.
 
     ``children`` are the contexts the child steps of ``context``'s sagas run in
     (``Registry.child_contexts``): they may report their children's ends here, never start
-    or cancel a saga here. ``parent_starts``: for a start whose parent link names another
-    context, whether that context's sagas may start ``definition`` as a child
-    (``Registry.may_start_child``; ``None`` when unknown, which allows it). Raises
-    :class:`bus.Unauthenticated` in ``require`` mode, logs in ``log`` mode; with signing
-    off nothing is checked.
+    or cancel a saga here. Raises :class:`bus.Unauthenticated` in ``require`` mode, logs in
+    ``log`` mode; with signing off nothing is checked.
     """
     if not auth.enabled:
         return
-    allowed = allowed_senders(context, definition, state, event, children, parent_starts=parent_starts)
+    allowed = allowed_senders(context, definition, state, event, children)
     if allowed is None or _matches(signer, allowed):
         return
     reason = (
         f"{envelope.type} for saga {envelope.correlation_id} signed by {signer or 'nobody'}, "
         f"which may not send it (only {', '.join(sorted(allowed))})"
     )
-    if isinstance(event, Started) and event.parent is not None and parent_starts is False:
-        reason += (
-            f": no saga of context {event.parent.context!r} runs {definition.name} as a child "
-            f"here, and the definition does not name it in parents="
-        )
     if auth.mode == "require":
         raise Unauthenticated(reason, signer)
     _log.warning("unauthorised entry accepted (verification mode 'log')", reason=reason)
@@ -224,8 +212,6 @@ def allowed_senders(
     state: SagaState | None,
     event: Event,
     children: frozenset[str] = frozenset(),
-    *,
-    parent_starts: bool | None = None,
 ) -> set[str] | None:
     """The principals that may send ``event``.
 
@@ -233,13 +219,12 @@ def allowed_senders(
     checked here. ``children``: the contexts this context's sagas run children in.
     An orchestrator acts on its own context's sagas; another context's may start a child
     of its own saga here (the start's parent link names its context, which is not one of
-    ``children``, and ``parent_starts`` is not ``False``: its sagas run ``definition`` as a
-    child) and cancel a saga whose parent is in its context, nothing else.
+    ``children``) and cancel a saga whose parent is in its context, nothing else.
     """
     me = orchestrator_of(context)
     if isinstance(event, Started):
         parent = event.parent.context if event.parent is not None else None
-        allowed = parent is not None and parent not in children and parent_starts is not False
+        allowed = parent is not None and parent not in children
         return {*_REQUESTERS, me} | ({orchestrator_of(parent)} if allowed and parent else set())
     if isinstance(event, CancelRequested):
         parent = state.parent.context if state is not None and state.parent is not None else None
