@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from saga.definition.step import NAME
@@ -24,3 +25,24 @@ class Context:
             raise DefinitionError(f"invalid context name {self.name!r}")
         if not 1 <= self.partitions <= 1024:
             raise DefinitionError(f"context {self.name!r}: partitions must be between 1 and 1024")
+
+
+def parent_contexts(parents: Iterable[str] | None, context: Context, saga: str) -> tuple[str, ...] | None:
+    """A definition's ``parents=`` checked: the other contexts that may start it as a child.
+
+    ``None`` (undeclared) stays ``None``; ``()`` declares that no other context may.
+    """
+    if parents is None:
+        return None
+    if isinstance(parents, str):
+        raise DefinitionError(f"parents must be context names, not one string ({parents!r})", saga=saga)
+    found = list(parents)
+    for name in found:
+        if not isinstance(name, str) or not NAME.fullmatch(name) or ":" in name:
+            raise DefinitionError(f"invalid parent context name {name!r}", saga=saga)
+        if name == context.name:
+            raise DefinitionError(
+                f"parents names {name!r}, this saga's own context (its orchestrator may start it anyway)",
+                saga=saga,
+            )
+    return tuple(sorted(set(found)))

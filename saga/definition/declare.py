@@ -21,6 +21,7 @@ import msgspec
 from saga.definition.retry import Retry
 from saga.definition.step import NAME, Builder, Command, Step, StepKind
 from saga.definition.where import Where
+from saga.errors import DefinitionError
 
 if TYPE_CHECKING:
     from saga.definition.saga import Saga
@@ -290,3 +291,33 @@ def seconds(value: float | timedelta | None, where: Where, what: str = "timeout"
     if found <= 0:
         raise where.error(f"{what} must be positive")
     return found
+
+
+def check_whole(saga: Saga[Any]) -> None:
+    """What :meth:`Saga.validate` checks: what needs the whole definition.
+
+    It has steps, every group a branch, every ``compensate=`` and ``confirm=`` names a
+    declared compensation and every compensation undoes a step; child sagas are checked too.
+    """
+    if not saga.steps:
+        raise DefinitionError("has no steps", saga=saga.name)
+    used = set()
+    for step in [*saga.steps, *saga.branch_steps()]:
+        where = Where(saga.name, step.name)
+        if step.group is not None and not step.group.branches:
+            raise where.error(f"a {step.kind} group needs at least one branch")
+        if step.child is not None:
+            step.child.definition.validate()
+        names = [("compensate", step.compensate)] if step.compensate else []
+        if step.tcc is not None:
+            names.append(("confirm", step.tcc.confirm))
+        for what, name in names:
+            if name not in saga.compensations:
+                raise where.error(
+                    f"{what}={name!r} names no declared compensation "
+                    f"(declared: {', '.join(sorted(saga.compensations)) or 'none'})"
+                )
+            used.add(name)
+    unused = set(saga.compensations) - used
+    if unused:
+        raise DefinitionError(f"compensations {', '.join(sorted(unused))} undo no step", saga=saga.name)

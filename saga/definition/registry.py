@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from saga.definition.lineage import Lineage
 from saga.definition.rate import Limits, RateLimit
 from saga.definition.saga import Context, Saga
 from saga.errors import DefinitionError, UnknownDefinition
@@ -21,7 +22,6 @@ class Registry:
         self.limits = Limits(limits)
         self._by_key: dict[tuple[str, int], Saga[Any]] = {}
         self.contexts: dict[str, Context] = {}
-        self._children: dict[str, frozenset[str]] = {}
         for definition in sagas:
             definition.validate()
             key = (definition.name, definition.version)
@@ -35,6 +35,8 @@ class Registry:
                     saga=definition.name,
                 )
             self._by_key[key] = definition
+        self.lineage = Lineage(self._by_key.values())
+        """Which definitions each context's sagas run as children (who may start what)."""
 
     def __iter__(self) -> Any:
         return iter(self._by_key.values())
@@ -62,16 +64,7 @@ class Registry:
         Worked out once per context (the registry does not change): every signed entry's
         check asks (``saga.store.trust.authorize``).
         """
-        found = self._children.get(context)
-        if found is None:
-            found = self._children[context] = frozenset(
-                step.child.definition.context.name
-                for parent in self._by_key.values()
-                if parent.context.name == context
-                for step in [*parent.steps, *parent.branch_steps()]
-                if step.child is not None and step.child.definition.context.name != context
-            )
-        return found
+        return self.lineage.child_contexts(context)
 
     def context(self, name: str | None) -> Context:
         """The context ``name``, or the only one when ``name`` is ``None``."""

@@ -26,12 +26,13 @@ import msgspec
 from redsaga.streams import Stream
 from saga.definition.composition import Composer, Group
 from saga.definition.concurrency import Key
-from saga.definition.context import Context
+from saga.definition.context import Context, parent_contexts
 from saga.definition.declare import (
     Declarations,
     action_step,
     check_name,
     check_retry,
+    check_whole,
     command_step,
     no_builder,
     seconds,
@@ -97,6 +98,10 @@ class Saga(Generic[D]):
         @orders.compensation()
         def release_stock(data: Order, ctx: StepContext) -> Command:
             return command("inventory", ReleaseStock(order_id=data.id))
+
+    ``parents`` names the other contexts whose sagas run this one as a child step: only
+    their orchestrators may start it (and cancel it) here, when the worker does not have
+    their definitions to tell (``saga/definition/lineage.py``).
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class Saga(Generic[D]):
         context: str | Context = "default",
         deadline: timedelta | None = None,
         concurrency: Key | None = None,
+        parents: Sequence[str] | None = None,
     ) -> None:
         if not NAME.fullmatch(name) or "@" in name:
             raise DefinitionError(f"invalid saga name {name!r} (letters, digits, _ . -)")
@@ -121,6 +127,9 @@ class Saga(Generic[D]):
         """Seconds from the start after which an unfinished saga is compensated (``None``: never)."""
         self.concurrency = None if concurrency is None else concurrency.named(name)
         """At most ``limit`` sagas per value of this key run at once (saga/definition/concurrency.py)."""
+        self.parents = parent_contexts(parents, self.context, name)
+        """The other contexts whose sagas may start this one as a child (``None``: undeclared;
+        saga/definition/lineage.py)."""
         self.steps: list[Step[D, Any]] = []
         self.compensations: dict[str, Compensation] = {}
         self._index = StepIndex(self.steps, self.branch_steps)
@@ -432,28 +441,7 @@ class Saga(Generic[D]):
 
     def validate(self) -> None:
         """Check what needs the whole definition; raise :class:`DefinitionError` on a mistake."""
-        if not self.steps:
-            raise DefinitionError("has no steps", saga=self.name)
-        used = set()
-        for step in [*self.steps, *self.branch_steps()]:
-            where = Where(self.name, step.name)
-            if step.group is not None and not step.group.branches:
-                raise where.error(f"a {step.kind} group needs at least one branch")
-            if step.child is not None:
-                step.child.definition.validate()
-            names = [("compensate", step.compensate)] if step.compensate else []
-            if step.tcc is not None:
-                names.append(("confirm", step.tcc.confirm))
-            for what, name in names:
-                if name not in self.compensations:
-                    raise where.error(
-                        f"{what}={name!r} names no declared compensation "
-                        f"(declared: {', '.join(sorted(self.compensations)) or 'none'})"
-                    )
-                used.add(name)
-        unused = set(self.compensations) - used
-        if unused:
-            raise DefinitionError(f"compensations {', '.join(sorted(unused))} undo no step", saga=self.name)
+        check_whole(self)
 
     @property
     def takes_signals(self) -> bool:

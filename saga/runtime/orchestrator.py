@@ -393,7 +393,7 @@ class Orchestrator:
             event,
             envelope,
             delivery.principal,
-            self.registry.child_contexts(self.context.name),
+            self.registry.lineage,
         )
         pending = isinstance(event, TimerFired) and await timer_pending(self.redis, partition, event.timer_id)
         check_fresh(loaded.state, event, envelope, stamps_of(envelope), pending=pending)

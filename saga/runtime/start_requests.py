@@ -79,7 +79,7 @@ class StartPlanner:
             event,
             envelope,
             delivery.principal,
-            self.registry.child_contexts(self.context),
+            self.registry.lineage,
         )
         if loaded is not None:
             existing = loaded.state

@@ -17,12 +17,20 @@ a signal                               anyone who signs (the resume token is the
 a start request                        a client, an operator, the context's own
                                        orchestrator, or the orchestrator of the context
                                        its parent link names (a parent starting its
-                                       child), never one of this context's child contexts
+                                       child) if that context's sagas run the definition
+                                       as a child, never one of this context's child
+                                       contexts
 a cancel request                       a client, an operator, the context's own
                                        orchestrator, or the orchestrator of the saga's
-                                       parent's context
+                                       parent's context if that context's sagas run the
+                                       definition as a child
 retry, force-complete, redrive         an operator
 =====================================  ================================================
+
+Whether a context's sagas run a definition as a child is what the worker's registry knows
+(:class:`~saga.definition.lineage.Lineage`): the child steps of that context's definitions
+when it holds them, or the ``parents=`` the definition declares. When it knows neither, the
+start or cancel is accepted and logged once per parent and definition (declare ``parents=``).
 
 Anything else is refused with :class:`bus.Unauthenticated` (dead-lettered with the reason,
 nothing changed); in ``log`` mode the refusal is reported and the entry goes on.
@@ -51,9 +59,12 @@ from saga.core.model import (
     StepReplied,
     TimerFired,
 )
+from saga.definition.lineage import Lineage
 from saga.definition.saga import LOCAL, Saga
 
 _log = get_logger("redsaga.saga")
+_NO_LINEAGE: Final = Lineage(())
+"""What a check knows without a registry: only what a definition declares."""
 
 
 def orchestrator_of(context: str) -> str:
@@ -123,27 +134,53 @@ def authorize(  # noqa: PLR0917 - called twice, by the orchestrator
     event: Event,
     envelope: Envelope,
     signer: str,
-    children: frozenset[str] = frozenset(),
+    lineage: Lineage = _NO_LINEAGE,
 ) -> None:
     """Refuse ``event`` (from ``envelope``, signed by ``signer``) unless its signer may send it.
 
-    ``children`` are the contexts the child steps of ``context``'s sagas run in
-    (``Registry.child_contexts``): they may report their children's ends here, never start
-    or cancel a saga here. Raises :class:`bus.Unauthenticated` in ``require`` mode, logs in
-    ``log`` mode; with signing off nothing is checked.
+    ``lineage`` is what the registry knows of parents and children (``Registry.lineage``):
+    the contexts ``context``'s sagas run children in may report their children's ends here,
+    never start or cancel a saga here; another context may start and cancel only the
+    definitions its sagas run as children. Raises :class:`bus.Unauthenticated` in
+    ``require`` mode, logs in ``log`` mode; with signing off nothing is checked.
     """
     if not auth.enabled:
         return
-    allowed = allowed_senders(context, definition, state, event, children)
+    allowed = allowed_senders(context, definition, state, event, lineage)
+    parent = _parent_context(context, state, event)
     if allowed is None or _matches(signer, allowed):
+        if parent is not None and signer == orchestrator_of(parent):
+            _note_unchecked(context, definition, parent, lineage)
         return
     reason = (
         f"{envelope.type} for saga {envelope.correlation_id} signed by {signer or 'nobody'}, "
         f"which may not send it (only {', '.join(sorted(allowed))})"
     )
+    if (
+        parent is not None
+        and signer == orchestrator_of(parent)
+        and lineage.may_start(parent, definition) is False
+    ):
+        reason = (
+            f"{envelope.type} for saga {envelope.correlation_id} signed by {signer}, which may "
+            f"not send it: {lineage.refusal(parent, definition)}"
+        )
     if auth.mode == "require":
         raise Unauthenticated(reason, signer)
     _log.warning("unauthorised entry accepted (verification mode 'log')", reason=reason)
+
+
+def _note_unchecked(context: str, definition: Saga[Any], parent: str, lineage: Lineage) -> None:
+    """Log, once per parent and definition, a start or cancel by ``parent`` nothing here could check."""
+    if lineage.may_start(parent, definition) is None and lineage.first_unchecked(parent, definition):
+        _log.warning(
+            "a start or cancel by another context accepted unchecked: declare parents= on the definition",
+            context=context,
+            parent=parent,
+            saga=definition.key,
+            fix=f"Saga({definition.name!r}, ..., parents=({parent!r},)), or register {parent}'s "
+            "definitions in this worker's app",
+        )
 
 
 INCARNATION: Final = "inc"
@@ -211,30 +248,43 @@ def allowed_senders(
     definition: Saga[Any],
     state: SagaState | None,
     event: Event,
-    children: frozenset[str] = frozenset(),
+    lineage: Lineage = _NO_LINEAGE,
 ) -> set[str] | None:
     """The principals that may send ``event``.
 
     ``role:*`` means any principal of that role, ``*`` anyone who signs; ``None``: not
-    checked here. ``children``: the contexts this context's sagas run children in.
+    checked here. ``lineage``: who runs which definitions as children.
     An orchestrator acts on its own context's sagas; another context's may start a child
-    of its own saga here (the start's parent link names its context, which is not one of
-    ``children``) and cancel a saga whose parent is in its context, nothing else.
+    of its own saga here (the start's parent link names its context, which is not one this
+    context runs children in) and cancel a saga whose parent is in its context, nothing
+    else, and only a definition its sagas run as a child (or that nothing here can check:
+    :meth:`Lineage.may_start` is ``None``).
     """
     me = orchestrator_of(context)
-    if isinstance(event, Started):
-        parent = event.parent.context if event.parent is not None else None
-        allowed = parent is not None and parent not in children
-        return {*_REQUESTERS, me} | ({orchestrator_of(parent)} if allowed and parent else set())
-    if isinstance(event, CancelRequested):
-        parent = state.parent.context if state is not None and state.parent is not None else None
-        return {*_REQUESTERS, me} | ({orchestrator_of(parent)} if parent is not None else set())
+    if isinstance(event, Started | CancelRequested):
+        parent = _parent_context(context, state, event)
+        if parent is None or lineage.may_start(parent, definition) is False:
+            return {*_REQUESTERS, me}
+        if isinstance(event, Started) and parent in lineage.child_contexts(context):
+            return {*_REQUESTERS, me}
+        return {*_REQUESTERS, me, orchestrator_of(parent)}
     if isinstance(event, StepReplied):
         return {me} if state is None else _repliers(me, definition, state, event)
     if isinstance(event, TimerFired | EventReceived):
         return {me}
     fixed = _SENDERS.get(type(event))
     return None if fixed is None else set(fixed)
+
+
+def _parent_context(context: str, state: SagaState | None, event: Event) -> str | None:
+    """The other context a start's parent link (a cancel's saga's parent) names, if any."""
+    if isinstance(event, Started):
+        link = event.parent
+    elif isinstance(event, CancelRequested) and state is not None:
+        link = state.parent
+    else:
+        return None
+    return link.context if link is not None and link.context != context else None
 
 
 def _repliers(me: str, definition: Saga[Any], state: SagaState, event: StepReplied) -> set[str]:
