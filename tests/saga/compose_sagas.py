@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import msgspec
 
@@ -290,3 +291,15 @@ class Services:
             return Worked(piece=message.piece)
 
         return worker
+
+
+def billing_saga(name: str, **options: Any) -> Saga[Plan]:
+    """A one-step definition of the billing context (where ``parent`` runs its child), for
+    the tests of who may start what there; ``options`` go to :class:`Saga` (``parents=``)."""
+    saga: Saga[Plan] = Saga(name, context="billing", data=Plan, **options)
+
+    @saga.step(reply=Worked)
+    def issue(data: Plan) -> Command:
+        return work("issue", data)
+
+    return saga

@@ -12,27 +12,17 @@ import pytest
 from structlog.testing import capture_logs
 
 from bus import Envelope, Unauthenticated
-from saga import Command, DefinitionError, Saga
+from saga import DefinitionError, Saga
 from saga.core.model import CancelRequested, ParentLink, SagaState, SagaStatus, Started
 from saga.definition.lineage import Lineage
 from saga.definition.registry import Registry
 from saga.runtime.protocol import CANCEL, START
 from saga.store.trust import allowed_senders, authorize
 from tests.saga import compose_sagas as sagas
-from tests.saga.compose_sagas import Plan, Worked, work
+from tests.saga.compose_sagas import Plan
+from tests.saga.compose_sagas import billing_saga as billing
 
 PARENT = "orchestrator:compose"
-
-
-def billing(name: str, **options: Any) -> Saga[Plan]:
-    """A one-step definition of the billing context (where ``sagas.parent`` runs its child)."""
-    saga: Saga[Plan] = Saga(name, context="billing", data=Plan, **options)
-
-    @saga.step(reply=Worked)
-    def issue(data: Plan) -> Command:
-        return work("issue", data)
-
-    return saga
 
 
 refunds = billing("refunds")

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 import bus
 from bus import Envelope
-from saga import App, Command, EngineConfig, Saga, SagaClient, SagaStatus, SagaWorker
+from saga import App, EngineConfig, Saga, SagaClient, SagaStatus, SagaWorker
 from saga.core.model import ParentLink
 from saga.ops.keyrings import issue_keyrings
 from saga.runtime.protocol import START, StartRequest
@@ -28,7 +28,7 @@ from saga.store.keys import Partition
 from tests.faults.servers import PrivateRedis
 from tests.helpers import dead_letters
 from tests.saga import compose_sagas
-from tests.saga.compose_sagas import Plan, Worked, work
+from tests.saga.compose_sagas import Plan, billing_saga
 from tests.security.acl_users import Users, applied
 from tests.security.test_acl import web_client, worker_in
 
@@ -38,19 +38,9 @@ COMPOSE = compose_sagas.CONTEXT
 BILLING = Partition("billing", 0)
 
 
-def _billing(name: str, **options: Any) -> Saga[Plan]:
-    saga: Saga[Plan] = Saga(name, context="billing", data=Plan, **options)
-
-    @saga.step(reply=Worked)
-    def issue(data: Plan) -> Command:
-        return work("issue", data)
-
-    return saga
-
-
-refunds = _billing("refunds")
+refunds = billing_saga("refunds")
 """Billing's definition that no saga of compose runs as a child (shop's does)."""
-settle = _billing("settle", parents=[COMPOSE])
+settle = billing_saga("settle", parents=[COMPOSE])
 """Billing's definition that declares compose its parent (compose's code need not be there)."""
 shopping: Saga[Plan] = Saga("shopping", context="shop", data=Plan)
 shopping.child("refund", saga=refunds, data=lambda plan: plan)
