@@ -22,8 +22,13 @@ if TYPE_CHECKING:
 
 def is_lean(client: Redis) -> bool:
     """Whether ``client`` was built by :func:`bus.connect` for a real server (lean paths apply)."""
+    return _lean_pool(client) is not None
+
+
+def _lean_pool(client: object) -> LeanPool | None:
+    """The pool of lean connections of a client :func:`bus.connect` built for one server."""
     pool = getattr(client, "connection_pool", None)
-    return type(pool) is LeanPool and pool.lean_connections
+    return pool if type(pool) is LeanPool and pool.lean_connections else None
 
 
 async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, parse: bool = True) -> list[Any]:
@@ -42,8 +47,8 @@ async def send_batch(client: Redis, commands: Sequence[tuple[Any, ...]], *, pars
     needs a lean client (:func:`is_lean`). Clients not built by :func:`bus.connect`
     (fakeredis) get redis-py's pipeline.
     """
-    pool = getattr(client, "connection_pool", None)
-    if type(pool) is not LeanPool or not pool.lean_connections:
+    pool = _lean_pool(client)
+    if pool is None:
         if is_cluster(client):
             if not parse:
                 raise TypeError("raw replies need a client built by bus.connect for a single server")

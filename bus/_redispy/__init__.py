@@ -1,9 +1,10 @@
 """redis-py at arm's length: every use of its internals, in this one package.
 
 redsaga's lean paths (a batch sent in one write with its replies read in one timeout, a pool
-checkout and release without a coroutine when a connection is free) and its repairs of the cluster client
-reach past redis-py's public API. They live in this package and nowhere else; pyproject.toml bounds
-redis-py to the minor versions the suite has passed on, and ``tests/bus/test_redispy.py``
+checkout and release without a coroutine when a connection is free) and its repairs of the
+cluster client reach past redis-py's public API. They live in this package and nowhere else;
+pyproject.toml bounds redis-py to the minor versions the suite has passed on, and
+``tests/bus/test_redispy.py``
 checks each internal below against the installed redis-py, failing with its name when a
 release moves it.
 
@@ -26,8 +27,8 @@ Internals used (``redis.asyncio`` unless named otherwise):
    (:class:`GuardedConnection`).
 6. ``BlockingConnectionPool._available_connections``, ``_in_use_connections``,
    ``_condition``, ``_lock``, ``_event_dispatcher``, ``_in_maintenance`` and
-   ``redis.event.AsyncAfterConnectionReleasedEvent``: the checkout without a wait
-   (:class:`LeanPool`).
+   ``redis.event.AsyncAfterConnectionReleasedEvent``: the checkout and release without a
+   wait (:class:`LeanPool`).
 7. ``NodesManager.connection_kwargs["connection_class"]`` and ``ClusterNode.connection_class``:
    the class of a cluster node's connections (:func:`use_cluster_connection_class`).
 8. ``RedisCluster._initialize``, ``ClusterNode.update_active_connections_for_reconnect()``,

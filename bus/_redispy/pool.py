@@ -108,6 +108,8 @@ class LeanPool(BlockingConnectionPool):
 
     async def release(self, connection: Any) -> None:
         """Give ``connection`` back (redis-py's release when someone waits for one)."""
+        if self.give_back(connection):
+            return
         if not self._uncontended():
             await super().release(connection)
             return

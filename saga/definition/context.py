@@ -21,7 +21,7 @@ class Context:
     partitions: int = 1
 
     def __post_init__(self) -> None:
-        if not NAME.fullmatch(self.name) or ":" in self.name:
+        if not is_context_name(self.name):
             raise DefinitionError(f"invalid context name {self.name!r}")
         if not 1 <= self.partitions <= 1024:
             raise DefinitionError(f"context {self.name!r}: partitions must be between 1 and 1024")
@@ -38,7 +38,7 @@ def parent_contexts(parents: Iterable[str] | None, context: Context, saga: str) 
         raise DefinitionError(f"parents must be context names, not one string ({parents!r})", saga=saga)
     found = list(parents)
     for name in found:
-        if not isinstance(name, str) or not NAME.fullmatch(name) or ":" in name:
+        if not isinstance(name, str) or not is_context_name(name):
             raise DefinitionError(f"invalid parent context name {name!r}", saga=saga)
         if name == context.name:
             raise DefinitionError(
@@ -46,3 +46,8 @@ def parent_contexts(parents: Iterable[str] | None, context: Context, saga: str) 
                 saga=saga,
             )
     return tuple(sorted(set(found)))
+
+
+def is_context_name(name: str) -> bool:
+    """Whether ``name`` may name a context (the step-name alphabet, no ``:``)."""
+    return bool(NAME.fullmatch(name)) and ":" not in name
