@@ -6,10 +6,12 @@ import anyio
 import pytest
 from redis.exceptions import ConnectionError as ConnectionError_
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as TimeoutError_
 
 import bus
 from bus._connection import send_batch
 from bus._redispy import LeanConnection
+from tests.faults.servers import PrivateRedis
 
 pytestmark = pytest.mark.anyio
 
@@ -126,3 +128,21 @@ async def test_a_due_health_check_runs_before_the_batch(
     assert connection.next_health_check > 0
     assert await send_batch(real_redis, [("GET", "k")]) == [b"v"]
     assert checks == [0]  # not due again
+
+
+@pytest.mark.redis
+async def test_a_write_a_stopped_server_never_takes_times_out_and_the_connection_is_dropped(
+    private_redis_server: PrivateRedis,
+) -> None:
+    client = bus.connect(private_redis_server.url, bus.ClientConfig(socket_timeout_s=0.5, retries=0))
+    assert await send_batch(client, [("PING",)], parse=False) == [b"PONG"]
+    connection = client.connection_pool._available_connections[-1]
+    private_redis_server.pause()  # it keeps its socket open and reads nothing: the buffers fill
+    try:
+        with pytest.raises(TimeoutError_, match="Timeout writing to socket"):
+            await send_batch(client, [("SET", "big", b"x" * (64 << 20))], parse=False)
+        assert not connection.is_connected  # a send cut short: never reused
+    finally:
+        private_redis_server.resume()
+    assert await send_batch(client, [("PING",)], parse=False) == [b"PONG"]
+    await client.aclose()
