@@ -4,9 +4,8 @@ redsaga's lean paths (a batch sent in one write with its replies read in one tim
 checkout and release without a coroutine when a connection is free) and its repairs of the
 cluster client reach past redis-py's public API. They live in this package and nowhere else;
 pyproject.toml bounds redis-py to the minor versions the suite has passed on, and
-``tests/bus/test_redispy.py``
-checks each internal below against the installed redis-py, failing with its name when a
-release moves it.
+``tests/bus/test_redispy.py`` checks each internal below against the installed redis-py,
+failing with its name when a release moves it.
 
 Internals used (``redis.asyncio`` unless named otherwise):
 
