@@ -39,7 +39,7 @@ from typing import Final
 
 import msgspec
 
-from saga.core.model import Note, ParentLink, SagaState, Wait
+from saga.core.model import Note, ParentLink, SagaState, StepState, Wait
 from saga.core.states import SagaStatus
 from saga.store.records import START_PREFIX, decode_step, encode_split, encode_step
 
@@ -117,20 +117,7 @@ def encode_state(
         "created": str(state.created_ms).encode(),
         "updated": str(state.updated_ms).encode(),
         "data": bytes(state.data),
-        "meta": _pack.encode(
-            _Meta(
-                format=FORMAT,
-                cursor=state.cursor,
-                completed=state.completed,
-                cancel=state.cancel,
-                error=state.error,
-                wait=state.wait,
-                expired=state.expired,
-                signals={key: bytes(value) for key, value in state.signals.items()},
-                parent=state.parent,
-                stamped=state.stamped,
-            )
-        ),
+        "meta": _encode_meta(state),
     }
     old_steps = before.steps if before is not None else {}
     old_fields = before_fields or {}
@@ -144,14 +131,65 @@ def encode_state(
                 start_field = f"{START_PREFIX}{name}:{i}"
                 fields[start_field] = old_fields[start_field]
             continue
-        fields[field], starts = encode_split(state.id, name, step)
-        for i, start in enumerate(starts):
-            fields[f"{START_PREFIX}{name}:{i}"] = start
+        _put_step(fields, state.id, name, step)
     if state.trace:
         fields["trace"] = state.trace.encode()
         if state.trace_state:
             fields["tstate"] = state.trace_state.encode()
     return fields
+
+
+def _encode_meta(state: SagaState) -> bytes:
+    """The ``meta`` field of ``state``."""
+    return _pack.encode(
+        _Meta(
+            format=FORMAT,
+            cursor=state.cursor,
+            completed=state.completed,
+            cancel=state.cancel,
+            error=state.error,
+            wait=state.wait,
+            expired=state.expired,
+            signals={key: bytes(value) for key, value in state.signals.items()},
+            parent=state.parent,
+            stamped=state.stamped,
+        )
+    )
+
+
+def _put_step(fields: dict[str, bytes], saga_id: str, name: str, step: StepState) -> None:
+    """Put step ``name``'s record and its attempts' starts into ``fields``."""
+    fields[STEP_PREFIX + name], starts = encode_split(saga_id, name, step)
+    for i, start in enumerate(starts):
+        fields[f"{START_PREFIX}{name}:{i}"] = start
+
+
+def _rewritten(
+    before: SagaState, old: dict[str, bytes], after: SagaState
+) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The fields after a decision from ``before`` (encoded as ``old``) to ``after``, and those that changed.
+
+    What :func:`encode_state` and a comparison of every field give, for the price of
+    encoding only what the decision may have changed.
+
+    The caller checks that the fields a decision never changes (the definition, the creation
+    time, the trace) are ``before``'s. A step record the decision did not copy
+    (``saga.core.model.SagaState.working_copy`` shares them) is left as ``old`` holds it.
+    """
+    fresh: dict[str, bytes] = {"status": after.status.encode()}  # first, where the script looks
+    if after.updated_ms != before.updated_ms:
+        fresh["updated"] = str(after.updated_ms).encode()
+    if after.data is not before.data:
+        fresh["data"] = bytes(after.data)
+    fresh["meta"] = _encode_meta(after)
+    old_steps = before.steps
+    for name, step in after.steps.items():
+        previous = old_steps.get(name)
+        if (previous is step or previous == step) and STEP_PREFIX + name in old:
+            continue
+        _put_step(fresh, after.id, name, step)
+    changed = {name: value for name, value in fresh.items() if old.get(name) != value}
+    return {**old, **changed}, changed
 
 
 def decode_state(saga_id: str, raw: Mapping[bytes, bytes], *, context: str, partition: int) -> Loaded:
@@ -246,10 +284,24 @@ def state_write(
     old = before_fields if before_fields is not None else encode_state(before) if before is not None else {}
     if not changed:
         return StateWrite(old, {}, {}, revision)
-    fields = encode_state(after, before, old)
-    diff = {name: value for name, value in fields.items() if old.get(name) != value}
+    if before is not None and _same_run(before, after):
+        fields, diff = _rewritten(before, old, after)
+    else:
+        fields = encode_state(after, before, old)
+        diff = {name: value for name, value in fields.items() if old.get(name) != value}
     branches = changed_branches(before, after, touched)
     return StateWrite(fields, diff, branches, revision + 1 if diff or branches else revision)
+
+
+def _same_run(before: SagaState, after: SagaState) -> bool:
+    """Whether ``after`` keeps what no decision changes: the definition, creation time and trace."""
+    return (
+        after.name == before.name
+        and after.version == before.version
+        and after.created_ms == before.created_ms
+        and after.trace == before.trace
+        and after.trace_state == before.trace_state
+    )
 
 
 def migrated_revision(before: SagaState) -> int:

@@ -206,3 +206,50 @@ def test_the_status_name_and_version_come_first_where_the_transition_looks_for_t
     after.steps["later"].status = StepStatus.DISPATCHED
     changed = state_write(before, encode_state(before), after, changed=True).changed
     assert next(iter(changed)) == "status"
+
+
+BEFORE = state()
+
+
+def _changes() -> list[tuple[str, SagaState]]:
+    """Decisions' results from :func:`state`, each as a working copy changes it."""
+    made: list[tuple[str, SagaState]] = []
+
+    def change(name: str) -> SagaState:
+        after = BEFORE.working_copy()
+        made.append((name, after))
+        return after
+
+    after = change("a step copied and changed, the status and the time moved")
+    after.status = SagaStatus.COMPENSATING
+    after.updated_ms = 9
+    after.steps["later"] = after.steps["later"].copy()
+    after.steps["later"].status = StepStatus.DISPATCHED
+    after = change("a step dispatched: a new attempt, its start a field of its own")
+    after.steps["later"] = StepState(status=StepStatus.DISPATCHED, attempts=[attempt(1, "c-later")])
+    after = change("meta only: an early signal kept")
+    after.signals = {**after.signals, "wait:2": msgspec.Raw(b"{}")}
+    after = change("equal copies of the data and a step: nothing written")
+    after.data = msgspec.Raw(bytes(after.data))
+    after.steps["ship"] = after.steps["ship"].copy()
+    after = change("another version (a decision never does this): every field encoded")
+    after.version = 2
+    after = change("a trace: written as well")
+    after.trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    return made
+
+
+@pytest.mark.parametrize(
+    ("what", "after"), _changes(), ids=lambda value: value if isinstance(value, str) else ""
+)
+def test_a_decisions_write_is_what_encoding_and_comparing_every_field_gives(
+    what: str, after: SagaState
+) -> None:
+    fields = encode_state(BEFORE)
+    every = encode_state(after)
+    write = state_write(BEFORE, fields, after, changed=True)
+    assert write.fields == every, what
+    assert write.changed == {name: value for name, value in every.items() if fields.get(name) != value}, what
+    assert write.revision == BEFORE.revision + (1 if write.changed else 0)
+    if write.changed.get("status"):
+        assert next(iter(write.changed)) == "status"
