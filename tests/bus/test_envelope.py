@@ -67,6 +67,26 @@ def test_size_and_field_count_are_checked_before_anything_is_decoded() -> None:
         bus.decode_fields(hostile, **LIMITS)
 
 
+@pytest.mark.parametrize(
+    "extra", [{}, {b"x": b"yz"}, {b"v": b"2"}], ids=["the two fields", "a third field", "a flat entry"]
+)
+def test_an_entry_at_the_limit_is_read_and_one_byte_more_is_refused(extra: dict[bytes, bytes]) -> None:
+    envelope = bus.new_envelope(msgspec.Struct(), max_bytes=100, correlation_id="s1")
+    fields = {**as_fields(envelope), **extra}
+    size = sum(len(name) + len(value) for name, value in fields.items())
+    assert bus.decode_fields(fields, max_bytes=size, max_fields=32).correlation_id == "s1"
+    with pytest.raises(bus.MalformedEntry, match=f"entry of {size} bytes is over the {size - 1}-byte limit"):
+        bus.decode_fields(fields, max_bytes=size - 1, max_fields=32)
+
+
+def test_an_entry_of_two_fields_but_not_the_envelope_s_is_sized_and_refused() -> None:
+    fields = {b"e": b"x" * 50, b"other": b"y" * 60}
+    with pytest.raises(bus.MalformedEntry, match="entry of 116 bytes is over the 115-byte limit"):
+        bus.decode_fields(fields, max_bytes=115, max_fields=32)
+    with pytest.raises(bus.MalformedEntry, match="missing envelope fields: data"):
+        bus.decode_fields(fields, max_bytes=116, max_fields=32)
+
+
 def test_a_dead_letter_shows_the_packed_envelope_by_item_or_its_bytes_escaped() -> None:
     fields = raw_entry(id="m1", type="Charge", corr="s1", mac=b"\x00\xff")
     shown = msgspec.json.decode(describe_packed(fields[b"e"]))
