@@ -100,15 +100,12 @@ def expected(loaded: Loaded | None) -> str:
     return f"{loaded.state.revision}:{loaded.tag}" if loaded else "0:"
 
 
-def encode_state(
-    state: SagaState, before: SagaState | None = None, before_fields: Mapping[str, bytes] | None = None
-) -> dict[str, bytes]:
+def encode_state(state: SagaState) -> dict[str, bytes]:
     """Encode a state as hash fields (``rev`` excepted: the script owns it).
 
-    ``before_fields`` are ``before`` encoded: a step record equal to ``before``'s is taken
-    from them rather than encoded again (a decision changes one or two of a saga's steps).
     The status, name and version come first, in that order: ``transition.lua`` finds a
     changed status, and a new saga's definition, at the head of the fields that changed.
+    A decision's write encodes only what it changed (:func:`state_write`).
     """
     fields = {
         "status": state.status.encode(),  # a StrEnum: its own text
@@ -119,18 +116,7 @@ def encode_state(
         "data": bytes(state.data),
         "meta": _encode_meta(state),
     }
-    old_steps = before.steps if before is not None else {}
-    old_fields = before_fields or {}
     for name, step in state.steps.items():
-        field = STEP_PREFIX + name
-        encoded = old_fields.get(field)
-        old = old_steps.get(name)
-        if encoded is not None and (old is step or old == step):  # a decision copies what it changes
-            fields[field] = encoded
-            for i in range(len(step.attempts)):
-                start_field = f"{START_PREFIX}{name}:{i}"
-                fields[start_field] = old_fields[start_field]
-            continue
         _put_step(fields, state.id, name, step)
     if state.trace:
         fields["trace"] = state.trace.encode()
@@ -287,7 +273,7 @@ def state_write(
     if before is not None and _same_run(before, after):
         fields, diff = _rewritten(before, old, after)
     else:
-        fields = encode_state(after, before, old)
+        fields = encode_state(after)
         diff = {name: value for name, value in fields.items() if old.get(name) != value}
     branches = changed_branches(before, after, touched)
     return StateWrite(fields, diff, branches, revision + 1 if diff or branches else revision)
